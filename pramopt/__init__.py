@@ -1,0 +1,22 @@
+"""pramopt: optimal PRAM matrices for statistical disclosure control."""
+from ._validation import InvalidParameterError, PramoptError
+from .combinations import resolve_combinations
+from .data import FrequencyTable, frequency_table
+from .loss import condition_number, expected_changes, l2_loss, l2_loss_and_grad
+from .verify import C1Report, c1_risk
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "InvalidParameterError",
+    "PramoptError",
+    "FrequencyTable",
+    "frequency_table",
+    "resolve_combinations",
+    "l2_loss",
+    "l2_loss_and_grad",
+    "expected_changes",
+    "condition_number",
+    "C1Report",
+    "c1_risk",
+]

@@ -1,0 +1,132 @@
+"""Independent verifier of the C1 security constraint (Cator, Hensbergen & Rozenholc, eq. (1)).
+
+This module deliberately shares no code with the solver's constraint building
+(:mod:`pramopt.model`): it recomputes every left-hand side of (1) from the raw cell codes,
+the counts and the matrix, for **every** present cell m, every combination π and every
+k0 that a present cell projects to.  A design is only reported successful when this check
+passes with ``max_risk <= alpha``; no tolerance is applied.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+
+@dataclass(frozen=True)
+class C1Report:
+    """Result of a full C1 check.
+
+    Attributes
+    ----------
+    max_risk : float
+        Largest left-hand side of (1) over all m, π, k0.
+    argmax : tuple
+        ``(m, combination index, representative cell of k0)`` where the maximum is attained.
+    risk_by_group : list of ndarray
+        For each combination π, the largest left-hand side over m for each k0 (in the order of
+        ``groups_by_combination``).
+    groups_by_combination : list of ndarray
+        For each π, the k0 values (rows of projected codes) in the order used above.
+    denominators : list of ndarray
+        For each π, ``sum_l U0(l) sum_{k: k_pi = k0} P_lk`` per k0.
+    """
+
+    max_risk: float
+    argmax: tuple
+    risk_by_group: list
+    groups_by_combination: list
+    denominators: list
+
+    def violations(self, alpha: float) -> int:
+        """Number of (π, k0) whose worst row exceeds ``alpha``."""
+        return int(sum((r > alpha).sum() for r in self.risk_by_group))
+
+
+def c1_risk(
+    P,
+    codes: np.ndarray,
+    counts: np.ndarray,
+    combinations: Sequence[Sequence[int]],
+) -> C1Report:
+    """Evaluate the left-hand side of C1 for every (m, π, k0).
+
+    Parameters
+    ----------
+    P : array_like or sparse matrix of shape (K, K)
+        Transition matrix on the present cells (row = original cell, column = released cell).
+    codes : ndarray of shape (K, d)
+        Codes of the present cells.
+    counts : ndarray of shape (K,)
+        U0, the frequency of each present cell.
+    combinations : sequence of sequences of int
+        Π, each a tuple of column indices into ``codes``.
+
+    Returns
+    -------
+    C1Report
+    """
+    codes = np.asarray(codes)
+    counts = np.asarray(counts, dtype=float)
+    K = codes.shape[0]
+    Pm = sp.csr_matrix(P, dtype=float) if not sp.issparse(P) else P.tocsr().astype(float)
+    if Pm.shape != (K, K):
+        raise ValueError(f"P has shape {Pm.shape}, expected {(K, K)}")
+    best = -np.inf
+    arg: tuple = ()
+    risks, groups, dens = [], [], []
+    for ci, pi in enumerate(combinations):
+        proj = codes[:, list(pi)]
+        k0s, inv = np.unique(proj, axis=0, return_inverse=True)
+        inv = np.asarray(inv).ravel()
+        G = k0s.shape[0]
+        # S[m, g] = sum over released cells k with k_pi = k0(g) of P[m, k]
+        ind = sp.csr_matrix((np.ones(K), (np.arange(K), inv)), shape=(K, G))
+        S = (Pm @ ind).tocsc()
+        den = np.asarray(sp.csr_matrix(counts) @ S).ravel()
+        # worst row per column: max over m of S[m, g]
+        colmax = np.zeros(G)
+        argrow = np.zeros(G, dtype=np.int64)
+        for g in range(G):
+            lo, hi = S.indptr[g], S.indptr[g + 1]
+            if hi > lo:
+                j = int(np.argmax(S.data[lo:hi]))
+                colmax[g] = S.data[lo + j]
+                argrow[g] = S.indices[lo + j]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = np.where(colmax > 0, colmax / np.where(den > 0, den, 1.0), 0.0)
+            r = np.where((colmax > 0) & (den <= 0), np.inf, r)
+        risks.append(r)
+        groups.append(k0s)
+        dens.append(den)
+        g = int(np.argmax(r)) if G else 0
+        if G and r[g] > best:
+            best = float(r[g])
+            rep = int(np.flatnonzero(inv == g)[0])
+            arg = (int(argrow[g]), ci, rep)
+    return C1Report(max_risk=float(best), argmax=arg, risk_by_group=risks,
+                    groups_by_combination=groups, denominators=dens)
+
+
+def violated_rows(P, codes, counts, combinations, alpha: float) -> list[tuple[int, int, int]]:
+    """All (m, combination index, representative cell of k0) with left-hand side > alpha."""
+    codes = np.asarray(codes)
+    counts = np.asarray(counts, dtype=float)
+    K = codes.shape[0]
+    Pm = sp.csr_matrix(P, dtype=float) if not sp.issparse(P) else P.tocsr().astype(float)
+    out = []
+    for ci, pi in enumerate(combinations):
+        k0s, inv = np.unique(codes[:, list(pi)], axis=0, return_inverse=True)
+        inv = np.asarray(inv).ravel()
+        G = k0s.shape[0]
+        ind = sp.csr_matrix((np.ones(K), (np.arange(K), inv)), shape=(K, G))
+        S = (Pm @ ind).tocoo()
+        den = np.asarray(sp.csr_matrix(counts) @ S.tocsc()).ravel()
+        bad = S.data > alpha * den[S.col]
+        if bad.any():
+            rep = np.zeros(G, dtype=np.int64)
+            rep[inv[::-1]] = np.arange(K)[::-1]  # first member of each group
+            out.extend(zip(S.row[bad].tolist(), [ci] * int(bad.sum()), rep[S.col[bad]].tolist()))
+    return out
