@@ -85,7 +85,7 @@ def c1_risk(
         # S[m, g] = sum over released cells k with k_pi = k0(g) of P[m, k]
         ind = sp.csr_matrix((np.ones(K), (np.arange(K), inv)), shape=(K, G))
         S = (Pm @ ind).tocsc()
-        den = np.asarray(sp.csr_matrix(counts) @ S).ravel()
+        den = np.asarray(S.T @ counts).ravel()
         # worst row per column: max over m of S[m, g]
         colmax = np.zeros(G)
         argrow = np.zeros(G, dtype=np.int64)
@@ -123,7 +123,7 @@ def violated_rows(P, codes, counts, combinations, alpha: float) -> list[tuple[in
         G = k0s.shape[0]
         ind = sp.csr_matrix((np.ones(K), (np.arange(K), inv)), shape=(K, G))
         S = (Pm @ ind).tocoo()
-        den = np.asarray(sp.csr_matrix(counts) @ S.tocsc()).ravel()
+        den = np.asarray(S.T @ counts).ravel()
         bad = S.data > alpha * den[S.col]
         if bad.any():
             rep = np.zeros(G, dtype=np.int64)
