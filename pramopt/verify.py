@@ -24,7 +24,8 @@ class C1Report:
     max_risk : float
         Largest left-hand side of (1) over all m, π, k0.
     argmax : tuple
-        ``(m, combination index, representative cell of k0)`` where the maximum is attained.
+        ``(m, combination index, representative column cell of k0)`` where the maximum is
+        attained.
     risk_by_group : list of ndarray
         For each combination π, the largest left-hand side over m for each k0 (in the order of
         ``groups_by_combination``).
@@ -50,6 +51,7 @@ def c1_risk(
     codes: np.ndarray,
     counts: np.ndarray,
     combinations: Sequence[Sequence[int]],
+    col_codes: np.ndarray | None = None,
 ) -> C1Report:
     """Evaluate the left-hand side of C1 for every (m, π, k0).
 
@@ -63,27 +65,30 @@ def c1_risk(
         U0, the frequency of each present cell.
     combinations : sequence of sequences of int
         Π, each a tuple of column indices into ``codes``.
+    col_codes : ndarray of shape (K', d), optional
+        Codes of the released cells (the columns of P) when they differ from the present
+        cells, for example a design on the full product space.  P is then K x K'.
 
     Returns
     -------
     C1Report
     """
     codes = np.asarray(codes)
+    cols = codes if col_codes is None else np.asarray(col_codes)
     counts = np.asarray(counts, dtype=float)
-    K = codes.shape[0]
+    K, Kc = codes.shape[0], cols.shape[0]
     Pm = sp.csr_matrix(P, dtype=float) if not sp.issparse(P) else P.tocsr().astype(float)
-    if Pm.shape != (K, K):
-        raise ValueError(f"P has shape {Pm.shape}, expected {(K, K)}")
+    if Pm.shape != (K, Kc):
+        raise ValueError(f"P has shape {Pm.shape}, expected {(K, Kc)}")
     best = -np.inf
     arg: tuple = ()
     risks, groups, dens = [], [], []
     for ci, pi in enumerate(combinations):
-        proj = codes[:, list(pi)]
-        k0s, inv = np.unique(proj, axis=0, return_inverse=True)
+        k0s, inv = np.unique(cols[:, list(pi)], axis=0, return_inverse=True)
         inv = np.asarray(inv).ravel()
         G = k0s.shape[0]
         # S[m, g] = sum over released cells k with k_pi = k0(g) of P[m, k]
-        ind = sp.csr_matrix((np.ones(K), (np.arange(K), inv)), shape=(K, G))
+        ind = sp.csr_matrix((np.ones(Kc), (np.arange(Kc), inv)), shape=(Kc, G))
         S = (Pm @ ind).tocsc()
         den = np.asarray(S.T @ counts).ravel()
         # worst row per column: max over m of S[m, g]
