@@ -1,0 +1,381 @@
+"""The optimal PRAM designer: data -> frequencies -> model -> reducer -> solver -> verified result."""
+from __future__ import annotations
+
+import time
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from . import verify as _verify
+from ._validation import InvalidParameterError, check_choice, check_int, check_real
+from .combinations import resolve_combinations
+from .data import MAX_CATEGORIES, FrequencyTable, cell_index, frequency_table
+from .loss import condition_number, expected_changes, l2_loss
+from .model import Groups, Support, build_groups, c1_block
+from .reduce import reduce_constraints
+from .result import DesignResult, Stage, Status
+from .solve import DesignLP, clean, refine, solver_chain
+
+#: Floors tried in turn when the reduced problem is infeasible at the requested gamma.  They
+#: stay above 1/2: a strictly diagonally dominant P is invertible, which the estimator (4) and
+#: the loss need (a minimum-changes solution without a floor can be singular).
+GAMMA_LADDER = (0.95, 0.9, 0.8, 0.7, 0.6, 0.51)
+
+#: Up to this many cells the support of P is dense (every pair of cells).
+DENSE_SUPPORT_MAX = 300
+
+ProgressFn = Callable[[str, int, float, float], None]
+
+
+def _gamma_ladder(gamma: float, floor: float) -> list[float]:
+    ladder = [gamma] + [g for g in GAMMA_LADDER if g < gamma]
+    return [g for g in ladder if g >= floor] or [max(gamma, floor)]
+
+
+def _support(table: FrequencyTable, groups: Groups, alpha: float, gamma: float, mode: str,
+             fixed_idx: Sequence[int], keep_rows: np.ndarray) -> Support:
+    """Allowed transitions.
+
+    ``dense``: every pair of cells.  ``targets``: every row may move into the cells of the
+    (π, k0) groups that need protection (U_π(k0) < 1/(gamma alpha)); those are the only
+    columns whose inflow raises a C1 denominator (Section 4 of the paper: a good P moves
+    records into the few cells that cover the problem combinations).
+    """
+    K = table.n_cells
+    if mode == "dense":
+        cols = np.arange(K)
+    else:
+        problem = groups.size < 1.0 / (max(gamma, 1e-12) * alpha)
+        cols = np.flatnonzero(problem[groups.member].any(axis=1))
+    rows = np.setdiff1d(np.arange(K), keep_rows)
+    rr, cc = np.meshgrid(rows, cols, indexing="ij")
+    rr, cc = rr.ravel(), cc.ravel()
+    if fixed_idx:
+        # PRAM within strata: never change the fixed variables
+        same = np.all(table.codes[rr][:, fixed_idx] == table.codes[cc][:, fixed_idx], axis=1)
+        rr, cc = rr[same], cc[same]
+    return Support.from_pairs(rr, cc, K)
+
+
+def design(
+    data,
+    qi: Sequence[str] | None = None,
+    alpha: float = 0.1,
+    *,
+    combinations: Sequence[Sequence[str]] | None = None,
+    combination_size: int = 3,
+    gamma: float = 0.95,
+    min_diagonal: float | None = None,
+    fixed: Sequence[str] | None = None,
+    keep_cells: Sequence[Mapping] | pd.DataFrame | None = None,
+    invariant: bool = False,
+    domains: Mapping[str, Sequence] | None = None,
+    max_categories: int = MAX_CATEGORIES,
+    solver: str | None = None,
+    refine_loss: bool = True,
+    support: str = "auto",
+    margin: float = 1e-5,
+    rtol: float = 1e-6,
+    max_iter: int = 100,
+    progress: ProgressFn | None = None,
+) -> DesignResult:
+    """Design a PRAM matrix of minimal exact L2 loss under the C1 security constraint.
+
+    Parameters
+    ----------
+    data : pandas.DataFrame or FrequencyTable
+        Microdata (one row per record), or its frequency table.
+    qi : list of str
+        Identifying variables (ignored when ``data`` is a FrequencyTable).
+    alpha : float in (0, 1)
+        Security level of C1: no present cell may be identified with posterior > alpha.
+    combinations : list of lists of str, optional
+        Explicit set Π.  Default: every subset of ``combination_size`` variables.
+    combination_size : int, default 3
+        Size of the subsets in Π (the CBS rule is 3).
+    gamma : float in (0, 1], default 0.95
+        Diagonal floor P_kk >= gamma that the paper's reduction relies on.  Lowered along
+        ``GAMMA_LADDER`` when the reduced problem is infeasible.
+    min_diagonal : float in [0, 1), optional
+        A hard floor on every diagonal entry that is never lowered.
+    fixed : list of str, optional
+        Identifying variables that must never change (PRAM within their strata).
+    keep_cells : DataFrame or list of dicts, optional
+        Cells (values of every identifying variable) whose records must stay as they are.
+    invariant : bool, default False
+        Require U0^T P = U0^T (expected released frequencies equal the original ones).
+    domains : dict, optional
+        Categories per variable when they should not be taken from the data.
+    solver : str, optional
+        A cvxpy solver name; default is the chain HIGHS, CLARABEL, ECOS, SCS.
+    refine_loss : bool, default True
+        Improve the linear-surrogate solution on the exact (non-convex) L2 loss.
+    support : {"auto", "dense", "targets"}
+        Allowed transitions; "auto" is dense up to ``DENSE_SUPPORT_MAX`` cells.
+    margin : float, default 1e-5
+        Relative margin inside alpha at which the solver works; grown tenfold (at most twice)
+        if the independent verification ever fails.
+    rtol, max_iter : float, int
+        Stopping rule of the refinement (predicted decrease below ``rtol * loss``).
+    progress : callable, optional
+        ``progress(stage, iteration, loss, radius_or_violations)``, called during long work.
+
+    Returns
+    -------
+    DesignResult
+        ``success`` is True only when the full, unreduced C1 holds with ``max_risk <= alpha``.
+    """
+    owner = "design"
+    alpha = check_real(alpha, "alpha", owner, low=0, high=1)
+    gamma = check_real(gamma, "gamma", owner, low=0, high=1, high_open=False)
+    floor = 0.0 if min_diagonal is None else check_real(min_diagonal, "min_diagonal", owner, low=0, high=1, low_open=False)
+    margin = check_real(margin, "margin", owner, low=0, high=0.1, low_open=False)
+    rtol = check_real(rtol, "rtol", owner, low=0, low_open=False)
+    max_iter = check_int(max_iter, "max_iter", owner, low=0)
+    check_choice(support, "support", owner, ["auto", "dense", "targets"])
+    if solver is not None:
+        import cvxpy as cp
+        check_choice(str(solver).upper(), "solver", owner, cp.installed_solvers())
+
+    if isinstance(data, FrequencyTable):
+        table = data
+    else:
+        table = frequency_table(data, qi, domains=domains, max_categories=max_categories, owner=owner)
+    qi = table.qi
+    combos = resolve_combinations(qi, combination_size, combinations, owner)
+    fixed = list(fixed or [])
+    bad = [f for f in fixed if f not in qi]
+    if bad:
+        raise InvalidParameterError(
+            f"The 'fixed' parameter of {owner} must name identifying variables {list(qi)!r}; got {bad!r}.")
+    fixed_idx = [qi.index(f) for f in fixed]
+    keep_rows = _keep_rows(table, keep_cells, owner)
+
+    t_start = time.perf_counter()
+    stages: list[Stage] = []
+    K, n = table.n_cells, table.n
+    counts = table.counts.astype(float)
+    common = dict(alpha=alpha, qi=qi, combinations=tuple(tuple(qi[i] for i in c) for c in combos),
+                  table=table,
+                  params=dict(alpha=alpha, gamma=gamma, min_diagonal=min_diagonal, fixed=fixed,
+                              invariant=invariant, solver=solver, support=support, margin=margin,
+                              combination_size=combination_size, refine_loss=refine_loss))
+
+    def finish(P, status, message, gamma_used, reduction, solver_name):
+        t0 = time.perf_counter()
+        rep = _verify.c1_risk(P, table.codes, counts, combos)
+        stages.append(Stage("verify", time.perf_counter() - t0))
+        if status is Status.SUCCESS and not rep.max_risk <= alpha:
+            status = Status.UNVERIFIED
+        return DesignResult(
+            matrix=P, cells=table.cells(), counts=table.counts.copy(), status=status,
+            loss=l2_loss(P, counts), expected_changes=expected_changes(P, counts),
+            max_risk=rep.max_risk, min_diagonal=float(np.min(np.diag(P))), gamma=gamma_used,
+            binding=_binding(rep, table, combos, qi, alpha), reduction=reduction, solver=solver_name,
+            stages=tuple(stages), condition_number=condition_number(P), message=message, **common)
+
+    # C1 can hold for no P at all when n < 1/alpha: the U0-weighted mean of the left-hand
+    # sides over m is 1/n for every (π, k0), so the largest is at least 1/n.
+    if n * alpha < 1:
+        return finish(np.eye(K), Status.INFEASIBLE_DATA,
+                      f"C1 cannot hold for any matrix: n = {n} < 1/alpha = {1 / alpha:g}.", None, {}, None)
+
+    t0 = time.perf_counter()
+    groups = build_groups(table, combos)
+    stages.append(Stage("model", time.perf_counter() - t0, 0, f"{groups.n_groups} (pi, k0) groups"))
+
+    # Nothing to do when the original data already satisfy C1 (P = I).
+    if _verify.c1_risk(np.eye(K), table.codes, counts, combos).max_risk <= alpha:
+        return finish(np.eye(K), Status.SUCCESS, "The data already satisfy C1: P = I.", None, {}, None)
+
+    solvers = solver_chain(solver)
+    last_msg = ""
+    for attempt in range(3):
+        a_solve = alpha * (1.0 - margin)
+        # Phase one: the largest diagonal floor for which the reduced problem is feasible.
+        t0 = time.perf_counter()
+        g_low = max(GAMMA_LADDER[-1], floor)
+        ph = _solve_at_gamma(table, groups, combos, a_solve, alpha, g_low, floor, support, fixed_idx,
+                             keep_rows, invariant, solvers, False, rtol, 0, [], progress, max_floor=True)
+        if ph["status"] != "ok":
+            stages.append(Stage("phase1", time.perf_counter() - t0, 0, ph["status"]))
+            if ph["status"] == "infeasible":
+                return finish(np.eye(K), Status.INFEASIBLE,
+                              f"No design satisfies C1 with every diagonal entry >= {g_low:g} (needed to keep "
+                              f"P invertible). Coarsen the identifying variables, use fewer combinations or a "
+                              f"larger alpha.", g_low, {}, None)
+            return finish(np.eye(K), Status.SOLVER_ERROR, f"Solver failed: {ph['status']}.", g_low, {}, None)
+        t_star = ph["t"]
+        stages.append(Stage("phase1", time.perf_counter() - t0, 0, f"largest feasible floor {t_star:.4g}"))
+        ladder = [g for g in _gamma_ladder(gamma, floor) if g <= t_star + 1e-9] or [g_low]
+        tried = []
+        for gam in ladder:
+            out = _solve_at_gamma(table, groups, combos, a_solve, alpha, gam, max(gam, floor), support,
+                                  fixed_idx, keep_rows, invariant, solvers, refine_loss, rtol, max_iter,
+                                  stages, progress)
+            tried.append(gam)
+            if out["status"] == "infeasible":
+                last_msg = f"infeasible with diagonal floor {gam:g}"
+                continue
+            if out["status"] != "ok":
+                return finish(np.eye(K), Status.SOLVER_ERROR, f"Solver failed: {out['status']}.", gam,
+                              out["reduction"], None)
+            P = out["P"]
+            why = f"Diagonal floor gamma = {gam:g}"
+            if gam < gamma:
+                why += (f": the reduced problem is infeasible at gamma = {gamma:g} (the largest feasible "
+                        f"floor is {t_star:.4g}), so gamma was lowered as the paper suggests.")
+            else:
+                why += " (as requested)."
+            rep = _verify.c1_risk(P, table.codes, counts, combos)
+            if rep.max_risk <= alpha:
+                return finish(P, Status.SUCCESS, why + f" Full C1 verified; solved at alpha*(1-{margin:g}).",
+                              gam, out["reduction"], out["solver"])
+            last_msg = f"verification failed (max risk {rep.max_risk:.8g} > {alpha:g}) at margin {margin:g}"
+            break
+        else:
+            return finish(np.eye(K), Status.INFEASIBLE,
+                          f"No design satisfies C1 with a diagonal floor in {', '.join(f'{g:g}' for g in tried)}. "
+                          f"Coarsen the identifying variables, use fewer combinations or a larger alpha.",
+                          tried[-1] if tried else None, {}, None)
+        margin = min(margin * 10, 0.1)
+    return finish(P, Status.UNVERIFIED, last_msg, tried[-1], out["reduction"], out["solver"])
+
+
+def _keep_rows(table: FrequencyTable, keep_cells, owner: str) -> np.ndarray:
+    if keep_cells is None:
+        return np.empty(0, dtype=np.int64)
+    kc = pd.DataFrame(keep_cells)
+    missing = [q for q in table.qi if q not in kc.columns]
+    if missing:
+        raise InvalidParameterError(
+            f"The 'keep_cells' parameter of {owner} must give a value of every identifying variable; "
+            f"{missing!r} missing.")
+    codes = np.column_stack([table.categories[i].get_indexer(kc[q]) for i, q in enumerate(table.qi)])
+    idx = cell_index(table, codes) if (codes >= 0).all() else np.full(len(kc), -1)
+    if (idx < 0).any():
+        raise InvalidParameterError(
+            f"The 'keep_cells' parameter of {owner} must list cells present in the data; "
+            f"{kc[idx < 0].to_dict('records')!r} are not.")
+    return np.unique(idx)
+
+
+def _solve_at_gamma(table, groups, combos, a_solve, alpha, gam, floor, support_mode, fixed_idx,
+                    keep_rows, invariant, solvers, refine_loss, rtol, max_iter, stages, progress,
+                    max_floor=False):
+    """Reduce at floor ``gam``, solve the linear stage with lazy rows, then refine the exact loss."""
+    K = table.n_cells
+    counts = table.counts.astype(float)
+    t0 = time.perf_counter()
+    red = reduce_constraints(table, groups, alpha, gam, lazy_outside=True)
+    mode = support_mode if support_mode != "auto" else ("dense" if K <= DENSE_SUPPORT_MAX else "targets")
+    sup = _support(table, groups, alpha, gam, mode, fixed_idx, keep_rows)
+    if not max_floor:
+        stages.append(Stage(f"reduce@{gam:g}", time.perf_counter() - t0, 0,
+                            f"{red.m.size} rows, support {sup.size} ({mode})"))
+    wm, wg = red.m, red.g
+    lazy_added = 0
+
+    def bounds(sup):
+        lo = np.zeros(sup.size)
+        lo[sup.diag] = floor
+        lo[sup.diag[keep_rows]] = 1.0
+        return lo, np.ones(sup.size)
+
+    def pending(x):
+        """Rows of the full C1 violated at the solve level and missing from the working set."""
+        v = _verify.violated_rows(sup.to_matrix(x), table.codes, counts, combos, a_solve)
+        if not v:
+            return []
+        v = np.asarray(v)
+        key = np.unique(v[:, 0] * groups.n_groups + groups.member[v[:, 2], v[:, 1]])
+        return key[~np.isin(key, wm * groups.n_groups + wg)].tolist()
+
+    def build(sup):
+        return DesignLP(sup, counts, c1_block(sup, groups, counts, wm, wg), a_solve, invariant,
+                        max_floor=max_floor)
+
+    # linear stage (minimum expected changes, or phase one) with lazy constraint generation
+    lo, hi = bounds(sup)
+    c_lin = np.zeros(sup.size)
+    if not max_floor:
+        c_lin[sup.diag] = -counts  # minimise expected changes = sum U0 (1 - P_mm)
+    t_lin = time.perf_counter()
+    rounds = 0
+    while True:
+        rounds += 1
+        lp = build(sup)
+        out = lp.solve(c_lin, lo, hi, solvers)
+        if out.x is None:
+            stages.append(Stage(f"linear@{gam:g}", time.perf_counter() - t_lin, rounds, out.status))
+            return {"status": "infeasible" if out.status == "infeasible" else out.status,
+                    "reduction": red.as_dict()}
+        x = clean(sup, out.x)
+        new = pending(x)
+        if progress is not None:
+            progress("phase1" if max_floor else "linear", rounds,
+                     l2_loss(sup.to_matrix(x).toarray(), counts), len(new))
+        if not new:
+            break
+        new = np.asarray(new)
+        wm = np.concatenate([wm, new // groups.n_groups])
+        wg = np.concatenate([wg, new % groups.n_groups])
+        lazy_added += new.size
+    if max_floor:
+        return {"status": "ok", "t": float(np.min(x[sup.diag]))}
+    solver_used = out.solver
+    stages.append(Stage(f"linear@{gam:g}", time.perf_counter() - t_lin, rounds,
+                        f"{solver_used}, expected changes {expected_changes(sup.to_matrix(x), counts):.4g}"))
+
+    if refine_loss and max_iter > 0:
+        t_ref = time.perf_counter()
+        if mode != "dense":
+            # Refine over every row x the cells that received records in the linear stage: the
+            # paper (Section 4) finds that a good P only moves records into a few covering cells.
+            P_lin = sup.to_matrix(x).tolil()
+            P_lin.setdiag(0)
+            recv = np.flatnonzero(np.asarray(P_lin.tocsr().sum(axis=0)).ravel() > 0)
+            rows = np.setdiff1d(np.arange(K), keep_rows)
+            rr, cc = np.meshgrid(rows, recv, indexing="ij")
+            rr, cc = rr.ravel(), cc.ravel()
+            if fixed_idx:
+                same = np.all(table.codes[rr][:, fixed_idx] == table.codes[cc][:, fixed_idx], axis=1)
+                rr, cc = rr[same], cc[same]
+            new_sup = Support.from_pairs(rr, cc, K).union(*sup.to_matrix(x).nonzero())
+            x = new_sup.from_matrix(sup.to_matrix(x))
+            sup = new_sup
+            lp = build(sup)
+        lo, hi = bounds(sup)
+        its = 0
+        info = None
+        while True:
+            x, info = refine(lp, x, counts, lo, hi, solvers, check=pending, rtol=rtol,
+                             max_iter=max_iter - its, progress=progress)
+            its += info.iterations
+            if info.stop_reason != "constraints" or its >= max_iter:
+                break
+            new = np.asarray(info.added_constraints)
+            wm = np.concatenate([wm, new // groups.n_groups])
+            wg = np.concatenate([wg, new % groups.n_groups])
+            lazy_added += new.size
+            lp = build(sup)
+        stages.append(Stage("refine", time.perf_counter() - t_ref, its,
+                            f"support {sup.size}, stop: {info.stop_reason}, loss {info.loss_end:.4g}"))
+    reduction = red.as_dict()
+    reduction.update(final_working_set=int(wm.size), lazy_added=int(lazy_added), support=int(sup.size),
+                     support_mode=mode)
+    return {"status": "ok", "P": sup.to_matrix(x).toarray(), "reduction": reduction, "solver": solver_used}
+
+
+def _binding(rep: "_verify.C1Report", table: FrequencyTable, combos, qi, alpha: float) -> pd.DataFrame:
+    """C1 groups whose worst row is within 1e-4 (relative) of alpha, worst first."""
+    rows = []
+    for ci, (risk, k0s) in enumerate(zip(rep.risk_by_group, rep.groups_by_combination)):
+        hit = np.flatnonzero(risk >= alpha * (1 - 1e-4))
+        for g in hit:
+            names = [qi[i] for i in combos[ci]]
+            vals = [table.categories[i][k0s[g, j]] for j, i in enumerate(combos[ci])]
+            rows.append({"combination": ",".join(names), "k0": tuple(vals), "risk": float(risk[g])})
+    df = pd.DataFrame(rows, columns=["combination", "k0", "risk"])
+    return df.sort_values("risk", ascending=False, ignore_index=True)

@@ -1,0 +1,200 @@
+"""Solvers: the convex (linear) stage through cvxpy and the local refinement of the exact loss.
+
+Both stages solve linear programs of the same shape over the support of P:
+
+    minimise  c . x
+    subject to  R x = 1                     (rows of P sum to one)
+                B x = D                     (C1 denominators, one per (π, k0))
+                N x <= alpha' D[gpos]       (C1 rows of the working set)
+                C x = U0                    (only for an invariant design)
+                lo <= x <= hi               (floor, fixed cells, trust region)
+
+``c``, ``lo`` and ``hi`` are cvxpy Parameters, so the problem is compiled once per working set
+and re-solved cheaply by the refinement.  ``alpha'`` sits slightly inside alpha so that the
+solver's feasibility tolerance can never turn into a violation of C1 (the result is verified
+independently afterwards anyway).
+"""
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass
+
+import cvxpy as cp
+import numpy as np
+import scipy.sparse as sp
+
+from .loss import l2_loss, l2_loss_and_grad
+from .model import C1Block, Support, column_mass_matrix, row_sum_matrix
+
+#: Fallback chain, fastest first (measured on C1-shaped LPs; see README and benchmarks/).
+DEFAULT_SOLVERS = ("HIGHS", "CLARABEL", "ECOS", "SCS")
+
+_OK = {cp.OPTIMAL, cp.OPTIMAL_INACCURATE}
+_INFEASIBLE = {cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE}
+
+
+def available_solvers() -> list[str]:
+    """Solvers from the fallback chain (and any other LP-capable one) that cvxpy can load here."""
+    inst = set(cp.installed_solvers())
+    chain = [s for s in DEFAULT_SOLVERS if s in inst]
+    extra = [s for s in ("OSQP", "GLOP", "PDLP", "SCIPY") if s in inst and s not in chain]
+    return chain + extra
+
+
+def solver_chain(solver: str | None) -> list[str]:
+    """The chain of solvers to try: the user's choice only, or the default chain."""
+    if solver is None:
+        return [s for s in DEFAULT_SOLVERS if s in set(cp.installed_solvers())]
+    return [solver.upper()]
+
+
+@dataclass
+class LPOutcome:
+    x: np.ndarray | None
+    status: str
+    solver: str | None
+    seconds: float
+
+
+class DesignLP:
+    """The parametrised linear program over a support and a C1 working set.
+
+    With ``max_floor=True`` it is the phase-one problem instead: maximise a common lower bound
+    t on every diagonal entry (``lo`` still bounds x), which tells the largest feasible floor in
+    one solve rather than by trying floors one after another.
+    """
+
+    def __init__(self, support: Support, counts, block: C1Block, alpha_solve: float,
+                 invariant: bool = False, max_floor: bool = False):
+        self.support = support
+        S = support.size
+        counts = np.asarray(counts, dtype=float)
+        self.x = cp.Variable(S)
+        self.c = cp.Parameter(S)
+        self.lo = cp.Parameter(S)
+        self.hi = cp.Parameter(S)
+        cons = [row_sum_matrix(support) @ self.x == 1, self.x >= self.lo, self.x <= self.hi]
+        self.t = cp.Variable() if max_floor else None
+        if max_floor:
+            cons.append(self.x[support.diag] >= self.t)
+        if block.m.size:
+            D = cp.Variable(block.groups.size)
+            cons.append(block.B @ self.x == D)
+            sel = sp.csr_matrix((np.full(block.m.size, alpha_solve), (np.arange(block.m.size), block.gpos)),
+                                shape=(block.m.size, block.groups.size))
+            cons.append(block.N @ self.x <= sel @ D)
+        if invariant:
+            cons.append(column_mass_matrix(support, counts) @ self.x == counts)
+        obj = cp.Minimize(self.c @ self.x - (1e3 * self.t if max_floor else 0))
+        self.problem = cp.Problem(obj, cons)
+
+    def solve(self, c, lo, hi, solvers) -> LPOutcome:
+        scale = float(np.max(np.abs(c))) or 1.0
+        self.c.value = np.asarray(c, dtype=float) / scale  # well-scaled costs for every solver
+        self.lo.value = np.asarray(lo, dtype=float)
+        self.hi.value = np.asarray(hi, dtype=float)
+        t0 = time.perf_counter()
+        last = "no solver available"
+        for name in solvers:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    self.problem.solve(solver=name, **_solver_options(name))
+            except (cp.error.SolverError, ValueError, ArithmeticError) as exc:  # next in the chain
+                last = f"{name}: {exc}".splitlines()[0]
+                continue
+            st = self.problem.status
+            if st in _OK and self.x.value is not None:
+                return LPOutcome(np.asarray(self.x.value).ravel(), st, name, time.perf_counter() - t0)
+            if st in _INFEASIBLE:
+                return LPOutcome(None, "infeasible", name, time.perf_counter() - t0)
+            last = f"{name}: {st}"
+        return LPOutcome(None, f"solver_error ({last})", None, time.perf_counter() - t0)
+
+
+def _solver_options(name: str) -> dict:
+    if name == "SCS":
+        return {"eps_abs": 1e-9, "eps_rel": 1e-9, "max_iters": 200000}
+    if name == "CLARABEL":
+        return {"tol_feas": 1e-10, "tol_gap_abs": 1e-10, "tol_gap_rel": 1e-10}
+    if name == "ECOS":
+        return {"abstol": 1e-10, "reltol": 1e-10, "feastol": 1e-10}
+    return {}
+
+
+def clean(support: Support, x) -> np.ndarray:
+    """Clip the solver's tiny negative entries and renormalise every row to sum to one."""
+    x = np.clip(np.asarray(x, dtype=float), 0.0, None)
+    rs = np.bincount(support.rows, weights=x, minlength=support.K)
+    return x / rs[support.rows]
+
+
+@dataclass
+class RefineInfo:
+    iterations: int
+    accepted: int
+    loss_start: float
+    loss_end: float
+    stop_reason: str
+    seconds: float
+    added_constraints: list
+
+
+def refine(lp: DesignLP, x0, counts, lo_base, hi_base, solvers, *, check=None,
+           rtol: float = 1e-6, max_iter: int = 100, radius: float = 0.05,
+           progress=None) -> tuple[np.ndarray, RefineInfo]:
+    """Sequential linear programming with a trust region on the exact L2 loss.
+
+    Each iteration solves ``min grad . x`` over the feasible set intersected with the box
+    ``|x - x_k| <= radius``.  A step is accepted when the actual decrease is at least 10% of
+    the predicted one; the radius doubles after a very good step at the boundary and shrinks
+    fourfold after a rejected step.  Iterates stay feasible.  Stops when the predicted
+    decrease falls below ``rtol * loss`` (the documented tolerance), when the radius drops
+    below 1e-9, or after ``max_iter`` iterations.
+
+    ``check(x)`` may return newly violated C1 rows of the full problem; the step is then
+    rejected and the caller must rebuild the LP with them (stop reason ``"constraints"``).
+    """
+    sup = lp.support
+    t0 = time.perf_counter()
+    x = np.asarray(x0, dtype=float)
+    f, G = l2_loss_and_grad(sup.to_matrix(x).toarray(), counts)
+    f_start = f
+    reason = "max_iter"
+    accepted = 0
+    it = 0
+    for it in range(1, max_iter + 1):
+        g = G[sup.rows, sup.cols]
+        lo = np.maximum(lo_base, x - radius)
+        hi = np.minimum(hi_base, x + radius)
+        out = lp.solve(g, lo, hi, solvers)
+        if out.x is None:
+            reason = f"subproblem {out.status}"
+            break
+        xn = clean(sup, out.x)
+        pred = float(g @ (x - xn))
+        if not np.isfinite(f) or pred <= rtol * abs(f):
+            reason = "converged"
+            break
+        fn = l2_loss(sup.to_matrix(xn).toarray(), counts)
+        rho = (f - fn) / pred if np.isfinite(fn) else -np.inf
+        if rho >= 0.1:
+            if check is not None:
+                new = check(xn)
+                if new:
+                    return x, RefineInfo(it, accepted, f_start, f, "constraints", time.perf_counter() - t0, new)
+            at_edge = np.max(np.abs(xn - x)) >= 0.99 * radius
+            x = xn
+            f, G = l2_loss_and_grad(sup.to_matrix(x).toarray(), counts)
+            accepted += 1
+            if rho > 0.75 and at_edge:
+                radius = min(2 * radius, 1.0)
+        else:
+            radius /= 4
+            if radius < 1e-9:
+                reason = "radius"
+                break
+        if progress is not None:
+            progress("refine", it, f, radius)
+    return x, RefineInfo(it, accepted, f_start, f, reason, time.perf_counter() - t0, [])
