@@ -144,6 +144,9 @@ def _sequence_cell(contributions: Any, owner: str) -> _Cells:
         _raise("contributions", owner, allowed, repr(contributions))
     try:
         raw = np.asarray(contributions)
+        if raw.dtype.kind not in "iuf":
+            # keep the elements as given ([1, "2"] would otherwise become strings)
+            raw = np.asarray(contributions, dtype=object)
     except Exception:  # ragged nested input and the like
         _raise("contributions", owner, allowed, _short(contributions))
     if raw.ndim != 1:
@@ -152,14 +155,12 @@ def _sequence_cell(contributions: Any, owner: str) -> _Cells:
         _raise("contributions", owner, allowed, "an empty cell")
     if raw.dtype.kind in "iuf":
         values = raw.astype(float)
-    elif raw.dtype.kind == "O":
+    else:  # objects, booleans, strings...: find the first element that is not a number
         values = np.empty(raw.size)
-        for i, v in enumerate(raw):
+        for i, v in enumerate(raw.astype(object)):
             if isinstance(v, (bool, np.bool_)) or not isinstance(v, (Real, np.number)):
-                _raise("contributions", owner, allowed, f"{v!r} at position {i}")
+                _raise("contributions", owner, allowed, f"{_item(v)!r} at position {i}")
             values[i] = float(v)
-    else:  # booleans, strings, dates...
-        _raise("contributions", owner, allowed, f"{raw[0]!r} at position 0 (dtype {raw.dtype})")
     _check_values(values, np.zeros(values.size, dtype=np.intp), None, owner, "contributions")
     order = np.argsort(-values, kind="stable")
     values = values[order]
@@ -226,7 +227,7 @@ def _check_values(values, codes, index, owner, name, column=None) -> None:
     where = (lambda i: f" at position {i}") if index is None else (lambda i: f" in cell {index[codes[i]]!r}")
     allowed = "a sequence of non-negative finite real numbers"
     if column is not None:
-        allowed = f"a DataFrame whose column {column!r} holds {allowed}"
+        allowed = f"a DataFrame whose column {column!r} holds non-negative finite real numbers"
     bad = ~np.isfinite(values) | (values < 0)
     if bad.any():
         i = int(np.argmax(bad))
@@ -238,6 +239,11 @@ def _check_values(values, codes, index, owner, name, column=None) -> None:
         cell_txt = "" if index is None else f" in cell {index[j]!r}"
         _raise(name, owner, "contributions with a positive cell total x",
                f"a total of 0{cell_txt}")
+
+
+def _item(v: Any) -> Any:
+    """A NumPy scalar as the Python object it holds, for readable messages."""
+    return v.item() if isinstance(v, np.generic) else v
 
 
 def _short(obj: Any) -> str:
@@ -726,17 +732,27 @@ def dominance_ratio(n, k, N):
     float
     """
     n, k, N = _check_dominance_construction(n, k, N, "dominance_ratio")
-    return _dominance_ratio(n, k, N)
+    return _dominance_ratio(n, k, N, "dominance_ratio")
 
 
-def _dominance_ratio(n, k, N):
-    return float(brentq(lambda r: _f_lemma1(r, n, N) - k, 0.0, 1.0, xtol=1e-16, rtol=4 * np.finfo(float).eps, maxiter=500))
+def _dominance_ratio(n, k, N, owner):
+    r = float(brentq(lambda r: _f_lemma1(r, n, N) - k, 0.0, 1.0, xtol=1e-16,
+                     rtol=4 * np.finfo(float).eps, maxiter=500))
+    if r >= 1.0 - 1e-12:
+        # k is within rounding of n/N: the cell would be uniform and eps would vanish
+        _raise("N", owner, f"an integer clearly above n/k = {n / k!r} (Lemma 1 needs n/N < k)",
+               repr(N))
+    return r
 
 
 def _R(r: float, N: int) -> np.ndarray:
-    """R_i = r^i (r - 1)/(r^{N+1} - r) of equation (3), i = 1..N, which sum to 1."""
-    i = np.arange(N, dtype=float)
-    return r**i * (1.0 - r) / -math.expm1(N * math.log(r))
+    """R_i = r^i (r - 1)/(r^{N+1} - r) of equation (3), i = 1..N, which sum to 1.
+
+    Computed as the normalised geometric sequence r^{i-1} / (1 + r + ... + r^{N-1}), the same
+    quantity without the 0/0 of (3) as r approaches 0 or 1.
+    """
+    w = r ** np.arange(N, dtype=float)
+    return w / math.fsum(w)
 
 
 def construction_1(n, k, N):
@@ -766,7 +782,7 @@ def construction_1(n, k, N):
     X_s do not share ``x_1`` (Example 2 states 0.369 for both; X_ns has 0.3567).
     """
     n, k, N = _check_dominance_construction(n, k, N, "construction_1")
-    r = _dominance_ratio(n, k, N)
+    r = _dominance_ratio(n, k, N, "construction_1")
     R = _R(r, N)
     eps = (R[n - 1] - R[n]) / 3.0
     x = R.copy()
@@ -792,7 +808,7 @@ def construction_2(n, k, N):
         Relative contributions (total 1).
     """
     n, k, N = _check_dominance_construction(n, k, N, "construction_2")
-    r = _dominance_ratio(n, k, N)
+    r = _dominance_ratio(n, k, N, "construction_2")
     R = _R(r, N)
     x = np.concatenate((R[:n], np.full(N - n, (1.0 - k) / (N - n))))
     return CounterexampleCell(2, tuple(float(v) for v in x), r, None)
