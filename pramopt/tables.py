@@ -140,7 +140,8 @@ def _cells(contributions: Any, owner: str, cell: Any = None, value: Any = None) 
 
 def _sequence_cell(contributions: Any, owner: str) -> _Cells:
     allowed = "a non-empty 1-D sequence of non-negative finite real numbers (or a DataFrame)"
-    if isinstance(contributions, (str, bytes)) or np.isscalar(contributions) or contributions is None:
+    if contributions is None or isinstance(contributions, (str, bytes)) or np.isscalar(
+            contributions):
         _raise("contributions", owner, allowed, repr(contributions))
     try:
         raw = np.asarray(contributions)
@@ -224,7 +225,9 @@ def _frame_cells(df: pd.DataFrame, owner: str, cell: Any, value: Any) -> _Cells:
 
 def _check_values(values, codes, index, owner, name, column=None) -> None:
     """Reject NaN, infinite and negative contributions and cells with a zero total."""
-    where = (lambda i: f" at position {i}") if index is None else (lambda i: f" in cell {index[codes[i]]!r}")
+    def where(i: int) -> str:
+        return f" at position {i}" if index is None else f" in cell {index[codes[i]]!r}"
+
     allowed = "a sequence of non-negative finite real numbers"
     if column is not None:
         allowed = f"a DataFrame whose column {column!r} holds non-negative finite real numbers"
@@ -851,7 +854,8 @@ def p_percent_ratio(p, N):
 
 
 def _p_ratio(p, N):
-    return float(brentq(lambda r: _g_eq11(r, N) - p, 0.0, 1.0, xtol=1e-16, rtol=4 * np.finfo(float).eps, maxiter=500))
+    return float(brentq(lambda r: _g_eq11(r, N) - p, 0.0, 1.0, xtol=1e-16,
+                        rtol=4 * np.finfo(float).eps, maxiter=500))
 
 
 def construction_3(p, N):
@@ -946,8 +950,8 @@ def add_sensitivity_parser(subparsers) -> argparse.ArgumentParser:
         "sensitivity",
         help="verdicts of the dominance, p%%, pq and entropy rules and coalition bounds per cell",
         description=(
-            "Assess the cells of a magnitude table: (n, k)-dominance, p%%-rule (10), pq-rule, "
-            "entropy rule (Algorithm 1) and the upper bound a coalition of the c largest other "
+            "Assess the cells of a magnitude table: (n, k)-dominance, p%-rule (10), pq-rule,\n"
+            "entropy rule (Algorithm 1) and the upper bound a coalition of the c largest other\n"
             "contributors gets on the largest contribution (Domingo-Ferrer & Torra)."
         ),
         epilog=_EPILOG,
@@ -1007,6 +1011,9 @@ def run_sensitivity(args) -> int:
         _raise("value", owner, "a column other than the cell column", repr(args.value))
     df = _read_input(args.input, args.cell, owner)
     result = _compute(df, cell=args.cell, value=args.value, owner=owner, **params)
+    if args.cell in result.columns:
+        _raise("cell", owner, "a name other than the output columns "
+               f"({', '.join(result.columns)})", repr(args.cell))
     _write_atomic(result.reset_index(), out, suffix in _PARQUET, owner)
     return 0
 
@@ -1022,8 +1029,9 @@ def _read_input(path: str, cell: str, owner: str) -> pd.DataFrame:
         return pd.read_csv(src, dtype={cell: str})
     except (ValueError, OSError, ImportError, pd.errors.ParserError,
             pd.errors.EmptyDataError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else ""
         _raise("input", owner, "a readable CSV or Parquet file",
-               f"{str(path)!r} ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
+               f"{str(path)!r} ({type(exc).__name__}: {first})")
     except Exception as exc:  # pyarrow raises its own error types on corrupt files
         _raise("input", owner, "a readable CSV or Parquet file",
                f"{str(path)!r} ({type(exc).__name__})")
@@ -1038,6 +1046,10 @@ def _write_atomic(df: pd.DataFrame, out: Path, parquet: bool, owner: str) -> Non
             df.to_parquet(tmp, index=False)
         else:
             df.to_csv(tmp, index=False)
+        # mkstemp creates the file private (0600); give it the mode a plain open() would
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, out)
     except BaseException as exc:
         try:

@@ -551,6 +551,9 @@ def test_cli_csv(tmp_path):
     assert res.loc["ns", "p_percent"] == True and res.loc["s", "p_percent"] == False  # noqa: E712
     assert {"pq_rule", "entropy", "entropy_rule", "bound_gap"} <= set(res.columns)
     assert sorted(os.listdir(tmp_path)) == ["in.csv", "out.csv"]  # no temporary left
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # not mkstemp's private 0600
 
 
 def test_cli_parquet_both_ways(tmp_path):
@@ -592,6 +595,9 @@ def test_cli_keeps_csv_ids_as_text(tmp_path):
         ([], "cell,contribution\nA,5\nA,-1\n", r"got -1\.0 in cell 'A'\."),
         ([], "cell,contribution\nA,5\nA,abc\n", r"got 'abc' in cell 'A'\."),
         ([], "", r"The 'input' parameter of sensitivity must be a readable CSV or Parquet file"),
+        (["--cell", "total"], "total,contribution\nA,1\n",
+         r"The 'cell' parameter of sensitivity must be a name other than the output columns"),
+        (["--value", "cell"], EXAMPLE_1_CSV, r"The 'value' parameter of sensitivity must be a column other"),
     ],
 )
 def test_cli_bad_input(tmp_path, extra, content, pattern):
