@@ -1,8 +1,8 @@
 """Sensitivity rules for magnitude tables and their a-posteriori check.
 
-Implements the rules discussed by Domingo-Ferrer & Torra, "A critique of the sensitivity
-rules usually employed for statistical table protection" (the paper below), and the paper's
-counterexamples:
+Implements the rules discussed by J. Domingo-Ferrer and V. Torra, "A critique of the
+sensitivity rules usually employed for statistical table protection" ("the paper"; equation,
+Example and Theorem numbers below are the paper's), and the paper's counterexamples:
 
 * :func:`dominance` -- the (n, k)-dominance rule (Section 1);
 * :func:`p_percent` -- the p%-rule in its common form, equation (10);
