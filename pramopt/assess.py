@@ -19,7 +19,8 @@ from .closed_form.ifpr import correct_match_risks
 from .closed_form.privacy import dp_epsilon, pk_anonymity
 from .combinations import resolve_combinations
 from .data import FrequencyTable, frequency_table
-from .loss import condition_number, expected_changes, l2_loss
+from .closed_form.baselines import l2_loss
+from .loss import condition_number, expected_changes
 from .verify import c1_risk
 
 __all__ = ["Assessment", "assess"]
