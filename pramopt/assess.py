@@ -25,6 +25,9 @@ from .verify import c1_risk
 
 __all__ = ["Assessment", "assess"]
 
+#: Largest matrix for which :func:`assess` computes the Pk-anonymity k (O(K^3) operations).
+MAX_CELLS_FOR_K = 3000
+
 
 @dataclass(frozen=True)
 class Assessment:
@@ -36,7 +39,8 @@ class Assessment:
         Largest left-hand side of C1 (Cator et al., eq. (1)) over every present cell, every
         combination π and every k0 (:func:`pramopt.verify.c1_risk`).
     k : float
-        Pk-anonymity (Ikarashi et al., Theorem 3) with ``|R|`` = number of records.
+        Pk-anonymity (Ikarashi et al., Theorem 3) with ``|R|`` = number of records; ``nan`` for a
+        matrix with more than ``MAX_CELLS_FOR_K`` rows.
     epsilon : float
         ε-DP (Ikarashi et al., Theorem 1); ``inf`` when a column mixes zero and positive entries.
     expected_changes : float
@@ -194,7 +198,8 @@ def assess(data, matrix, qi=None, cells=None, *, combinations=None, combination_
         r1 = float(correct_match_risks(P, counts_full.astype(np.int64)).max())
     return Assessment(
         max_risk=float(rep.max_risk),
-        k=pk_anonymity(P, table.n),
+        # Theorem 3 costs O(K^3): skip it (nan) for very large matrices such as a product space
+        k=pk_anonymity(P, table.n) if P.shape[0] <= MAX_CELLS_FOR_K else math.nan,
         epsilon=dp_epsilon(P),
         expected_changes=expected_changes(P, counts_full),
         loss=l2_loss(P, counts_full),
