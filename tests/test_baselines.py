@@ -1,7 +1,6 @@
 """Closed-form families calibrated to just meet C1 (equal security)."""
 from __future__ import annotations
 
-import itertools
 import warnings
 
 import numpy as np

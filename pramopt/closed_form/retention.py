@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from functools import reduce
-from typing import Sequence
 
 import numpy as np
 
