@@ -113,6 +113,75 @@ class DesignLP:
         return LPOutcome(None, f"solver_error ({last})", None, time.perf_counter() - t0)
 
 
+class HighsLP:
+    """The same linear program held in one HiGHS model, re-solved with a warm start.
+
+    The refinement changes only costs and bounds between its linear programs; keeping the
+    model (and its simplex basis) alive makes each re-solve a few pivots instead of a fresh
+    solve, which cvxpy cannot do because it rebuilds the solver's model on every call.
+    """
+
+    def __init__(self, support: Support, counts, block: C1Block, alpha_solve: float,
+                 invariant: bool = False):
+        import highspy
+
+        self._hs = highspy
+        self.support = support
+        S = support.size
+        counts = np.asarray(counts, dtype=float)
+        nG = block.groups.size if block.m.size else 0
+        R = row_sum_matrix(support)
+        blocks = [[R, None]]
+        lower = [np.ones(support.K)]
+        upper = [np.ones(support.K)]
+        if nG:
+            # B x - D = 0 and N x - alpha' D[gpos] <= 0
+            sel = sp.csr_matrix((np.full(block.m.size, alpha_solve), (np.arange(block.m.size), block.gpos)),
+                                shape=(block.m.size, nG))
+            blocks += [[block.B, -sp.identity(nG, format="csr")], [block.N, -sel]]
+            lower += [np.zeros(nG), np.full(block.m.size, -np.inf)]
+            upper += [np.zeros(nG), np.zeros(block.m.size)]
+        if invariant:
+            blocks.append([column_mass_matrix(support, counts), None])
+            lower.append(counts)
+            upper.append(counts)
+        if not nG:
+            blocks = [[b[0]] for b in blocks]
+        A = sp.bmat(blocks, format="csc")
+        lp = highspy.HighsLp()
+        lp.num_col_ = A.shape[1]
+        lp.num_row_ = A.shape[0]
+        lp.col_cost_ = np.zeros(A.shape[1])
+        lp.col_lower_ = np.concatenate([np.zeros(S), np.zeros(nG)])
+        lp.col_upper_ = np.concatenate([np.ones(S), np.full(nG, np.inf)])
+        lp.row_lower_ = np.concatenate(lower)
+        lp.row_upper_ = np.concatenate(upper)
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+        lp.a_matrix_.start_ = A.indptr.astype(np.int32)
+        lp.a_matrix_.index_ = A.indices.astype(np.int32)
+        lp.a_matrix_.value_ = A.data.astype(float)
+        self.h = highspy.Highs()
+        self.h.setOptionValue("output_flag", False)
+        self.h.passModel(lp)
+        self._idx = np.arange(S, dtype=np.int32)
+
+    def solve(self, c, lo, hi, solvers=None) -> LPOutcome:
+        S = self.support.size
+        scale = float(np.max(np.abs(c))) or 1.0
+        t0 = time.perf_counter()
+        self.h.changeColsCost(S, self._idx, np.asarray(c, dtype=float) / scale)
+        self.h.changeColsBounds(S, self._idx, np.asarray(lo, dtype=float), np.asarray(hi, dtype=float))
+        self.h.run()
+        st = self.h.getModelStatus()
+        if st == self._hs.HighsModelStatus.kOptimal:
+            x = np.asarray(self.h.getSolution().col_value[:S])
+            return LPOutcome(x, cp.OPTIMAL, "HIGHS(highspy)", time.perf_counter() - t0)
+        if st == self._hs.HighsModelStatus.kInfeasible:
+            return LPOutcome(None, "infeasible", "HIGHS(highspy)", time.perf_counter() - t0)
+        return LPOutcome(None, f"solver_error (highspy: {self.h.modelStatusToString(st)})", None,
+                         time.perf_counter() - t0)
+
+
 def _solver_options(name: str) -> dict:
     if name == "SCS":
         return {"eps_abs": 1e-9, "eps_rel": 1e-9, "max_iters": 200000}
@@ -141,17 +210,19 @@ class RefineInfo:
     added_constraints: list
 
 
-def refine(lp: DesignLP, x0, counts, lo_base, hi_base, solvers, *, check=None,
-           rtol: float = 1e-6, max_iter: int = 100, radius: float = 0.05,
+def refine(lp, x0, counts, lo_base, hi_base, solvers, *, check=None,
+           rtol: float = 1e-4, max_iter: int = 100, radius: float = 0.05, window: int = 10,
            progress=None) -> tuple[np.ndarray, RefineInfo]:
     """Sequential linear programming with a trust region on the exact L2 loss.
 
     Each iteration solves ``min grad . x`` over the feasible set intersected with the box
     ``|x - x_k| <= radius``.  A step is accepted when the actual decrease is at least 10% of
     the predicted one; the radius doubles after a very good step at the boundary and shrinks
-    fourfold after a rejected step.  Iterates stay feasible.  Stops when the predicted
-    decrease falls below ``rtol * loss`` (the documented tolerance), when the radius drops
-    below 1e-9, or after ``max_iter`` iterations.
+    fourfold after a rejected step.  Iterates stay feasible.  Stops (the documented tolerance)
+    when the predicted decrease falls below ``rtol * loss``, when the loss improved by less than
+    ``rtol`` (relative) over the last ``window`` iterations -- the linear model zig-zags
+    slowly near a curved optimum -- when the radius drops below 1e-9, or after ``max_iter``
+    iterations.
 
     ``check(x)`` may return newly violated C1 rows of the full problem; the step is then
     rejected and the caller must rebuild the LP with them (stop reason ``"constraints"``).
@@ -164,7 +235,11 @@ def refine(lp: DesignLP, x0, counts, lo_base, hi_base, solvers, *, check=None,
     reason = "max_iter"
     accepted = 0
     it = 0
+    history = [f]
     for it in range(1, max_iter + 1):
+        if len(history) > window and history[-window - 1] - f <= rtol * abs(f):
+            reason = "converged"
+            break
         g = G[sup.rows, sup.cols]
         lo = np.maximum(lo_base, x - radius)
         hi = np.minimum(hi_base, x + radius)
@@ -195,6 +270,7 @@ def refine(lp: DesignLP, x0, counts, lo_base, hi_base, solvers, *, check=None,
             if radius < 1e-9:
                 reason = "radius"
                 break
+        history.append(f)
         if progress is not None:
             progress("refine", it, f, radius)
     return x, RefineInfo(it, accepted, f_start, f, reason, time.perf_counter() - t0, [])
