@@ -9,6 +9,17 @@ from .example import example_data
 from .release import DesignMismatchError, estimate, release
 from .result import DesignResult, Stage, Status
 from . import tables
+from .assess import Assessment, assess
+from .closed_form import (
+    CalibratedBaseline, IFPRDesign, IntruderSimulation, calibrate_all, calibrate_ifpr,
+    calibrate_retention, calibrate_sdcmicro, correct_match_risk, correct_match_risks,
+    dp_epsilon, dp_epsilon_product, dp_epsilon_retention, expected_correct_match,
+    ifpr_block_matrix, ifpr_block_size, ifpr_design, ifpr_h, ifpr_matrix, ifpr_psi, ifpr_theta,
+    nayak_r1, pk_anonymity, pk_anonymity_product, pk_anonymity_retention, pk_ratio,
+    product_matrix_on_cells, reconstruct_counts, reconstruction_error, retention_matrix,
+    retention_matrix_multi, retention_on_cells, retention_rho, rho_from_epsilon, rho_from_k,
+    sdcmicro_invariant_matrix, sdcmicro_on_cells, simulate_intruder,
+)
 
 __version__ = "0.1.0"
 
@@ -33,4 +44,43 @@ __all__ = [
     "DesignMismatchError",
     "example_data",
     "tables",
+    "Assessment",
+    "assess",
+    "CalibratedBaseline",
+    "IFPRDesign",
+    "IntruderSimulation",
+    "calibrate_all",
+    "calibrate_ifpr",
+    "calibrate_retention",
+    "calibrate_sdcmicro",
+    "correct_match_risk",
+    "correct_match_risks",
+    "dp_epsilon",
+    "dp_epsilon_product",
+    "dp_epsilon_retention",
+    "expected_correct_match",
+    "ifpr_block_matrix",
+    "ifpr_block_size",
+    "ifpr_design",
+    "ifpr_h",
+    "ifpr_matrix",
+    "ifpr_psi",
+    "ifpr_theta",
+    "nayak_r1",
+    "pk_anonymity",
+    "pk_anonymity_product",
+    "pk_anonymity_retention",
+    "pk_ratio",
+    "product_matrix_on_cells",
+    "reconstruct_counts",
+    "reconstruction_error",
+    "retention_matrix",
+    "retention_matrix_multi",
+    "retention_on_cells",
+    "retention_rho",
+    "rho_from_epsilon",
+    "rho_from_k",
+    "sdcmicro_invariant_matrix",
+    "sdcmicro_on_cells",
+    "simulate_intruder",
 ]
