@@ -207,10 +207,16 @@ def frequency_table(
 
 def cell_index(table: FrequencyTable, codes: np.ndarray) -> np.ndarray:
     """Index of each row of ``codes`` among the table's cells, -1 where it is not a cell."""
-    radix = np.array([len(c) for c in table.categories], dtype=np.int64)
+    codes = np.asarray(codes, dtype=np.int64)
+    radix = [len(c) for c in table.categories]
+    if float(np.prod(np.array(radix, dtype=float))) >= 2.0**62:
+        # mixed-radix keys would overflow int64: match whole rows instead
+        lookup = pd.MultiIndex.from_arrays(table.codes.T)
+        return np.asarray(lookup.get_indexer(pd.MultiIndex.from_arrays(codes.T)), dtype=np.int64)
+    radix = np.array(radix, dtype=np.int64)
     mult = np.concatenate([np.cumprod(radix[::-1])[::-1][1:], [1]]).astype(np.int64)
     keys = table.codes @ mult  # cells are lexicographically sorted, so keys are increasing
-    q = np.asarray(codes, dtype=np.int64) @ mult
+    q = codes @ mult
     pos = np.searchsorted(keys, q)
     pos = np.clip(pos, 0, len(keys) - 1)
     return np.where(keys[pos] == q, pos, -1)

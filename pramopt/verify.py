@@ -91,15 +91,9 @@ def c1_risk(
         ind = sp.csr_matrix((np.ones(Kc), (np.arange(Kc), inv)), shape=(Kc, G))
         S = (Pm @ ind).tocsc()
         den = np.asarray(S.T @ counts).ravel()
-        # worst row per column: max over m of S[m, g]
-        colmax = np.zeros(G)
-        argrow = np.zeros(G, dtype=np.int64)
-        for g in range(G):
-            lo, hi = S.indptr[g], S.indptr[g + 1]
-            if hi > lo:
-                j = int(np.argmax(S.data[lo:hi]))
-                colmax[g] = S.data[lo + j]
-                argrow[g] = S.indices[lo + j]
+        # worst row per column: max over m of S[m, g] (entries are >= 0, so the sparse max is exact)
+        colmax = np.asarray(S.max(axis=0).todense()).ravel() if G else np.zeros(0)
+        argrow = np.asarray(S.argmax(axis=0)).ravel() if G else np.zeros(0, dtype=np.int64)
         with np.errstate(divide="ignore", invalid="ignore"):
             r = np.where(colmax > 0, colmax / np.where(den > 0, den, 1.0), 0.0)
             r = np.where((colmax > 0) & (den <= 0), np.inf, r)

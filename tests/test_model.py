@@ -83,3 +83,17 @@ def test_constraint_block_matches_equation_1():
         ci = groups.combination[g]
         k0 = table.codes[groups.rep[g], list(combos[ci])]
         assert ratio[w] == pytest.approx(brute_force_lhs(P, table.codes, table.counts, combos[ci], blk.m[w], k0), rel=1e-12)
+
+
+def test_cell_index_without_overflow():
+    # 20 variables of 9 categories: 9^20 > 2^62 mixed-radix keys, so whole rows are matched.
+    from pramopt.data import cell_index
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame(rng.integers(0, 9, (200, 20)), columns=[f"x{i}" for i in range(20)])
+    df.iloc[0] = np.arange(20) % 9  # ensure every column has all 9 categories somewhere
+    table = pramopt.frequency_table(df, list(df.columns))
+    idx = cell_index(table, table.codes[::-1])
+    np.testing.assert_array_equal(idx, np.arange(table.n_cells)[::-1])
+    present = {tuple(r) for r in table.codes}
+    absent = next(r for r in ([k] * 20 for k in range(9)) if tuple(r) not in present)
+    assert cell_index(table, np.array([absent]))[0] == -1
