@@ -42,12 +42,17 @@ def _support(table: FrequencyTable, groups: Groups, alpha: float, gamma: float, 
     columns whose inflow raises a C1 denominator (Section 4 of the paper: a good P moves
     records into the few cells that cover the problem combinations).
     """
-    K = table.n_cells
     if mode == "dense":
-        cols = np.arange(K)
+        cols = np.arange(table.n_cells)
     else:
         problem = groups.size < 1.0 / (max(gamma, 1e-12) * alpha)
         cols = np.flatnonzero(problem[groups.member].any(axis=1))
+    return _rows_into(table, cols, fixed_idx, keep_rows)
+
+
+def _rows_into(table: FrequencyTable, cols, fixed_idx, keep_rows) -> Support:
+    """Every row except the kept ones may move into ``cols`` (within the strata of ``fixed``)."""
+    K = table.n_cells
     rows = np.setdiff1d(np.arange(K), keep_rows)
     rr, cc = np.meshgrid(rows, cols, indexing="ij")
     rr, cc = rr.ravel(), cc.ravel()
@@ -350,13 +355,7 @@ def _solve_at_gamma(table, groups, combos, a_solve, alpha, gam, floor, support_m
             P_lin = sup.to_matrix(x).tolil()
             P_lin.setdiag(0)
             recv = np.flatnonzero(np.asarray(P_lin.tocsr().sum(axis=0)).ravel() > 0)
-            rows = np.setdiff1d(np.arange(K), keep_rows)
-            rr, cc = np.meshgrid(rows, recv, indexing="ij")
-            rr, cc = rr.ravel(), cc.ravel()
-            if fixed_idx:
-                same = np.all(table.codes[rr][:, fixed_idx] == table.codes[cc][:, fixed_idx], axis=1)
-                rr, cc = rr[same], cc[same]
-            new_sup = Support.from_pairs(rr, cc, K).union(*sup.to_matrix(x).nonzero())
+            new_sup = _rows_into(table, recv, fixed_idx, keep_rows).union(*sup.to_matrix(x).nonzero())
             x = new_sup.from_matrix(sup.to_matrix(x))
             sup = new_sup
         lp = build_refine(sup)

@@ -46,6 +46,21 @@ class C1Report:
         return int(sum((r > alpha).sum() for r in self.risk_by_group))
 
 
+def _group_sums(Pm, cols: np.ndarray, counts: np.ndarray, pi):
+    """For one combination: k0 values, each column cell's k0, S[m, g] and the denominators."""
+    k0s, inv = np.unique(cols[:, list(pi)], axis=0, return_inverse=True)
+    inv = np.asarray(inv).ravel()
+    Kc, G = cols.shape[0], k0s.shape[0]
+    # S[m, g] = sum over released cells k with k_pi = k0(g) of P[m, k]
+    ind = sp.csr_matrix((np.ones(Kc), (np.arange(Kc), inv)), shape=(Kc, G))
+    S = (Pm @ ind).tocsc()
+    return k0s, inv, S, np.asarray(S.T @ counts).ravel()
+
+
+def _as_csr(P) -> sp.csr_matrix:
+    return sp.csr_matrix(P, dtype=float) if not sp.issparse(P) else P.tocsr().astype(float)
+
+
 def c1_risk(
     P,
     codes: np.ndarray,
@@ -77,20 +92,15 @@ def c1_risk(
     cols = codes if col_codes is None else np.asarray(col_codes)
     counts = np.asarray(counts, dtype=float)
     K, Kc = codes.shape[0], cols.shape[0]
-    Pm = sp.csr_matrix(P, dtype=float) if not sp.issparse(P) else P.tocsr().astype(float)
+    Pm = _as_csr(P)
     if Pm.shape != (K, Kc):
         raise ValueError(f"P has shape {Pm.shape}, expected {(K, Kc)}")
     best = -np.inf
     arg: tuple = ()
     risks, groups, dens = [], [], []
     for ci, pi in enumerate(combinations):
-        k0s, inv = np.unique(cols[:, list(pi)], axis=0, return_inverse=True)
-        inv = np.asarray(inv).ravel()
+        k0s, inv, S, den = _group_sums(Pm, cols, counts, pi)
         G = k0s.shape[0]
-        # S[m, g] = sum over released cells k with k_pi = k0(g) of P[m, k]
-        ind = sp.csr_matrix((np.ones(Kc), (np.arange(Kc), inv)), shape=(Kc, G))
-        S = (Pm @ ind).tocsc()
-        den = np.asarray(S.T @ counts).ravel()
         # worst row per column: max over m of S[m, g] (entries are >= 0, so the sparse max is exact)
         colmax = np.asarray(S.max(axis=0).todense()).ravel() if G else np.zeros(0)
         argrow = np.asarray(S.argmax(axis=0)).ravel() if G else np.zeros(0, dtype=np.int64)
@@ -114,18 +124,14 @@ def violated_rows(P, codes, counts, combinations, alpha: float) -> list[tuple[in
     codes = np.asarray(codes)
     counts = np.asarray(counts, dtype=float)
     K = codes.shape[0]
-    Pm = sp.csr_matrix(P, dtype=float) if not sp.issparse(P) else P.tocsr().astype(float)
+    Pm = _as_csr(P)
     out = []
     for ci, pi in enumerate(combinations):
-        k0s, inv = np.unique(codes[:, list(pi)], axis=0, return_inverse=True)
-        inv = np.asarray(inv).ravel()
-        G = k0s.shape[0]
-        ind = sp.csr_matrix((np.ones(K), (np.arange(K), inv)), shape=(K, G))
-        S = (Pm @ ind).tocoo()
-        den = np.asarray(S.T @ counts).ravel()
+        k0s, inv, S, den = _group_sums(Pm, codes, counts, pi)
+        S = S.tocoo()
         bad = S.data > alpha * den[S.col]
         if bad.any():
-            rep = np.zeros(G, dtype=np.int64)
+            rep = np.zeros(k0s.shape[0], dtype=np.int64)
             rep[inv[::-1]] = np.arange(K)[::-1]  # first member of each group
             out.extend(zip(S.row[bad].tolist(), [ci] * int(bad.sum()), rep[S.col[bad]].tolist()))
     return out

@@ -6,20 +6,10 @@ import pandas as pd
 import pytest
 
 import pramopt
-from pramopt.example import EXAMPLE_QI, example_data
+from pramopt.example import EXAMPLE_QI
 from pramopt.verify import c1_risk
 
 QI = list(EXAMPLE_QI)
-
-
-@pytest.fixture(scope="module")
-def example():
-    return example_data()
-
-
-@pytest.fixture(scope="module")
-def result(example):
-    return pramopt.design(example, QI, alpha=0.1)
 
 
 def brute_force_max_risk(P, df, qi, alpha_combos):
