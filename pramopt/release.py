@@ -106,9 +106,12 @@ def release(df: pd.DataFrame, result, seed=None, *, allow_unverified: bool = Fal
     new = draw_cells(cells, result.matrix, make_rng(seed))
     out = df.copy()
     for j, q in enumerate(table.qi):
-        vals = table.categories[j].take(table.codes[new, j])
-        out[q] = pd.Series(np.asarray(vals, dtype=object), index=df.index).astype(df[q].dtype, errors="ignore") \
-            if not table.categories[j].isna().any() else pd.Series(np.asarray(vals, dtype=object), index=df.index)
+        vals = pd.Series(np.asarray(table.categories[j].take(table.codes[new, j]), dtype=object), index=df.index)
+        try:  # keep the column's dtype (categorical, integer, float with NaN, string)
+            vals = vals.astype(df[q].dtype)
+        except (TypeError, ValueError):
+            pass
+        out[q] = vals
     return out
 
 

@@ -84,3 +84,21 @@ def test_release_refuses_other_data(example, result):
     other.loc[0, "v1"] = 1 - other.loc[0, "v1"]
     with pytest.raises(pramopt.DesignMismatchError):
         pramopt.release(other.iloc[1:], result, seed=1)
+
+
+def test_release_keeps_dtypes_and_missing_category():
+    # Missing values are a category of their own; released columns keep their dtypes.
+    rng = np.random.default_rng(0)
+    n = 300
+    df = pd.DataFrame({
+        "sex": rng.choice(["m", "f"], n),
+        "reg": pd.Categorical(rng.choice(["N", "S", "E", None], n, p=[0.5, 0.3, 0.17, 0.03])),
+        "age": rng.choice([1.0, 2.0, np.nan], n, p=[0.6, 0.38, 0.02]),
+    })
+    res = pramopt.design(df, ["sex", "reg", "age"], alpha=0.2)
+    assert res.success
+    out = pramopt.release(df, res, seed=3)
+    assert out.dtypes.to_dict() == df.dtypes.to_dict()
+    # released cells are cells of the design (including those with missing values)
+    t = pramopt.frequency_table(out, ["sex", "reg", "age"])
+    assert t.counts.sum() == n
