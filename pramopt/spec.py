@@ -99,7 +99,7 @@ class Spec:
             from .example import example_data
             return example_data()
         if self.generator is not None:
-            return zipf_data(**{k: v for k, v in self.generator.items() if k != "kind"}, names=self.qi)
+            return zipf_data(**{k: v for k, v in self.generator.items() if k not in ("kind", "names")}, names=self.qi)
         from .io import read_table
         return read_table(self.data_path)
 
@@ -153,6 +153,11 @@ def load_spec(path) -> Spec:
     else:
         if gen.get("kind") != "zipf":
             _bad(p, f"[generator] kind must be 'zipf'; got {gen.get('kind')!r}")
+        extra = sorted(set(gen) - {"kind", "n", "seed", "levels", "exponent", "names"})
+        if extra:
+            _bad(p, f"unknown [generator] keys {extra!r}")
+        if "names" in gen and list(gen["names"]) != list(qi):
+            _bad(p, "[generator] names must equal [data] qi")
         missing = [k for k in ("n", "seed", "levels") if k not in gen]
         if missing:
             _bad(p, f"[generator] needs {missing!r}")
