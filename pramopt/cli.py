@@ -433,7 +433,8 @@ def cmd_assess(args) -> int:
             pio.write_text(json.dumps(pio._plain(d), indent=1), tmp / "assessment.json")
             pio.write_text(render_html(rd), tmp / "report.html")
             pio.write_text(render_markdown(rd), tmp / "report.md")
-        _say(args, f"report written to {out}/ (report.html, report.md, assessment.json)")
+        if not args.quiet:  # on stderr, so that --json output stays parseable
+            print(f"report written to {out}/ (report.html, report.md, assessment.json)", file=sys.stderr)
     return 0 if (a.meets_c1 is None or a.meets_c1) else 1
 
 
