@@ -288,7 +288,7 @@ def render_html(d: ReportData) -> str:
             parts.append("<h2>Probability of change against frequency</h2><figure>"
                          f"<img alt='probability of change against frequency' src='data:image/png;base64,"
                          f"{figure_change_vs_frequency(d.diagonal(), d.table)}'><figcaption>As Figure 1 of "
-                         "Cator et al.: rare cells should change more often than frequent ones."
+                         "Cator et al.: one point per present cell m."
                          "</figcaption></figure>")
             parts.append("<h2>Transitions off the diagonal</h2><figure>"
                          f"<img alt='heat map of off-diagonal transitions' src='data:image/png;base64,"
