@@ -347,3 +347,24 @@ def test_progress_prints_only_after_a_second():
 def test_quiet_prints_nothing(example, tmp_path):
     code, out, err = run_main("design", "--out", tmp_path / "d", "-q")
     assert code == 0 and out == "" and err == ""
+
+
+def test_assess_matrix_on_the_whole_product_space(example, tmp_path):
+    # a matrix made elsewhere on all 48 cells (one absent from the data): 2% spread uniformly
+    import itertools
+    cells = pd.DataFrame(list(itertools.product([0, 1], [0, 1], [0, 1], [0, 1], [0, 1, 2])), columns=QI)
+    K = len(cells)
+    P = np.full((K, K), 0.02 / (K - 1))
+    np.fill_diagonal(P, 0.98)
+    long = pd.concat([cells.iloc[np.repeat(np.arange(K), K)].reset_index(drop=True).add_prefix("from_"),
+                      cells.iloc[np.tile(np.arange(K), K)].reset_index(drop=True).add_prefix("to_")], axis=1)
+    long["probability"] = P.ravel()
+    long.to_csv(tmp_path / "full.csv", index=False)
+    code, out, err = run_main("assess", "--matrix", tmp_path / "full.csv", "--data", example["tmp"] / "data.csv",
+                              "--qi", ",".join(QI), "--json", "--out", tmp_path / "rep")
+    assert code == 0, err
+    a = json.loads(out)
+    assert a["n_cells"] == K and a["n_present"] == len(example["ref"].counts)
+    # every record leaves its cell with probability 0.02
+    assert a["expected_changes"] == pytest.approx(0.02 * len(example["data"]))
+    assert (tmp_path / "rep" / "report.html").stat().st_size > 10000
