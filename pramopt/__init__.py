@@ -20,6 +20,8 @@ from .closed_form import (
     retention_matrix_multi, retention_on_cells, retention_rho, rho_from_epsilon, rho_from_k,
     sdcmicro_invariant_matrix, sdcmicro_on_cells, simulate_intruder,
 )
+from .io import load_design, read_matrix, read_table, save_design, write_table
+from .spec import load_spec
 
 __version__ = "0.1.0"
 
@@ -83,4 +85,10 @@ __all__ = [
     "sdcmicro_invariant_matrix",
     "sdcmicro_on_cells",
     "simulate_intruder",
+    "load_design",
+    "save_design",
+    "read_matrix",
+    "read_table",
+    "write_table",
+    "load_spec",
 ]
