@@ -144,7 +144,7 @@ def max_rss_mb() -> float:
 # ---------------------------------------------------------------------------------------------
 
 def zipf_cells(n_cells: int, *, n_vars: int = 6, levels: int | None = None, s: float = 1.1,
-               top: int = 2000, seed: int = 0) -> pd.DataFrame:
+               top: int = 500, seed: int = 0) -> pd.DataFrame:
     """Seeded microdata with exactly ``n_cells`` present cells and Zipf-like cell counts.
 
     ``n_cells`` distinct cells are drawn from a product space of ``n_vars`` variables (each with
@@ -166,23 +166,23 @@ def zipf_cells(n_cells: int, *, n_vars: int = 6, levels: int | None = None, s: f
 
 
 def records_data(n: int, *, seed: int = 0) -> pd.DataFrame:
-    """``n`` records over 4 variables (3, 4, 5, 6 categories) with a few rare cells planted.
+    """``n`` records over 4 variables (3, 3, 4, 6 categories) with a few rare cells planted.
 
     The bulk follows fixed skewed marginals; 6 records in 3 fixed cells of an otherwise empty
     corner keep C1 binding at every n, so the design is never the identity.
     """
     rng = np.random.default_rng(seed)
-    lv = (3, 4, 5, 6)
+    lv = (3, 3, 4, 6)
     cols = []
     for L in lv:
         p = 1.0 / np.arange(1, L + 1)
         cols.append(rng.choice(L, size=n, p=p / p.sum()).astype(np.int8))
     X = np.column_stack(cols)
     k = min(6, n)
-    X[:k] = np.array([[2, 3, 4, 5], [2, 3, 4, 5], [2, 3, 4, 4], [2, 3, 4, 4], [2, 3, 3, 5], [2, 3, 3, 5]],
+    X[:k] = np.array([[2, 2, 3, 5], [2, 2, 3, 5], [2, 2, 3, 4], [2, 2, 3, 4], [2, 2, 2, 5], [2, 2, 2, 5]],
                      dtype=np.int8)[:k]
-    # no other record in that corner (x1 = 2 and x2 = 3 and x3 >= 3)
-    bad = (X[k:, 0] == 2) & (X[k:, 1] == 3) & (X[k:, 2] >= 3)
+    # no other record in that corner (x1 = 2 and x2 = 2 and x3 >= 2)
+    bad = (X[k:, 0] == 2) & (X[k:, 1] == 2) & (X[k:, 2] >= 2)
     X[k:][bad, 1] = 0
     return pd.DataFrame(X, columns=["a", "b", "c", "d"])
 

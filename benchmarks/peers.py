@@ -68,13 +68,27 @@ def pram_package_matrices(table, m: float = 0.8, alpha: float = 0.5):
     return mats, how
 
 
+_PYMASQ: list = []
+
+
+def _pymasq_status() -> str:
+    """Try the import once per process (it pulls in TensorFlow and takes seconds)."""
+    if not _PYMASQ:
+        import importlib.util
+        if importlib.util.find_spec("pymasq") is None:
+            _PYMASQ.append(" (pymasq not installed)")
+        else:
+            try:
+                import pymasq.mitigations.pram  # noqa: F401
+                _PYMASQ.append(" (pymasq imports; its pram() only returns data, so the formula is used)")
+            except Exception as exc:  # pragma: no cover - optional
+                _PYMASQ.append(f" (pymasq not importable: {type(exc).__name__}: {str(exc)[:60]})")
+    return _PYMASQ[0]
+
+
 def pymasq_matrices(table, probs: float = 0.8, alpha: float = 0.5, seed: int = 0):
     """Per-variable row-stochastic matrices of pymasq's PRAM; (matrices, how)."""
-    how = "formula from pymasq 0.6.5 source"
-    try:
-        import pymasq.mitigations.pram  # noqa: F401
-    except Exception as exc:  # pragma: no cover - optional
-        how += f" (pymasq not importable: {type(exc).__name__}: {str(exc)[:70]})"
+    how = "formula from pymasq 0.6.5 source" + _pymasq_status()
     rng = np.random.default_rng(seed)
     mats = []
     for v in range(len(table.qi)):
