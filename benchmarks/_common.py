@@ -133,7 +133,18 @@ def run_child(args: list[str], timeout: float) -> dict:
 
 
 def max_rss_mb() -> float:
-    """Peak resident memory of this process in MiB (Linux reports KiB)."""
+    """Peak resident memory of this process in MiB.
+
+    Linux: VmHWM of /proc/self/status (per address space, so a child started by a big parent
+    does not inherit the parent's peak, as ``ru_maxrss`` does across fork + exec).
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
     import resource
     r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return r / 1024.0 if sys.platform != "darwin" else r / 2**20

@@ -32,7 +32,7 @@ def _stage_groups(stages) -> dict:
 def cells_point(K: int, repeats: int = 3, budget: float = 30.0) -> dict:
     import pramopt
     rss0 = max_rss_mb()
-    df = zipf_cells(K, seed=2)
+    df = zipf_cells(K, n_vars=6, levels=6, seed=2)
     qi = list(df.columns)
     table, t_count, _ = timed(lambda: pramopt.frequency_table(df, qi), repeats=3, budget=5)
     res, t_design, runs = timed(lambda: pramopt.design(table, alpha=ALPHA), repeats=repeats, budget=budget)
@@ -110,11 +110,11 @@ def run(out: Path, quick: bool = False, cells=None, records=None, timeout: float
     notes = [f"Fitted log-log slopes (K >= 100, n >= 100,000): " +
              "; ".join(f"{k}: {v:.2f}" for k, v in slopes.items()) + ".",
              "Synthetic data (benchmarks/_common.py): zipf_cells(K, seed=2) -- exactly K present cells of 6 "
-             "variables, Zipf-like counts max(1, round(500 / rank^1.1)); alpha = 0.1, every 3-variable combination.",
+             "variables with 6 categories each (the same product space for every K), Zipf-like counts max(1, round(500 / rank^1.1)); alpha = 0.1, every 3-variable combination.",
              "design_s: median of `runs` runs of pramopt.design (up to 3, fewer once 30 s are spent); the *_s stage "
              "columns are from the last run (model, phase one, reduce, linear stage incl. lazy rounds, refinement, "
              "final verification); count_s: frequency_table.",
-             "peak_rss_mb: the point's process peak resident memory (ru_maxrss); rss_after_import_mb: the same right "
+             "peak_rss_mb: the point's process peak resident memory (VmHWM); rss_after_import_mb: the same right "
              "after importing pramopt, cvxpy, numpy, pandas.",
              f"Each point runs in its own process with a {timeout:g} s limit; the K series stops at the first point that "
              "does not finish" + (f" (stopped at {stopped})." if stopped else " (every point finished).")]
