@@ -59,8 +59,8 @@ def loss_vs_alpha(out: Path) -> Path | None:
         ax.set_xticks(sorted(set(g.alpha)))
     axes[0][0].set_ylabel("exact L2 loss (log)")
     axes[0][-1].legend(fontsize=7, loc="best")
-    fig.suptitle("Loss against α of every design, each calibrated to just meet C1 (points failing C1 or "
-                 "singular are left out)", fontsize=9)
+    fig.suptitle("Loss against α of every design, each calibrated to just meet C1 (points failing C1, singular, "
+                 "or with zero loss because P = I are left out)", fontsize=9)
     fig.tight_layout()
     p = out / "loss_vs_alpha.png"
     fig.savefig(p, dpi=130)
