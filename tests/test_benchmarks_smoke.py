@@ -1,0 +1,56 @@
+"""Smoke test: each benchmark study runs on a tiny case and writes its tables and figures.
+
+The full benchmark run (``python -m benchmarks``) is not part of the test suite.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the benchmarks package beside pramopt
+
+pytest.importorskip("matplotlib")
+
+from benchmarks import figures, optimal_vs_closed, scaling, solvers  # noqa: E402
+from benchmarks._common import read_table, records_data, zipf_cells  # noqa: E402
+
+
+def test_generators_are_seeded():
+    a, b = zipf_cells(40, n_vars=4, seed=3), zipf_cells(40, n_vars=4, seed=3)
+    assert a.equals(b)
+    assert len(a.drop_duplicates()) == 40
+    r = records_data(500, seed=0)
+    assert r.equals(records_data(500, seed=0)) and len(r) == 500
+
+
+def test_optimal_vs_closed_quick(tmp_path):
+    res = optimal_vs_closed.run(tmp_path, quick=True, alphas=(0.1,), log=lambda m: None)
+    opt = res[res.design == "optimal (pramopt)"]
+    assert opt.meets_c1.all()
+    head = read_table(tmp_path / "headline.csv")
+    assert (head.ratio >= 1 - 1e-9).all()
+    assert (tmp_path / "optimal_vs_closed.md").read_text().count("CPUs") == 1
+
+
+def test_solvers_quick(tmp_path):
+    res = solvers.run(tmp_path, quick=True, solvers=("HIGHS", "scipy.linprog(highs)"), only=("example",),
+                      log=lambda m: None)
+    assert len(res) == 2
+    assert res.verified.all()
+    assert np.allclose(res.objective, res.objective.iloc[0], rtol=1e-6)
+
+
+def test_scaling_quick(tmp_path):
+    kdf, ndf = scaling.run(tmp_path, quick=True, cells=(40,), records=(2000,), log=lambda m: None)
+    assert kdf.design_s.notna().all() and ndf.release_s.notna().all()
+    assert (tmp_path / "scaling_slopes.md").exists()
+
+
+def test_figures_quick(tmp_path):
+    optimal_vs_closed.run(tmp_path, quick=True, alphas=(0.1, 0.2), log=lambda m: None)
+    paths = figures.run(tmp_path, quick=True, log=lambda m: None)
+    assert all(p.stat().st_size > 1000 for p in paths)
+    assert (tmp_path / "figure1_change_vs_frequency.png").exists()
