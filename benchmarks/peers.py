@@ -35,7 +35,6 @@ def pram_package_matrices(table, m: float = 0.8, alpha: float = 0.5):
     """Per-variable row-stochastic matrices of the ``pram`` package; (matrices, how)."""
     mats, how = [], "formula from pram 0.2.0 source"
     try:
-        import pandas as pd
         import pram as _pram  # noqa: F401
         ok = True
     except Exception as exc:  # pragma: no cover - optional

@@ -107,7 +107,7 @@ def run(out: Path, quick: bool = False, cells=None, records=None, timeout: float
         slopes["counting vs n"] = slope(nn.n, nn.count_s)
         slopes["release vs n"] = slope(nn.n, nn.release_s)
         slopes["peak memory vs n"] = slope(nn.n, nn.peak_rss_mb - nn.rss_after_import_mb)
-    notes = [f"Fitted log-log slopes (K >= 100, n >= 100,000): " +
+    notes = ["Fitted log-log slopes (K >= 100, n >= 100,000): " +
              "; ".join(f"{k}: {v:.2f}" for k, v in slopes.items()) + ".",
              "Synthetic data (benchmarks/_common.py): zipf_cells(K, seed=2) -- exactly K present cells of 6 "
              "variables with 6 categories each (the same product space for every K), Zipf-like counts max(1, round(500 / rank^1.1)); alpha = 0.1, every 3-variable combination.",

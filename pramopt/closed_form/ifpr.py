@@ -474,6 +474,17 @@ def _r1(al: np.ndarray, t: np.ndarray, a: int, target: int) -> float:
     return 0.0 if den <= 0 else num / den / a
 
 
+def _matrix_and_frequencies(P, T, owner: str):
+    """A transition matrix and one frequency per row of it, checked together."""
+    A = as_transition_matrix(P, "P", owner)
+    T = as_frequencies(T, "T", owner)
+    if T.size != A.shape[0]:
+        raise InvalidParameterError(
+            f"The 'T' parameter of {owner} must have one frequency per row of P ({A.shape[0]}); got {T.size}."
+        )
+    return A, T
+
+
 def correct_match_risks(P, T, a: int = 1) -> np.ndarray:
     """``R1(a, T)`` with each category in turn as the intruder's target (0 where ``T_c = 0``).
 
@@ -488,12 +499,7 @@ def correct_match_risks(P, T, a: int = 1) -> np.ndarray:
         entry of its column (Theorem 3.1).
     """
     owner = "correct_match_risks"
-    A = as_transition_matrix(P, "P", owner)
-    T = as_frequencies(T, "T", owner)
-    if T.size != A.shape[0]:
-        raise InvalidParameterError(
-            f"The 'T' parameter of {owner} must have one frequency per row of P ({A.shape[0]}); got {T.size}."
-        )
+    A, T = _matrix_and_frequencies(P, T, owner)
     a = check_int(a, "a", owner, low=1)
     if a == 1:
         return _r1_first(A, T)
@@ -597,12 +603,7 @@ def simulate_intruder(P, T, *, target: int | None = None, n_sim: int = 1000, see
         Seed of the random numbers (results are reproducible).
     """
     owner = "simulate_intruder"
-    A = as_transition_matrix(P, "P", owner)
-    T = as_frequencies(T, "T", owner)
-    if T.size != A.shape[0]:
-        raise InvalidParameterError(
-            f"The 'T' parameter of {owner} must have one frequency per row of P ({A.shape[0]}); got {T.size}."
-        )
+    A, T = _matrix_and_frequencies(P, T, owner)
     n_sim = check_int(n_sim, "n_sim", owner, low=1)
     if target is None:
         pos = np.flatnonzero(T >= 1)
