@@ -140,7 +140,7 @@ def design(
     margin = check_real(margin, "margin", owner, low=0, high=0.1, low_open=False)
     rtol = check_real(rtol, "rtol", owner, low=0, low_open=False)
     max_iter = check_int(max_iter, "max_iter", owner, low=0)
-    check_choice(support, "support", owner, ["auto", "dense", "targets"])
+    check_choice(support, "support", owner, ["auto", "dense", "targets", "cover"])
     if solver is not None:
         import cvxpy as cp
         check_choice(str(solver).upper(), "solver", owner, cp.installed_solvers())
@@ -202,14 +202,17 @@ def design(
         return finish(np.eye(K), Status.SUCCESS, "The data already satisfy C1: P = I.", None, {}, None, rep)
 
     solvers = solver_chain(solver)
+    # HiGHS first (the default chain): programs go to highspy directly, with column generation
+    use_highs = solvers[:1] == ["HIGHS"]
+    solve_at = _solve_highs if use_highs else _solve_at_gamma
     last_msg = ""
     for _ in range(3):
         a_solve = alpha * (1.0 - margin)
         # Phase one: the largest diagonal floor for which the reduced problem is feasible.
         t0 = time.perf_counter()
         g_low = max(GAMMA_LADDER[-1], floor)
-        ph = _solve_at_gamma(table, groups, combos, a_solve, alpha, g_low, floor, support, fixed_idx,
-                             keep_rows, invariant, solvers, False, rtol, 0, [], progress, max_floor=True)
+        ph = solve_at(table, groups, combos, a_solve, alpha, g_low, floor, support, fixed_idx,
+                      keep_rows, invariant, solvers, False, rtol, 0, [], progress, max_floor=True)
         infeasible = ph["status"] == "infeasible" or (ph["status"] == "ok" and ph["t"] < g_low - 1e-9)
         if infeasible:
             stages.append(Stage("phase1", time.perf_counter() - t0, 0, "infeasible"))
@@ -227,9 +230,10 @@ def design(
         ladder = [g for g in _gamma_ladder(gamma, floor) if g <= t_star + 1e-9] or [g_low]
         tried = []
         for gam in ladder:
-            out = _solve_at_gamma(table, groups, combos, a_solve, alpha, gam, max(gam, floor), support,
-                                  fixed_idx, keep_rows, invariant, solvers, refine_loss, rtol, max_iter,
-                                  stages, progress)
+            extra = {"init": ph.get("support")} if use_highs else {}
+            out = solve_at(table, groups, combos, a_solve, alpha, gam, max(gam, floor), support,
+                           fixed_idx, keep_rows, invariant, solvers, refine_loss, rtol, max_iter,
+                           stages, progress, **extra)
             tried.append(gam)
             if out["status"] == "infeasible":
                 last_msg = f"infeasible with diagonal floor {gam:g}"
@@ -397,3 +401,200 @@ def _binding(rep: "_verify.C1Report", table: FrequencyTable, combos, qi, alpha: 
             rows.append({"combination": ",".join(names), "k0": tuple(vals), "risk": float(risk[g])})
     df = pd.DataFrame(rows, columns=["combination", "k0", "risk"])
     return df.sort_values("risk", ascending=False, ignore_index=True)
+
+
+#: Sources of the initial cover support: at most this many support entries from the largest
+#: cells into the cover (column generation adds whatever else helps).
+COVER_BUDGET = 200_000
+#: Rounds of column generation in one stage before giving up widening (the result stays
+#: verified; only optimality over the full support is then not proven).
+MAX_PRICING_ROUNDS = 60
+
+
+def _cover_support(table, groups, alpha, gam, fixed_idx, keep_rows) -> Support:
+    """Diagonal plus transitions from the largest cells into a greedy cover of the problem groups."""
+    from .colgen import greedy_cover
+
+    K = table.n_cells
+    counts = table.counts.astype(float)
+    problem = groups.size < 1.0 / (max(gam, 1e-12) * alpha)
+    cover = greedy_cover(groups, problem, counts)
+    n_src = int(min(K, max(20, COVER_BUDGET // max(1, cover.size))))
+    sources = np.argsort(-counts, kind="stable")[:n_src]
+    rr, cc = np.meshgrid(np.setdiff1d(sources, keep_rows), cover, indexing="ij")
+    rr, cc = rr.ravel(), cc.ravel()
+    ok = _allowed_fn(table, fixed_idx, keep_rows)(rr, cc)
+    return Support.from_pairs(rr[ok], cc[ok], K)
+
+
+def _allowed_fn(table, fixed_idx, keep_rows):
+    """Transitions the options permit: not out of a kept cell, never across fixed strata."""
+    kept = np.zeros(table.n_cells, dtype=bool)
+    kept[keep_rows] = True
+    codes = table.codes[:, fixed_idx] if fixed_idx else None
+
+    def allowed(r, c):
+        ok = ~kept[r]
+        if codes is not None:
+            ok &= np.all(codes[r] == codes[c], axis=1)
+        return ok
+
+    return allowed
+
+
+def _solve_highs(table, groups, combos, a_solve, alpha, gam, floor, support_mode, fixed_idx,
+                 keep_rows, invariant, solvers, refine_loss, rtol, max_iter, stages, progress,
+                 max_floor=False, init: Support | None = None, widen: bool = True):
+    """The HiGHS path: reduce at floor ``gam``, solve with lazy rows and column generation.
+
+    Like :func:`_solve_at_gamma`, but the programs go to HiGHS directly (duals, warm starts,
+    fast infeasibility) and, unless the support is dense, start from a cover support that
+    column generation widens until no transition outside it has a negative reduced cost.
+    Phase one (``max_floor``) is elastic -- every C1 row has a penalised slack -- so that a
+    restricted support is never infeasible and can be priced; a positive slack after pricing
+    means the floor is infeasible for the full K x K program.
+    """
+    from .colgen import Pricer, membership
+
+    K = table.n_cells
+    counts = table.counts.astype(float)
+    t0 = time.perf_counter()
+    red = reduce_constraints(table, groups, alpha, gam, lazy_outside=True)
+    mode = support_mode if support_mode != "auto" else ("dense" if K <= DENSE_SUPPORT_MAX else "cover")
+    if mode == "cover":
+        sup = _cover_support(table, groups, alpha, gam, fixed_idx, keep_rows)
+    else:
+        sup = _support(table, groups, alpha, gam, mode, fixed_idx, keep_rows)
+    if init is not None:
+        sup = sup.union(init.rows, init.cols)
+    widen = widen and mode != "dense"
+    if not max_floor:
+        stages.append(Stage(f"reduce@{gam:g}", time.perf_counter() - t0, 0,
+                            f"{red.m.size} rows, support {sup.size} ({mode})"))
+    wm, wg = red.m, red.g
+    allowed = _allowed_fn(table, fixed_idx, keep_rows)
+    mem = membership(groups)
+    lazy_added = 0
+    added_cols = 0
+
+    def bounds(sup):
+        lo = np.zeros(sup.size)
+        lo[sup.diag] = floor
+        lo[sup.diag[keep_rows]] = 1.0
+        return lo, np.ones(sup.size)
+
+    def pending(sup, x):
+        v = _verify.violated_rows(sup.to_matrix(x), table.codes, counts, combos, a_solve)
+        if not v:
+            return []
+        v = np.asarray(v)
+        key = np.unique(v[:, 0] * groups.n_groups + groups.member[v[:, 2], v[:, 1]])
+        return key[~np.isin(key, wm * groups.n_groups + wg)].tolist()
+
+    def add_rows(new):
+        nonlocal wm, wg, lazy_added
+        new = np.asarray(new)
+        wm = np.concatenate([wm, new // groups.n_groups])
+        wg = np.concatenate([wg, new % groups.n_groups])
+        lazy_added += new.size
+
+    def lin_cost(sup):
+        c = np.zeros(sup.size)
+        if not max_floor:
+            c[sup.diag] = -counts  # minimise expected changes = sum U0 (1 - P_mm)
+        return c
+
+    # linear stage (or phase one) with lazy rows and column generation
+    t_lin = time.perf_counter()
+    rounds = 0
+    elastic = 1e3 if max_floor else None
+    while True:
+        rounds += 1
+        blk = c1_block(sup, groups, counts, wm, wg)
+        lp = HighsLP(sup, counts, blk, a_solve, invariant, max_floor=max_floor, elastic=elastic)
+        c = lin_cost(sup)
+        lo, hi = bounds(sup)
+        out = lp.solve(c, lo, hi)
+        if out.x is None:
+            stages.append(Stage(f"linear@{gam:g}", time.perf_counter() - t_lin, rounds, out.status))
+            return {"status": out.status, "reduction": red.as_dict()}
+        x = clean(sup, out.x)
+        new = pending(sup, x)
+        if progress is not None:
+            progress("phase1" if max_floor else "linear", rounds, expected_changes(sup.to_matrix(x), counts),
+                     len(new))
+        if new:
+            add_rows(new)
+            continue
+        if widen and rounds < MAX_PRICING_ROUNDS:
+            scale = float(np.max(np.abs(c))) or 1.0
+            r, cc, best = Pricer(sup, groups, counts, blk, lp.duals(), allowed, mem).candidates(
+                tol=1e-7 * scale, max_add=max(2000, 2 * K))
+            if r.size:
+                sup = sup.union(r, cc)
+                added_cols += r.size
+                continue
+        break
+    if max_floor:
+        slack = float(lp.slack.max()) if lp.slack is not None and lp.slack.size else 0.0
+        if slack > 1e-9:
+            return {"status": "infeasible", "reduction": red.as_dict(), "support": sup}
+        return {"status": "ok", "t": float(np.min(x[sup.diag])), "support": sup, "x": x}
+    solver_used = out.solver
+    stages.append(Stage(f"linear@{gam:g}", time.perf_counter() - t_lin, rounds,
+                        f"{solver_used}, support {sup.size} (+{added_cols} priced), expected changes "
+                        f"{expected_changes(sup.to_matrix(x), counts):.4g}"))
+
+    if refine_loss and max_iter > 0:
+        t_ref = time.perf_counter()
+        if widen:
+            # Refine over every row x the cells that received records in the linear stage
+            # (Section 4: a good P moves records into a few covering cells); pricing with the
+            # exact loss's gradient adds whatever else would help.
+            Px = sup.to_matrix(x).tocoo()
+            off = (Px.row != Px.col) & (Px.data > 0)
+            recv = np.unique(Px.col[off])
+            rr, cc = np.meshgrid(np.arange(K), recv, indexing="ij")
+            rr, cc = rr.ravel(), cc.ravel()
+            ok = allowed(rr, cc)
+            small = Support.from_pairs(np.concatenate([rr[ok], Px.row[off]]),
+                                       np.concatenate([cc[ok], Px.col[off]]), K)
+            x = small.from_matrix(sup.to_matrix(x))
+            sup = small
+        its = 0
+        info = None
+        lp = None
+        while True:
+            if lp is None:
+                blk = c1_block(sup, groups, counts, wm, wg)
+                lp = HighsLP(sup, counts, blk, a_solve, invariant)
+            lo, hi = bounds(sup)
+            x, info = refine(lp, x, counts, lo, hi, solvers, check=lambda z: pending(sup, z), rtol=rtol,
+                             max_iter=max_iter - its, progress=progress)
+            its += info.iterations
+            if info.stop_reason == "constraints":
+                add_rows(info.added_constraints)
+                lp = None
+                if its < max_iter:
+                    continue
+                break
+            if not widen or its >= max_iter or info.duals is None:
+                break
+            # price transitions outside the support with the exact loss's gradient
+            G = info.grad
+            r, cc, best = Pricer(sup, groups, counts, lp.block, info.duals, allowed, mem).candidates(
+                cost_fn=lambda cols: G[:, cols], tol=rtol * 1e-3 * (float(np.max(np.abs(G))) or 1.0),
+                max_add=max(2000, 2 * K))
+            if not r.size:
+                break
+            sup_new = sup.union(r, cc)
+            x = sup_new.from_matrix(sup.to_matrix(x))
+            sup = sup_new
+            added_cols += r.size
+            lp = None
+        stages.append(Stage("refine", time.perf_counter() - t_ref, its,
+                            f"support {sup.size}, stop: {info.stop_reason}, loss {info.loss_end:.4g}"))
+    reduction = red.as_dict()
+    reduction.update(final_working_set=int(wm.size), lazy_added=int(lazy_added), support=int(sup.size),
+                     support_mode=mode, priced_transitions=int(added_cols))
+    return {"status": "ok", "P": sup.to_matrix(x).toarray(), "reduction": reduction, "solver": solver_used}

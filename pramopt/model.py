@@ -108,8 +108,9 @@ class Support:
         return sp.csr_matrix((np.asarray(x, dtype=float), (self.rows, self.cols)), shape=(self.K, self.K))
 
     def from_matrix(self, P) -> np.ndarray:
-        P = P.toarray() if sp.issparse(P) else np.asarray(P)
-        return P[self.rows, self.cols]
+        if sp.issparse(P):
+            return np.asarray(sp.csr_matrix(P)[self.rows, self.cols]).ravel()
+        return np.asarray(P)[self.rows, self.cols]
 
 
 def row_sum_matrix(support: Support) -> sp.csr_matrix:

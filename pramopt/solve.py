@@ -114,46 +114,85 @@ class DesignLP:
 
 
 class HighsLP:
-    """The same linear program held in one HiGHS model, re-solved with a warm start.
+    """The same linear program held in one HiGHS model (highspy), re-solved with a warm start.
 
     The refinement changes only costs and bounds between its linear programs; keeping the
     model (and its simplex basis) alive makes each re-solve a few pivots instead of a fresh
-    solve, which cvxpy cannot do because it rebuilds the solver's model on every call.
+    solve, which cvxpy cannot do because it rebuilds the solver's model on every call.  Going
+    to HiGHS directly also gives the duals that column generation prices candidate transitions
+    with, and proves infeasibility far faster than through cvxpy.
+
+    Columns are ``[x (support), D (denominators), t (max_floor only), s (elastic only)]``.
+
+    Parameters
+    ----------
+    max_floor : bool
+        Phase one: maximise a common lower bound t on the diagonal (cost -1 on t; ``c`` should
+        be zero).
+    elastic : float, optional
+        Add a slack s_w >= 0 to every C1 row with this cost per unit, so the program is always
+        feasible on a restricted support and column generation can price what it lacks.
     """
 
     def __init__(self, support: Support, counts, block: C1Block, alpha_solve: float,
-                 invariant: bool = False):
+                 invariant: bool = False, max_floor: bool = False, elastic: float | None = None):
         import highspy
 
         self._hs = highspy
         self.support = support
-        S = support.size
+        self.block = block
+        self.invariant = invariant
+        self.max_floor = max_floor
+        S, K = support.size, support.K
         counts = np.asarray(counts, dtype=float)
         nG = block.groups.size if block.m.size else 0
-        R = row_sum_matrix(support)
-        blocks = [[R, None]]
-        lower = [np.ones(support.K)]
-        upper = [np.ones(support.K)]
+        W = block.m.size if nG else 0
+        nt = 1 if max_floor else 0
+        ns = W if (elastic is not None and W) else 0
+        ncol = S + nG + nt + ns
+        self.layout = dict(S=S, nG=nG, W=W, nt=nt, ns=ns, K=K)
+        row_blocks, lower, upper = [], [], []
+
+        def add(mat, lo, hi):
+            row_blocks.append(mat)
+            lower.append(lo)
+            upper.append(hi)
+
+        widths = (S, nG, nt, ns)
+
+        def cols(nrow, *mats):
+            # one row block: a matrix (or None) for each column block x, D, t, s
+            parts = [sp.csr_matrix(m) if m is not None else sp.csr_matrix((nrow, w))
+                     for m, w in zip(mats + (None,) * (4 - len(mats)), widths) if w]
+            return sp.hstack(parts, format="csr")
+
+        add(cols(K, row_sum_matrix(support)), np.ones(K), np.ones(K))
         if nG:
-            # B x - D = 0 and N x - alpha' D[gpos] <= 0
-            sel = sp.csr_matrix((np.full(block.m.size, alpha_solve), (np.arange(block.m.size), block.gpos)),
-                                shape=(block.m.size, nG))
-            blocks += [[block.B, -sp.identity(nG, format="csr")], [block.N, -sel]]
-            lower += [np.zeros(nG), np.full(block.m.size, -np.inf)]
-            upper += [np.zeros(nG), np.zeros(block.m.size)]
+            # B x - D = 0 and N x - alpha' D[gpos] (- s) <= 0
+            sel = sp.csr_matrix((np.full(W, alpha_solve), (np.arange(W), block.gpos)), shape=(W, nG))
+            add(cols(nG, block.B, -sp.identity(nG, format="csr")), np.zeros(nG), np.zeros(nG))
+            add(cols(W, block.N, -sel, None, -sp.identity(W, format="csr") if ns else None),
+                np.full(W, -np.inf), np.zeros(W))
+        if max_floor:
+            # x_mm - t >= 0 for every m
+            dsel = sp.csr_matrix((np.ones(K), (np.arange(K), support.diag)), shape=(K, S))
+            add(cols(K, dsel, None, -np.ones((K, 1))), np.zeros(K), np.full(K, np.inf))
         if invariant:
-            blocks.append([column_mass_matrix(support, counts), None])
-            lower.append(counts)
-            upper.append(counts)
-        if not nG:
-            blocks = [[b[0]] for b in blocks]
-        A = sp.bmat(blocks, format="csc")
+            add(cols(K, column_mass_matrix(support, counts)), counts, counts)
+        A = sp.vstack(row_blocks, format="csc")
+        self.row_offsets = np.cumsum([0] + [b.shape[0] for b in row_blocks])
         lp = highspy.HighsLp()
-        lp.num_col_ = A.shape[1]
+        lp.num_col_ = ncol
         lp.num_row_ = A.shape[0]
-        lp.col_cost_ = np.zeros(A.shape[1])
-        lp.col_lower_ = np.concatenate([np.zeros(S), np.zeros(nG)])
-        lp.col_upper_ = np.concatenate([np.ones(S), np.full(nG, np.inf)])
+        cost = np.zeros(ncol)
+        if nt:
+            cost[S + nG] = -1.0
+        if ns:
+            cost[S + nG + nt:] = float(elastic)
+        self._base_cost = cost
+        lp.col_cost_ = cost
+        lp.col_lower_ = np.concatenate([np.zeros(S), np.zeros(nG), np.full(nt, -np.inf), np.zeros(ns)])
+        lp.col_upper_ = np.concatenate([np.ones(S), np.full(nG, np.inf), np.full(nt, 1.0), np.full(ns, np.inf)])
         lp.row_lower_ = np.concatenate(lower)
         lp.row_upper_ = np.concatenate(upper)
         lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
@@ -164,22 +203,51 @@ class HighsLP:
         self.h.setOptionValue("output_flag", False)
         self.h.passModel(lp)
         self._idx = np.arange(S, dtype=np.int32)
+        self.scale = 1.0
+        self.t = None
+        self.slack = None
 
     def solve(self, c, lo, hi, solvers=None) -> LPOutcome:
         S = self.support.size
         scale = float(np.max(np.abs(c))) or 1.0
+        self.scale = scale
         t0 = time.perf_counter()
         self.h.changeColsCost(S, self._idx, np.asarray(c, dtype=float) / scale)
         self.h.changeColsBounds(S, self._idx, np.asarray(lo, dtype=float), np.asarray(hi, dtype=float))
         self.h.run()
         st = self.h.getModelStatus()
         if st == self._hs.HighsModelStatus.kOptimal:
-            x = np.asarray(self.h.getSolution().col_value[:S])
-            return LPOutcome(x, cp.OPTIMAL, "HIGHS(highspy)", time.perf_counter() - t0)
+            sol = np.asarray(self.h.getSolution().col_value)
+            L = self.layout
+            off = L["S"] + L["nG"]
+            self.t = float(sol[off]) if L["nt"] else None
+            self.slack = sol[off + L["nt"]:] if L["ns"] else np.zeros(0)
+            return LPOutcome(sol[:S].copy(), cp.OPTIMAL, "HIGHS(highspy)", time.perf_counter() - t0)
         if st == self._hs.HighsModelStatus.kInfeasible:
             return LPOutcome(None, "infeasible", "HIGHS(highspy)", time.perf_counter() - t0)
         return LPOutcome(None, f"solver_error (highspy: {self.h.modelStatusToString(st)})", None,
                          time.perf_counter() - t0)
+
+    def duals(self) -> dict:
+        """Row duals of the last optimal solve, by block (HiGHS: reduced cost = c - A^T y).
+
+        ``rows`` (row sums), ``B`` (denominators), ``N`` (C1 rows), ``inv`` (invariance) on the
+        scale of the costs passed to :meth:`solve` (the internal cost scaling is undone).
+        """
+        y = np.asarray(self.h.getSolution().row_dual) * self.scale
+        o = self.row_offsets
+        L = self.layout
+        out = {"rows": y[o[0]:o[1]]}
+        i = 1
+        if L["nG"]:
+            out["B"], out["N"] = y[o[1]:o[2]], y[o[2]:o[3]]
+            i = 3
+        else:
+            out["B"], out["N"] = np.zeros(0), np.zeros(0)
+        if self.max_floor:
+            i += 1
+        out["inv"] = y[o[i]:o[i + 1]] if self.invariant else None
+        return out
 
 
 def _solver_options(name: str) -> dict:
@@ -208,6 +276,8 @@ class RefineInfo:
     stop_reason: str
     seconds: float
     added_constraints: list
+    grad: np.ndarray | None = None
+    duals: dict | None = None
 
 
 def refine(lp, x0, counts, lo_base, hi_base, solvers, *, check=None,
@@ -273,4 +343,12 @@ def refine(lp, x0, counts, lo_base, hi_base, solvers, *, check=None,
         history.append(f)
         if progress is not None:
             progress("refine", it, f, radius)
-    return x, RefineInfo(it, accepted, f_start, f, reason, time.perf_counter() - t0, [])
+    duals = None
+    if hasattr(lp, "duals"):
+        # one more subproblem at the final point: its duals price transitions outside the
+        # support (column generation on the exact loss's gradient)
+        g = G[sup.rows, sup.cols]
+        out = lp.solve(g, np.maximum(lo_base, x - radius), np.minimum(hi_base, x + radius), solvers)
+        if out.x is not None:
+            duals = lp.duals()
+    return x, RefineInfo(it, accepted, f_start, f, reason, time.perf_counter() - t0, [], G, duals)
