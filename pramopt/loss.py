@@ -36,7 +36,9 @@ def l2_loss(P, counts) -> float:
     n = counts.sum()
     Pd = _dense(P)
     try:
-        lu = sla.lu_factor(Pd, check_finite=True)
+        with warnings.catch_warnings():  # an exactly singular P is reported as inf, not warned
+            warnings.simplefilter("ignore", sla.LinAlgWarning)
+            lu = sla.lu_factor(Pd, check_finite=True)
     except (ValueError, np.linalg.LinAlgError):
         return float("inf")
     if np.any(np.abs(np.diag(lu[0])) < 1e-14 * max(1.0, np.abs(Pd).max())):
