@@ -84,6 +84,19 @@ SPARSE_RCOND = 1e-12
 
 # Work arrays of the gradient are processed in pieces of about this many float64 entries.
 _CHUNK = 1 << 21
+# Pairs are processed in pieces of this many.
+_PAIRS = 1 << 18
+
+
+def _rows_times_dense(A, rows, B, out):
+    """``out[:] = A[rows] @ B`` for sparse ``A``, in row blocks; dense-ish blocks use BLAS."""
+    step = max(1, _CHUNK // max(B.shape[1], 1))
+    for s in range(0, rows.size, step):
+        sub = A[rows[s:s + step]]
+        if sub.nnz > 0.05 * sub.shape[0] * sub.shape[1]:
+            np.matmul(sub.toarray(), B, out=out[s:s + step])
+        else:
+            out[s:s + step] = sub @ B
 
 
 class SparseL2:
@@ -111,7 +124,10 @@ class SparseL2:
 
     (``Q Q^T = Dn^2 + QR QR^T`` since ``S^T Dn = 0``).  Cost: ``O(r^3 + nnz(P[:, R]) r)`` for
     the loss, ``O(a r^2)`` more for the first gradient request (``a`` = number of active
-    rows), memory ``O(a r)``; no ``K x K`` array is ever formed.
+    rows), then ``O(r)`` per gradient entry (or ``O(a r)`` per column for columns asked for
+    by many pairs); memory ``O(a r + nnz(P))`` plus work pieces of a few MB.  No ``K x K``
+    array is ever formed; ``QR`` is kept dense (``a x r``), which bounds the sizes this
+    serves to ``a r`` in the tens of millions.
 
     Parameters
     ----------
@@ -160,6 +176,7 @@ class SparseL2:
 
     def __init__(self, P, counts, *, rcond: float = SPARSE_RCOND):
         P = sp.csr_matrix(P, dtype=float, copy=True)
+        P.sum_duplicates()
         P.eliminate_zeros()
         K = P.shape[0]
         if P.shape != (K, K):
@@ -173,45 +190,52 @@ class SparseL2:
             raise ValueError("counts must sum to a positive number")
         self._counts = counts
         self._P = P
-        coo = P.tocoo()
-        off = coo.row != coo.col
-        R = np.unique(coo.col[off]).astype(np.intp)
+        diag = P.diagonal()
+        # column k is a receiver iff it has a stored entry off the diagonal
+        inR = np.bincount(P.indices, minlength=K) > (diag != 0)
+        R = np.flatnonzero(inR)
+        r = R.size
         self.receivers = R
         self.singular = True
         self.loss = float("inf")
         self._H = None
         if not np.all(np.isfinite(P.data)):
             return
-        r = R.size
-        inR = np.zeros(K, dtype=bool)
-        inR[R] = True
-        diag = P.diagonal()
         scale = max(1.0, float(np.abs(P.data).max(initial=0.0)))
         if np.any(np.abs(diag[~inR]) <= rcond * scale):
             return
         Dn = np.zeros(K)
         Dn[~inR] = 1.0 / diag[~inR]
-        PcR = P[:, R].tocsr()  # K x r, the only off-diagonal part
-        nnz_row = np.diff(PcR.indptr)
-        senders = np.flatnonzero((nnz_row > 0) & ~inR)
+        # P[:, R] (K x r), then its active rows: R, then the other cells sending into R
+        keep = inR[P.indices]
+        indptr = np.concatenate([[0], np.cumsum(keep, dtype=np.int64)])[P.indptr]
+        pos = np.cumsum(inR) - 1  # column k = R[pos[k]]
+        PcR = sp.csr_matrix((P.data[keep], pos[P.indices[keep]], indptr), shape=(K, r))
+        del keep, indptr
+        senders = np.flatnonzero((np.diff(PcR.indptr) > 0) & ~inR)
+        act = np.concatenate([R, senders])
+        idx = np.full(K, act.size, dtype=np.intp)  # inactive cells -> a zero sentinel row
+        idx[act] = np.arange(act.size)
         if r:
             PRR = PcR[R].toarray()
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
+            with warnings.catch_warnings():  # exact singularity is caught by dgecon below
+                warnings.simplefilter("ignore", sla.LinAlgWarning)
                 lu, piv = sla.lu_factor(PRR, check_finite=False)
                 rc, info = sla.lapack.dgecon(lu, np.abs(PRR).sum(axis=0).max(), norm="1")
             if info != 0 or not rc >= rcond:
                 return
             M = sla.lu_solve((lu, piv), np.eye(r), check_finite=False)
-            QS = -(Dn[senders, None] * (PcR[senders] @ M))
-            QR = np.vstack([M, QS])
+            QR = np.empty((act.size + 1, r))  # + a zero sentinel row for the inactive cells
+            QR[:r] = M
+            _rows_times_dense(PcR, senders, M, out=QR[r:-1])
+            QR[r:-1] *= -Dn[senders, None]
         else:
-            QR = np.zeros((0, 0))
-        act = np.concatenate([R, senders])  # QR row i belongs to cell act[i]; R first
-        idx = np.full(K, act.size, dtype=np.intp)  # inactive cells -> a zero sentinel row
-        idx[act] = np.arange(act.size)
+            QR = np.zeros((1, 0))
+        QR[-1] = 0.0
+        del PcR
         self._act, self._idx, self._Dn = act, idx, Dn
-        self._QRx = np.vstack([QR, np.zeros((1, r))])
+        self._QRx = QR
+        QR = QR[:-1]
         w = np.asarray(P.T @ counts).ravel()
         self._w = w
         rr = Dn**2
@@ -222,6 +246,7 @@ class SparseL2:
 
     # -- gradient ---------------------------------------------------------------------------
     def _ready(self):
+        """Raise if singular; on first use form ``H`` and the active rows of ``A`` (+ zero row)."""
         if self.singular:
             raise np.linalg.LinAlgError("P is singular: the L2 loss is infinite")
         if self._H is None:
@@ -235,17 +260,6 @@ class SparseL2:
             A[r:-1] = (self._Dn[s] * wa[r:])[:, None] * QR[r:]
             A[-1] = 0.0
             self._H, self._Ax = H, A
-
-    def _extra_at(self, rows, cols):
-        """The diagonal part Dn^3 W + S QR^T W Dn^2 of Q^T W Q Q^T at pairs."""
-        Dn, w, r = self._Dn, self._w, self.receivers.size
-        out = np.where(rows == cols, Dn[cols] ** 3 * w[cols], 0.0)
-        j = self._idx[rows]
-        inR = j < r
-        if np.any(inR):
-            c = cols[inR]
-            out[inR] += self._QRx[self._idx[c], j[inR]] * w[c] * Dn[c] ** 2
-        return out
 
     def grad_at(self, rows, cols) -> np.ndarray:
         """Gradient entries ``d loss / d P[rows[i], cols[i]]``.
@@ -261,64 +275,76 @@ class SparseL2:
 
         Notes
         -----
-        Columns requested by many pairs (at least ``a / 8`` of them, ``a`` = number of active
-        rows) are evaluated as matrix products against all active rows; the remaining pairs
-        by row-wise dot products, in pieces.  Memory stays ``O(a r)`` plus the output.
+        The ``A QR^T`` term is non-zero only when both cells are active.  Columns asked for by
+        at least ``a / 8`` pairs (``a`` = number of active rows; e.g. the receiver columns of
+        the support) are evaluated as matrix products against all active rows, in column
+        blocks of about 2M entries; the other pairs by row-wise dot products of length ``r``.
+        Pairs are processed in pieces, so the extra memory is ``O(a r)`` plus a few MB.  For
+        many pairs in many columns outside the support, :meth:`grad_columns` is cheaper.
         """
         self._ready()
-        rows = np.asarray(rows, dtype=np.intp)
-        cols = np.asarray(cols, dtype=np.intp)
+        rows = np.asarray(rows)
+        cols = np.asarray(cols)
         if rows.shape != cols.shape:
             raise ValueError("rows and cols must have the same shape")
         shape = rows.shape
         rows, cols = rows.ravel(), cols.ravel()
+        if rows.size and not (np.issubdtype(rows.dtype, np.integer) and np.issubdtype(cols.dtype, np.integer)):
+            raise TypeError("rows and cols must be integer arrays")
         if rows.size and (min(rows.min(), cols.min()) < 0 or max(rows.max(), cols.max()) >= self.K):
             raise IndexError("pair index out of range")
-        T = self._extra_at(rows, cols)
+        Dn, w, a, r = self._Dn, self._w, self._act.size, self.receivers.size
         idx, QRx, Ax = self._idx, self._QRx, self._Ax
-        a = self._act.size
-        ir, ic = idx[rows], idx[cols]
-        live = np.flatnonzero((ir < a) & (ic < a))  # the A QR^T term vanishes elsewhere
-        if live.size:
-            per_col = np.bincount(ic[live], minlength=a)
-            blockcol = per_col * 8 >= a
-            use_block = blockcol[ic[live]]
-            self._dots_block(T, live[use_block], ir, ic, np.flatnonzero(blockcol))
-            self._dots_pairs(T, live[~use_block], ir, ic)
-        G = (self._counts[rows] * self._r[cols] - 2.0 * T) / self.n**2
-        return G.reshape(shape)
-
-    def _dots_pairs(self, T, sel, ir, ic):
-        r = self.receivers.size
-        step = max(1, _CHUNK // max(r, 1))
-        for s in range(0, sel.size, step):
-            p = sel[s:s + step]
-            T[p] += np.einsum("ij,ij->i", self._Ax[ir[p]], self._QRx[ic[p]])
-
-    def _dots_block(self, T, sel, ir, ic, bcols):
-        if not sel.size:
-            return
-        a, r = self._act.size, self.receivers.size
-        pos = np.full(a, -1, dtype=np.intp)
-        pos[bcols] = np.arange(bcols.size)
-        pc = pos[ic[sel]]
-        order = np.argsort(pc, kind="stable")
-        sel, pc = sel[order], pc[order]
-        step = max(1, _CHUNK // max(a, 1))
-        A = self._Ax[:-1]
-        for s in range(0, bcols.size, step):
-            lo, hi = np.searchsorted(pc, [s, s + step])
-            if lo == hi:
-                continue
-            B = A @ self._QRx[bcols[s:s + step]].T  # a x chunk
-            p = sel[lo:hi]
-            T[p] += B[ir[p], pc[lo:hi] - s]
+        steps = [(s, min(s + _PAIRS, rows.size)) for s in range(0, rows.size, _PAIRS)]
+        # heavy columns: evaluated as column blocks of A QR^T
+        per_col = np.zeros(a + 1, dtype=np.intp)
+        for lo, hi in steps:
+            ir, ic = idx[rows[lo:hi]], idx[cols[lo:hi]]
+            per_col += np.bincount(ic[ir < a], minlength=a + 1)
+        heavy = np.flatnonzero(per_col[:a] * 8 >= max(a, 1))
+        slot = np.full(a + 1, -1, dtype=np.intp)
+        slot[heavy] = np.arange(heavy.size)
+        bstep = max(1, _CHUNK // max(a, 1))
+        T = np.zeros(rows.size)  # [Q^T W Q Q^T] at the pairs
+        for lo, hi in steps:
+            rw, cl = rows[lo:hi], cols[lo:hi]
+            ir, ic = idx[rw], idx[cl]
+            t = T[lo:hi]
+            p = np.flatnonzero(rw == cl)  # Dn^3 W
+            t[p] = Dn[cl[p]] ** 3 * w[cl[p]]
+            p = np.flatnonzero(ir < r)  # S QR^T W Dn^2: rows in R
+            c = cl[p]
+            t[p] += QRx[ic[p], ir[p]] * (w[c] * Dn[c] ** 2)
+            p = np.flatnonzero((ir < a) & (ic < a) & (slot[ic] < 0))  # A QR^T, light columns
+            dstep = max(1, _CHUNK // max(r, 1))
+            for s in range(0, p.size, dstep):
+                q = p[s:s + dstep]
+                t[q] += np.einsum("ij,ij->i", Ax[ir[q]], QRx[ic[q]])
+        for b in range(0, heavy.size, bstep):  # A QR^T, heavy columns
+            B = Ax[:-1] @ QRx[heavy[b:b + bstep]].T  # a x block
+            for lo, hi in steps:
+                ir, sl = idx[rows[lo:hi]], slot[idx[cols[lo:hi]]] - b
+                p = np.flatnonzero((ir < a) & (sl >= 0) & (sl < B.shape[1]))
+                T[lo + p] += B[ir[p], sl[p]]
+        for lo, hi in steps:
+            t = T[lo:hi]
+            t *= -2.0
+            t += self._counts[rows[lo:hi]] * self._r[cols[lo:hi]]
+            t /= self.n**2
+        return T.reshape(shape)
 
     def grad_columns(self, cols) -> np.ndarray:
-        """Gradient block ``d loss / d P[:, cols]`` for all rows, shape ``(K, len(cols))``.
+        """Gradient block ``d loss / d P[:, cols]`` for all rows.
 
-        Meant for column generation (candidate receiver columns); the caller chooses how many
-        columns to ask for at once (the block is dense, ``8 K len(cols)`` bytes).
+        Parameters
+        ----------
+        cols : array_like of int, shape (c,)
+            Columns, e.g. candidate receiver columns in column generation.  The block is dense
+            (``8 K c`` bytes) and costs ``O(a r c)``: ask for columns in batches.
+
+        Returns
+        -------
+        ndarray of float, shape (K, c)
         """
         self._ready()
         cols = np.atleast_1d(np.asarray(cols, dtype=np.intp))
@@ -336,7 +362,13 @@ class SparseL2:
         return (np.outer(self._counts, self._r[cols]) - 2.0 * T) / self.n**2
 
     def grad_support(self) -> sp.csr_matrix:
-        """The gradient on the stored non-zeros of ``P``, as a CSR matrix of the same pattern."""
+        """The gradient on the stored non-zeros of ``P``.
+
+        Returns
+        -------
+        scipy.sparse.csr_matrix, shape (K, K)
+            Same pattern as ``P`` (duplicates summed, stored zeros dropped).
+        """
         self._ready()
         G = self._P.copy()
         rows = np.repeat(np.arange(self.K), np.diff(G.indptr))
