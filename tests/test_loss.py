@@ -2,11 +2,24 @@
 from __future__ import annotations
 
 import itertools
+import time
+import tracemalloc
+import warnings
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from pramopt.loss import expected_changes, l2_loss, l2_loss_and_grad
+from pramopt.loss import (
+    SparseL2,
+    expected_changes,
+    l2_loss,
+    l2_loss_and_grad,
+    l2_loss_and_grad_sparse,
+    l2_loss_sparse,
+)
 
 
 def exact_expected_loss(P, xi, y):
@@ -96,3 +109,227 @@ def test_first_order_term_is_expected_changes():
 def test_singular_matrix_has_infinite_loss():
     P = np.array([[0.5, 0.5], [0.5, 0.5]])
     assert l2_loss(P, [3, 4]) == np.inf
+
+
+# -- SparseL2: the same loss and gradient via Woodbury (block-triangular) inversion ----------
+# The reference throughout is the dense-inverse implementation of the formula at the end of
+# Section 3 of Cator et al. (l2_loss / l2_loss_and_grad), an independent computation.
+
+
+def receiver_design(K, r, rng, p_send=0.6, max_targets=3):
+    """Random sparse row-stochastic P: diagonal in [0.3, 1] plus entries in r receiver columns.
+
+    Receivers may send to other receivers; rows that do not send keep P_mm = 1.
+    """
+    R = rng.choice(K, r, replace=False)
+    rows, cols, vals = [], [], []
+    for m in range(K):
+        targets = R[R != m]
+        if targets.size and rng.random() < p_send:
+            d = rng.uniform(0.3, 1.0)
+            t = rng.choice(targets, min(targets.size, int(rng.integers(1, max_targets + 1))), replace=False)
+            rows += [m] * (t.size + 1)
+            cols += [m, *t]
+            vals += [d, *((1 - d) * rng.dirichlet(np.ones(t.size)))]
+        else:
+            rows.append(m), cols.append(m), vals.append(1.0)
+    return sp.csr_matrix((vals, (rows, cols)), shape=(K, K))
+
+
+def assert_matches_dense(P, counts, rng, n_pairs=200, n_cols=7):
+    s = SparseL2(P, counts)
+    f, G = l2_loss_and_grad(P.toarray(), counts)
+    assert not s.singular
+    assert s.loss == pytest.approx(f, rel=1e-10, abs=1e-14 / counts.sum())
+    assert l2_loss_sparse(P, counts) == s.loss
+    scale = np.abs(G).max()
+    K = P.shape[0]
+    # the support (the block route: many pairs per receiver column)
+    Gs = s.grad_support()
+    Pc = P.tocoo()
+    np.testing.assert_allclose(Gs.toarray()[Pc.row, Pc.col], G[Pc.row, Pc.col], rtol=1e-9, atol=1e-12 * scale)
+    # scattered pairs anywhere, in and out of the support (the pairwise route)
+    a, b = rng.integers(0, K, (2, n_pairs))
+    np.testing.assert_allclose(s.grad_at(a, b), G[a, b], rtol=1e-9, atol=1e-12 * scale)
+    f2, g2 = l2_loss_and_grad_sparse(P, counts, a.reshape(-1, 2), b.reshape(-1, 2))
+    assert f2 == s.loss and g2.shape == (n_pairs // 2, 2)
+    np.testing.assert_allclose(g2.ravel(), G[a, b], rtol=1e-9, atol=1e-12 * scale)
+    # column blocks (candidates for column generation), receivers and non-receivers alike
+    C = rng.choice(K, min(K, n_cols), replace=False)
+    C = np.concatenate([C, s.receivers[:2]])
+    np.testing.assert_allclose(s.grad_columns(C), G[:, C], rtol=1e-9, atol=1e-12 * scale)
+    return s
+
+
+@pytest.mark.parametrize("K,r,seed", [(5, 2, 0), (12, 1, 1), (12, 4, 2), (60, 6, 3), (120, 30, 4), (300, 20, 5)])
+def test_sparse_loss_and_gradient_match_dense_inverse(K, r, seed):
+    rng = np.random.default_rng(seed)
+    P = receiver_design(K, r, rng)
+    counts = rng.integers(0, 40, K).astype(float)
+    counts[0] += 1
+    s = assert_matches_dense(P, counts, rng)
+    assert set(s.receivers) <= set(range(K)) and len(s.receivers) <= r
+
+
+def test_sparse_all_columns_receivers_dense_matrix():
+    # R = every column: Woodbury degenerates to the dense inverse of P[R, R] = P.
+    rng = np.random.default_rng(11)
+    K = 40
+    P = rng.random((K, K)) + K * np.diag(rng.uniform(0.3, 1.0, K))
+    P /= P.sum(axis=1, keepdims=True)
+    counts = rng.integers(1, 30, K).astype(float)
+    s = assert_matches_dense(sp.csr_matrix(P), counts, rng)
+    assert s.receivers.size == K
+    assert SparseL2(P, counts).loss == s.loss  # a dense array is accepted too
+
+
+def test_sparse_diagonal_matrices():
+    # r = 0.  P = I: l2 = sum_l U0_l / n^2 - 1/n = 0 exactly.  A general diagonal P:
+    # Q = diag(1/d), w = U0 * d, so l2 = sum_l U0_l / d_l / n^2 - 1/n.
+    rng = np.random.default_rng(2)
+    counts = rng.integers(0, 50, 30).astype(float)
+    n = counts.sum()
+    s = SparseL2(sp.identity(30, format="csr"), counts)
+    assert s.loss == 0.0 and s.receivers.size == 0
+    d = rng.uniform(0.2, 1.0, 30)
+    s = SparseL2(sp.diags(d), counts)
+    assert s.loss == pytest.approx(np.sum(counts / d) / n**2 - 1 / n, rel=1e-13)
+    assert_matches_dense(sp.csr_matrix(sp.diags(d)), counts, rng)
+
+
+def test_sparse_gradient_matches_finite_differences():
+    # Central differences of the sparse loss itself, at pairs in the support (diagonal of a
+    # receiver and of a non-receiver, an entry into a receiver) and outside it (an entry into
+    # a non-receiver column, which changes the receiver set of the perturbed matrix).
+    rng = np.random.default_rng(5)
+    K = 9
+    P = receiver_design(K, 3, rng, p_send=0.9).toarray()
+    counts = rng.integers(1, 20, K).astype(float)
+    R = SparseL2(P, counts).receivers
+    nonR = np.setdiff1d(np.arange(K), R)
+    sender = int(np.flatnonzero((P[:, R].sum(axis=1) > 0) & ~np.isin(np.arange(K), R))[0])
+    pairs = [(R[0], R[0]), (nonR[0], nonR[0]), (sender, int(R[np.argmax(P[sender, R])])),
+             (R[1], nonR[1]), (nonR[0], nonR[2]), (R[0], R[2])]
+    s = SparseL2(P, counts)
+    g = s.grad_at([p[0] for p in pairs], [p[1] for p in pairs])
+    h = 1e-6
+    for (a, b), ga in zip(pairs, g):
+        E = np.zeros((K, K))
+        E[a, b] = h
+        fd = (l2_loss_sparse(P + E, counts) - l2_loss_sparse(P - E, counts)) / (2 * h)
+        assert ga == pytest.approx(fd, rel=1e-5)
+
+
+def test_sparse_singular_matrices_have_infinite_loss():
+    counts = np.array([3.0, 4.0, 5.0, 6.0])
+    # a zero column: cell 1 sends everything to the receiver 0 and nobody releases cell 1
+    P0 = np.array([[1.0, 0, 0, 0], [1.0, 0, 0, 0], [0, 0, 1.0, 0], [0, 0, 0.5, 0.5]])
+    # two identical rows among the receivers 0 and 1
+    P1 = np.array([[0.5, 0.5, 0, 0], [0.5, 0.5, 0, 0], [0, 0, 1.0, 0], [0.2, 0.3, 0, 0.5]])
+    # identical receiver rows, also sending to a third receiver (3 x 3 block of rank 2)
+    P2 = np.array([[0.4, 0.3, 0.3, 0], [0.4, 0.3, 0.3, 0], [0.1, 0.1, 0.8, 0], [0, 0, 0.1, 0.9]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for P in (P0, P1, P2):
+            assert l2_loss(P, counts) == np.inf
+            s = SparseL2(sp.csr_matrix(P), counts)
+            assert s.singular and s.loss == np.inf
+            assert l2_loss_sparse(P, counts) == np.inf
+            with pytest.raises(np.linalg.LinAlgError):
+                s.grad_at([0], [0])
+            with pytest.raises(np.linalg.LinAlgError):
+                l2_loss_and_grad_sparse(P, counts, [0], [1])
+        bad = P1.copy()
+        bad[2, 2] = np.nan
+        assert l2_loss_sparse(bad, counts) == np.inf
+        # nearly singular: below the documented threshold on rcond(P[R, R])
+        near = P1.copy()
+        near[0, :2] = [0.5 + 1e-15, 0.5 - 1e-15]
+        assert l2_loss_sparse(near, counts) == np.inf
+        assert np.isfinite(l2_loss_sparse(near, counts, rcond=0.0))
+
+
+def test_sparse_rejects_bad_shapes():
+    with pytest.raises(ValueError):
+        SparseL2(np.eye(3)[:2], [1, 2])
+    with pytest.raises(ValueError):
+        SparseL2(np.eye(3), [1, 2])
+    with pytest.raises(ValueError):
+        SparseL2(np.eye(3), [0, 0, 0])
+    s = SparseL2(np.eye(3), [1, 2, 3])
+    with pytest.raises(IndexError):
+        s.grad_at([0], [3])
+    with pytest.raises(TypeError):
+        s.grad_at([0.0], [1.0])
+    assert s.grad_at([], []).shape == (0,) and s.grad_columns([]).shape == (3, 0)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(K=st.integers(2, 25), frac=st.floats(0.0, 1.0), p_send=st.floats(0.0, 1.0),
+       seed=st.integers(0, 2**32 - 1))
+def test_sparse_property_agrees_with_dense(K, frac, p_send, seed):
+    rng = np.random.default_rng(seed)
+    P = receiver_design(K, int(round(frac * K)), rng, p_send=p_send, max_targets=K)
+    counts = rng.integers(0, 10, K).astype(float)
+    counts[rng.integers(K)] += 1
+    s = SparseL2(P, counts)
+    f, G = l2_loss_and_grad(P.toarray(), counts)
+    assert s.loss == pytest.approx(f, rel=1e-10, abs=1e-14)
+    m, k = np.divmod(np.arange(K * K), K)
+    np.testing.assert_allclose(s.grad_at(m, k), G.ravel(), rtol=1e-9, atol=1e-12 * np.abs(G).max())
+
+
+@pytest.mark.parametrize("max_targets", [1, 3])
+def test_sparse_pieces_and_blocks(monkeypatch, max_targets):
+    # Tiny work pieces: several column blocks of A QR^T, several pieces of pairs and of the
+    # sender rows (both the sparse and the dense-block products) -- same numbers.
+    import pramopt.loss as loss_mod
+
+    monkeypatch.setattr(loss_mod, "_CHUNK", 64)
+    monkeypatch.setattr(loss_mod, "_PAIRS", 37)
+    rng = np.random.default_rng(21 + max_targets)
+    P = receiver_design(150, 30, rng, p_send=0.8, max_targets=max_targets)
+    counts = rng.integers(0, 40, 150).astype(float)
+    assert_matches_dense(P, counts, rng, n_pairs=400, n_cols=20)
+
+
+def scaling_design(K, r, rng, dense_block):
+    """Diagonal in [0.3, 1] plus r receiver columns: every row sends to every receiver
+    (``dense_block``, nnz ~ K r) or to 1-3 of them."""
+    if not dense_block:
+        return receiver_design(K, r, rng, p_send=0.9)
+    R = rng.choice(K, r, replace=False)
+    B = rng.random((K, r))
+    d = rng.uniform(0.3, 1.0, K)
+    B *= ((1 - d) / B.sum(axis=1))[:, None]
+    B[R, np.arange(r)] = 0.0
+    return (sp.csr_matrix((B.ravel(), (np.repeat(np.arange(K), r), np.tile(R, K))), shape=(K, K))
+            + sp.diags(d)).tocsr()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("K,r", [(1000, 100), (5000, 500)])
+@pytest.mark.parametrize("dense_block", [True, False])
+def test_sparse_scaling(K, r, dense_block, capsys):
+    # Loss, gradient on the support (~K r pairs for a dense receiver block) and a block of 100
+    # candidate columns.  The dense path holds at least five K x K arrays; the sparse one must
+    # stay below two even when P[:, R] is dense, and below one otherwise (beyond the fixed
+    # work pieces of a few MB that dominate at small K).  Timings are printed, not asserted.
+    rng = np.random.default_rng(0)
+    P = scaling_design(K, r, rng, dense_block)
+    counts = rng.integers(0, 100, K).astype(float)
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    s = SparseL2(P, counts)
+    t1 = time.perf_counter()
+    Gs = s.grad_support()
+    t2 = time.perf_counter()
+    Gc = s.grad_columns(rng.choice(K, 100, replace=False))
+    t3 = time.perf_counter()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    with capsys.disabled():
+        print(f"\nK={K} r={r} nnz={P.nnz}: loss {t1 - t0:.2f}s, grad on support {t2 - t1:.2f}s, "
+              f"100 columns {t3 - t2:.2f}s, peak {peak / 2**20:.0f} MiB (one dense K x K: {8 * K * K / 2**20:.0f} MiB)")
+    assert np.isfinite(s.loss) and np.all(np.isfinite(Gs.data)) and Gc.shape == (K, 100)
+    assert peak < max((2 if dense_block else 1) * 8 * K * K, 64 * 2**20)
