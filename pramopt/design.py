@@ -409,6 +409,8 @@ COVER_BUDGET = 200_000
 #: Rounds of column generation in one stage before giving up widening (the result stays
 #: verified; only optimality over the full support is then not proven).
 MAX_PRICING_ROUNDS = 60
+#: The refinement prices new transitions after every this many iterations.
+REFINE_CHUNK = 10
 
 
 def _cover_support(table, groups, alpha, gam, fixed_idx, keep_rows) -> Support:
@@ -554,7 +556,8 @@ def _solve_highs(table, groups, combos, a_solve, alpha, gam, floor, support_mode
             Px = sup.to_matrix(x).tocoo()
             off = (Px.row != Px.col) & (Px.data > 0)
             recv = np.unique(Px.col[off])
-            rr, cc = np.meshgrid(np.arange(K), recv, indexing="ij")
+            movers = np.unique(np.concatenate([Px.row[off], recv]))
+            rr, cc = np.meshgrid(movers, recv, indexing="ij")
             rr, cc = rr.ravel(), cc.ravel()
             ok = allowed(rr, cc)
             small = Support.from_pairs(np.concatenate([rr[ok], Px.row[off]]),
@@ -564,34 +567,38 @@ def _solve_highs(table, groups, combos, a_solve, alpha, gam, floor, support_mode
         its = 0
         info = None
         lp = None
-        while True:
+        radius, hist = 0.05, ()
+        while its < max_iter:
             if lp is None:
                 blk = c1_block(sup, groups, counts, wm, wg)
                 lp = HighsLP(sup, counts, blk, a_solve, invariant)
             lo, hi = bounds(sup)
+            # in chunks, so that pricing can widen the support while the refinement runs
             x, info = refine(lp, x, counts, lo, hi, solvers, check=lambda z: pending(sup, z), rtol=rtol,
-                             max_iter=max_iter - its, progress=progress)
+                             max_iter=min(REFINE_CHUNK if widen else max_iter, max_iter - its),
+                             progress=progress, sparse=mode != "dense", radius=radius, history=hist)
             its += info.iterations
+            radius, hist = info.radius, info.history
             if info.stop_reason == "constraints":
                 add_rows(info.added_constraints)
                 lp = None
-                if its < max_iter:
-                    continue
+                continue
+            if info.stop_reason.startswith("subproblem"):
                 break
-            if not widen or its >= max_iter or info.duals is None:
+            r = np.empty(0)
+            if widen and info.duals is not None:
+                # price transitions outside the support with the exact loss's gradient
+                r, cc, best = Pricer(sup, groups, counts, lp.block, info.duals, allowed, mem).candidates(
+                    cost_fn=info.grad_columns, tol=rtol * 1e-3 * info.grad_scale, max_add=max(2000, 2 * K))
+            if r.size:
+                sup_new = sup.union(r, cc)
+                x = sup_new.from_matrix(sup.to_matrix(x))
+                sup = sup_new
+                added_cols += r.size
+                lp = None
+                radius, hist = max(radius, 0.0125), ()
+            elif info.stop_reason != "max_iter":
                 break
-            # price transitions outside the support with the exact loss's gradient
-            G = info.grad
-            r, cc, best = Pricer(sup, groups, counts, lp.block, info.duals, allowed, mem).candidates(
-                cost_fn=lambda cols: G[:, cols], tol=rtol * 1e-3 * (float(np.max(np.abs(G))) or 1.0),
-                max_add=max(2000, 2 * K))
-            if not r.size:
-                break
-            sup_new = sup.union(r, cc)
-            x = sup_new.from_matrix(sup.to_matrix(x))
-            sup = sup_new
-            added_cols += r.size
-            lp = None
         stages.append(Stage("refine", time.perf_counter() - t_ref, its,
                             f"support {sup.size}, stop: {info.stop_reason}, loss {info.loss_end:.4g}"))
     reduction = red.as_dict()

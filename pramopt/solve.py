@@ -24,7 +24,7 @@ import cvxpy as cp
 import numpy as np
 import scipy.sparse as sp
 
-from .loss import l2_loss, l2_loss_and_grad
+from .loss import SparseL2, l2_loss_and_grad
 from .model import C1Block, Support, column_mass_matrix, row_sum_matrix
 
 #: Fallback chain, fastest first (measured on C1-shaped LPs; see README and benchmarks/).
@@ -276,13 +276,33 @@ class RefineInfo:
     stop_reason: str
     seconds: float
     added_constraints: list
-    grad: np.ndarray | None = None
+    grad_columns: object = None  # callable: cols -> K x len(cols) gradient of the loss
     duals: dict | None = None
+    grad_scale: float = 1.0  # largest |gradient| on the support, the scale for pricing tolerances
+    radius: float = 0.05     # trust-region radius at the end, to continue from
+    history: tuple = ()      # loss after each iteration, to continue the stopping rule from
+
+
+def _dense_loss(sup, counts):
+    def fn(x):
+        f, G = l2_loss_and_grad(sup.to_matrix(x).toarray(), counts)
+        return f, G[sup.rows, sup.cols], (lambda cols: G[:, cols])
+    return fn
+
+
+def _sparse_loss(sup, counts):
+    # Woodbury / block-triangular form: no dense K x K inverse (see loss.SparseL2)
+    def fn(x):
+        s = SparseL2(sup.to_matrix(x), counts)
+        if s.singular:
+            return float("inf"), None, None
+        return s.loss, s.grad_at(sup.rows, sup.cols), s.grad_columns
+    return fn
 
 
 def refine(lp, x0, counts, lo_base, hi_base, solvers, *, check=None,
            rtol: float = 1e-4, max_iter: int = 100, radius: float = 0.05, window: int = 10,
-           progress=None) -> tuple[np.ndarray, RefineInfo]:
+           progress=None, sparse: bool = False, history=()) -> tuple[np.ndarray, RefineInfo]:
     """Sequential linear programming with a trust region on the exact L2 loss.
 
     Each iteration solves ``min grad . x`` over the feasible set intersected with the box
@@ -299,18 +319,18 @@ def refine(lp, x0, counts, lo_base, hi_base, solvers, *, check=None,
     """
     sup = lp.support
     t0 = time.perf_counter()
+    loss = (_sparse_loss if sparse else _dense_loss)(sup, counts)
     x = np.asarray(x0, dtype=float)
-    f, G = l2_loss_and_grad(sup.to_matrix(x).toarray(), counts)
+    f, g, gcols = loss(x)
     f_start = f
     reason = "max_iter"
     accepted = 0
     it = 0
-    history = [f]
+    history = list(history[:-1]) + [f]  # a continued run's last entry is this same point
     for it in range(1, max_iter + 1):
         if len(history) > window and history[-window - 1] - f <= rtol * abs(f):
             reason = "converged"
             break
-        g = G[sup.rows, sup.cols]
         lo = np.maximum(lo_base, x - radius)
         hi = np.minimum(hi_base, x + radius)
         out = lp.solve(g, lo, hi, solvers)
@@ -322,16 +342,16 @@ def refine(lp, x0, counts, lo_base, hi_base, solvers, *, check=None,
         if not np.isfinite(f) or pred <= rtol * abs(f):
             reason = "converged"
             break
-        fn = l2_loss(sup.to_matrix(xn).toarray(), counts)
+        fn, gn, gcn = loss(xn)
         rho = (f - fn) / pred if np.isfinite(fn) else -np.inf
         if rho >= 0.1:
             if check is not None:
                 new = check(xn)
                 if new:
-                    return x, RefineInfo(it, accepted, f_start, f, "constraints", time.perf_counter() - t0, new)
+                    return x, RefineInfo(it, accepted, f_start, f, "constraints", time.perf_counter() - t0, new,
+                                         radius=radius, history=tuple(history))
             at_edge = np.max(np.abs(xn - x)) >= 0.99 * radius
-            x = xn
-            f, G = l2_loss_and_grad(sup.to_matrix(x).toarray(), counts)
+            x, f, g, gcols = xn, fn, gn, gcn
             accepted += 1
             if rho > 0.75 and at_edge:
                 radius = min(2 * radius, 1.0)
@@ -344,11 +364,12 @@ def refine(lp, x0, counts, lo_base, hi_base, solvers, *, check=None,
         if progress is not None:
             progress("refine", it, f, radius)
     duals = None
-    if hasattr(lp, "duals"):
+    if hasattr(lp, "duals") and g is not None:
         # one more subproblem at the final point: its duals price transitions outside the
         # support (column generation on the exact loss's gradient)
-        g = G[sup.rows, sup.cols]
         out = lp.solve(g, np.maximum(lo_base, x - radius), np.minimum(hi_base, x + radius), solvers)
         if out.x is not None:
             duals = lp.duals()
-    return x, RefineInfo(it, accepted, f_start, f, reason, time.perf_counter() - t0, [], G, duals)
+    gscale = float(np.max(np.abs(g))) if g is not None and g.size else 1.0
+    return x, RefineInfo(it, accepted, f_start, f, reason, time.perf_counter() - t0, [], gcols, duals,
+                         gscale or 1.0, radius, tuple(history))
