@@ -6,12 +6,13 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+import scipy.sparse as sp
 
 from . import verify as _verify
 from ._validation import InvalidParameterError, check_choice, check_int, check_real
 from .combinations import resolve_combinations
 from .data import MAX_CATEGORIES, FrequencyTable, cell_index, frequency_table
-from .loss import condition_number, expected_changes, l2_loss
+from .loss import DENSE_MAX, condition_number, expected_changes, l2_loss
 from .model import Groups, Support, build_groups, c1_block
 from .reduce import reduce_constraints
 from .result import DesignResult, Stage, Status
@@ -80,6 +81,7 @@ def design(
     solver: str | None = None,
     refine_loss: bool = True,
     support: str = "auto",
+    structure: str = "auto",
     margin: float = 1e-5,
     rtol: float = 1e-4,
     max_iter: int = 100,
@@ -116,8 +118,15 @@ def design(
         A cvxpy solver name; default is the chain HIGHS, CLARABEL, ECOS, SCS.
     refine_loss : bool, default True
         Improve the linear-surrogate solution on the exact (non-convex) L2 loss.
-    support : {"auto", "dense", "targets"}
-        Allowed transitions; "auto" is dense up to ``DENSE_SUPPORT_MAX`` cells.
+    support : {"auto", "dense", "targets", "cover"}
+        Allowed transitions of a general design; "auto" is dense up to ``DENSE_SUPPORT_MAX``
+        cells, else a cover of the problem groups that column generation widens.
+    structure : {"auto", "general", "blocks"}
+        ``general``: any row-stochastic P with every diagonal entry above 1/2 (invertible by
+        strict diagonal dominance).  ``blocks``: block-diagonal retention-replacement blocks
+        (:mod:`pramopt.blocks`), invertible for any diagonal, for data where most cells are rare
+        or unique.  ``auto``: general, and blocks when no general design can exist (the counting
+        bound :func:`floor_upper_bound` or phase one says so).
     margin : float, default 1e-5
         Relative margin inside alpha at which the solver works; grown tenfold (at most twice)
         if the independent verification ever fails.
@@ -141,6 +150,7 @@ def design(
     rtol = check_real(rtol, "rtol", owner, low=0, low_open=False)
     max_iter = check_int(max_iter, "max_iter", owner, low=0)
     check_choice(support, "support", owner, ["auto", "dense", "targets", "cover"])
+    check_choice(structure, "structure", owner, ["auto", "general", "blocks"])
     if solver is not None:
         import cvxpy as cp
         check_choice(str(solver).upper(), "solver", owner, cp.installed_solvers())
@@ -166,7 +176,8 @@ def design(
                   table=table,
                   params=dict(alpha=alpha, gamma=gamma, min_diagonal=min_diagonal, fixed=fixed,
                               invariant=invariant, solver=solver, support=support, margin=margin,
-                              combination_size=combination_size, refine_loss=refine_loss))
+                              combination_size=combination_size, refine_loss=refine_loss,
+                              structure=structure))
 
     def verify(P, stage="verify"):
         t0 = time.perf_counter()
@@ -179,17 +190,23 @@ def design(
         rep = verify(P) if rep is None else rep
         if status is Status.SUCCESS and not rep.max_risk <= alpha:
             status = Status.UNVERIFIED
+        # large designs are summarised from the sparse matrix (sparse LU, no dense inverse)
+        Ps = sp.csr_matrix(P) if K > DENSE_MAX else np.asarray(P.toarray() if sp.issparse(P) else P)
+        t0 = time.perf_counter()
+        loss, cond = l2_loss(Ps, counts), condition_number(Ps)
+        stages.append(Stage("summary", time.perf_counter() - t0, 0, "loss and condition number"))
         return DesignResult(
-            matrix=P, cells=table.cells(), counts=table.counts.copy(), status=status,
-            loss=l2_loss(P, counts), expected_changes=expected_changes(P, counts),
-            max_risk=rep.max_risk, min_diagonal=float(np.min(np.diag(P))), gamma=gamma_used,
+            matrix=np.asarray(P.toarray() if sp.issparse(P) else P), cells=table.cells(),
+            counts=table.counts.copy(), status=status,
+            loss=loss, expected_changes=expected_changes(Ps, counts),
+            max_risk=rep.max_risk, min_diagonal=float(np.min(Ps.diagonal())), gamma=gamma_used,
             binding=_binding(rep, table, combos, qi, alpha), reduction=reduction, solver=solver_name,
-            stages=tuple(stages), condition_number=condition_number(P), message=message, **common)
+            stages=tuple(stages), condition_number=cond, message=message, **common)
 
     # C1 can hold for no P at all when n < 1/alpha: the U0-weighted mean of the left-hand
     # sides over m is 1/n for every (π, k0), so the largest is at least 1/n.
     if n * alpha < 1:
-        return finish(np.eye(K), Status.INFEASIBLE_DATA,
+        return finish(sp.identity(K, format="csr"), Status.INFEASIBLE_DATA,
                       f"C1 cannot hold for any matrix: n = {n} < 1/alpha = {1 / alpha:g}.", None, {}, None)
 
     t0 = time.perf_counter()
@@ -197,11 +214,54 @@ def design(
     stages.append(Stage("model", time.perf_counter() - t0, 0, f"{groups.n_groups} (pi, k0) groups"))
 
     # Nothing to do when the original data already satisfy C1 (P = I).
-    rep = verify(np.eye(K), "check P=I")
+    rep = verify(sp.identity(K, format="csr"), "check P=I")
     if rep.max_risk <= alpha:
-        return finish(np.eye(K), Status.SUCCESS, "The data already satisfy C1: P = I.", None, {}, None, rep)
+        return finish(sp.identity(K, format="csr"), Status.SUCCESS, "The data already satisfy C1: P = I.", None, {}, None, rep)
 
     solvers = solver_chain(solver)
+
+    def blocks(reason):
+        # The block structure (pramopt.blocks): invertible whatever its diagonal.  A few block
+        # sizes (in records) are tried and the verified design of smallest loss is kept.
+        best = None
+        a_solve = alpha * (1.0 - margin)
+        # larger blocks let lambda approach alpha (smaller loss) but mix more distant cells:
+        # double the block size while the loss still drops by 5% and the support stays small
+        target = float(np.ceil(4.0 / alpha))
+        while target <= max(4.0 / alpha, table.n):
+            if best is not None and (best[3]["reduction"]["support"] > BLOCK_SUPPORT_MAX
+                                     or best[0] > 0.95 * prev):
+                break
+            prev = best[0] if best is not None else np.inf
+            out = _solve_blocks(table, groups, combos, a_solve, alpha, float(target), fixed_idx, keep_rows,
+                                invariant, refine_loss, rtol, max_iter, stages, progress)
+            if out["status"] != "ok":
+                target *= 2
+                continue
+            P = out["P"]
+            rep = verify(P)
+            if rep.max_risk <= alpha:
+                f = l2_loss(P, counts)
+                if best is None or f < best[0]:
+                    best = (f, P, rep, out)
+            target *= 2
+        if best is None:
+            return finish(sp.identity(K, format="csr"), Status.INFEASIBLE, reason + " No block design satisfied C1 either.",
+                          None, {}, None)
+        f, P, rep, out = best
+        return finish(P, Status.SUCCESS, reason + " A block-diagonal retention-replacement design was made "
+                      f"instead ({out['reduction']['blocks']} blocks of at least "
+                      f"{out['reduction']['block_target_records']:g} records; P_b = lambda I + 1 v^T is "
+                      "invertible for any lambda > 0). Full C1 verified.",
+                      None, out["reduction"], out["solver"], rep)
+
+    g_low = max(GAMMA_LADDER[-1], floor)
+    bound = floor_upper_bound(table, groups, alpha)
+    if structure == "blocks":
+        return blocks("Block structure requested.")
+    if bound < g_low and structure == "auto" and not invariant and min_diagonal is None:
+        return blocks(f"No design with a diagonal floor >= {g_low:g} exists: C1 caps every floor at "
+                      f"alpha * n / (largest number of groups of one combination) = {bound:.4g}.")
     # HiGHS first (the default chain): programs go to highspy directly, with column generation
     use_highs = solvers[:1] == ["HIGHS"]
     solve_at = _solve_highs if use_highs else _solve_at_gamma
@@ -210,21 +270,23 @@ def design(
         a_solve = alpha * (1.0 - margin)
         # Phase one: the largest diagonal floor for which the reduced problem is feasible.
         t0 = time.perf_counter()
-        g_low = max(GAMMA_LADDER[-1], floor)
         ph = solve_at(table, groups, combos, a_solve, alpha, g_low, floor, support, fixed_idx,
                       keep_rows, invariant, solvers, False, rtol, 0, [], progress, max_floor=True)
         infeasible = ph["status"] == "infeasible" or (ph["status"] == "ok" and ph["t"] < g_low - 1e-9)
+        if infeasible and structure == "auto" and not invariant and min_diagonal is None:
+            stages.append(Stage("phase1", time.perf_counter() - t0, 0, "infeasible"))
+            return blocks(f"No design with every diagonal entry >= {g_low:g} satisfies C1 (phase one).")
         if infeasible:
             stages.append(Stage("phase1", time.perf_counter() - t0, 0, "infeasible"))
             hint = (" An invariant design fixes every C1 denominator at U_pi(k0), so it needs "
                     "U_pi(k0) >= 1/(2 alpha) for every combination present." if invariant else "")
-            return finish(np.eye(K), Status.INFEASIBLE,
+            return finish(sp.identity(K, format="csr"), Status.INFEASIBLE,
                           f"No design satisfies C1 with every diagonal entry >= {g_low:g} (needed to keep "
                           f"P invertible).{hint} Coarsen the identifying variables, use fewer "
                           f"combinations or a larger alpha.", g_low, {}, None)
         if ph["status"] != "ok":
             stages.append(Stage("phase1", time.perf_counter() - t0, 0, ph["status"]))
-            return finish(np.eye(K), Status.SOLVER_ERROR, f"Solver failed: {ph['status']}.", g_low, {}, None)
+            return finish(sp.identity(K, format="csr"), Status.SOLVER_ERROR, f"Solver failed: {ph['status']}.", g_low, {}, None)
         t_star = ph["t"]
         stages.append(Stage("phase1", time.perf_counter() - t0, 0, f"largest feasible floor {t_star:.4g}"))
         ladder = [g for g in _gamma_ladder(gamma, floor) if g <= t_star + 1e-9] or [g_low]
@@ -239,7 +301,7 @@ def design(
                 last_msg = f"infeasible with diagonal floor {gam:g}"
                 continue
             if out["status"] != "ok":
-                return finish(np.eye(K), Status.SOLVER_ERROR, f"Solver failed: {out['status']}.", gam,
+                return finish(sp.identity(K, format="csr"), Status.SOLVER_ERROR, f"Solver failed: {out['status']}.", gam,
                               out["reduction"], None)
             P = out["P"]
             why = f"Diagonal floor gamma = {gam:g}"
@@ -255,7 +317,7 @@ def design(
             last_msg = f"verification failed (max risk {rep.max_risk:.8g} > {alpha:g}) at margin {margin:g}"
             break
         else:
-            return finish(np.eye(K), Status.INFEASIBLE,
+            return finish(sp.identity(K, format="csr"), Status.INFEASIBLE,
                           f"No design satisfies C1 with a diagonal floor in {', '.join(f'{g:g}' for g in tried)}. "
                           f"Coarsen the identifying variables, use fewer combinations or a larger alpha.",
                           tried[-1] if tried else None, {}, None)
@@ -387,7 +449,7 @@ def _solve_at_gamma(table, groups, combos, a_solve, alpha, gam, floor, support_m
     reduction = red.as_dict()
     reduction.update(final_working_set=int(wm.size), lazy_added=int(lazy_added), support=int(sup.size),
                      support_mode=mode)
-    return {"status": "ok", "P": sup.to_matrix(x).toarray(), "reduction": reduction, "solver": solver_used}
+    return {"status": "ok", "P": sup.to_matrix(x), "reduction": reduction, "solver": solver_used}
 
 
 def _binding(rep: "_verify.C1Report", table: FrequencyTable, combos, qi, alpha: float) -> pd.DataFrame:
@@ -409,6 +471,8 @@ COVER_BUDGET = 200_000
 #: Rounds of column generation in one stage before giving up widening (the result stays
 #: verified; only optimality over the full support is then not proven).
 MAX_PRICING_ROUNDS = 60
+#: Block designs stop growing their blocks beyond this many support entries.
+BLOCK_SUPPORT_MAX = 2_000_000
 #: The refinement prices new transitions after every this many iterations.
 REFINE_CHUNK = 10
 
@@ -604,4 +668,96 @@ def _solve_highs(table, groups, combos, a_solve, alpha, gam, floor, support_mode
     reduction = red.as_dict()
     reduction.update(final_working_set=int(wm.size), lazy_added=int(lazy_added), support=int(sup.size),
                      support_mode=mode, priced_transitions=int(added_cols))
-    return {"status": "ok", "P": sup.to_matrix(x).toarray(), "reduction": reduction, "solver": solver_used}
+    return {"status": "ok", "P": sup.to_matrix(x), "reduction": reduction, "solver": solver_used}
+
+
+def floor_upper_bound(table: FrequencyTable, groups: Groups, alpha: float) -> float:
+    """An upper bound on any diagonal floor that C1 allows: alpha * n / max_π |groups of π|.
+
+    Every (π, k0) group holds a present cell m with P(m, g) >= P_mm >= t, so C1 forces
+    D_g >= t / alpha; the denominators of one π add up to n (each record's released cell
+    lies in exactly one group of π).  Hence n >= |groups of π| * t / alpha for every π.
+    When this is below 1/2 no strictly diagonally dominant design exists, which the designer
+    learns here without solving anything.
+    """
+    per_combo = np.bincount(groups.combination)
+    return float(alpha * table.n / per_combo.max())
+
+
+def _solve_blocks(table, groups, combos, a_solve, alpha, target, fixed_idx, keep_rows, invariant,
+                  refine_loss, rtol, max_iter, stages, progress):
+    """Block-diagonal retention-replacement design (see :mod:`pramopt.blocks`), verified lazily."""
+    from .blocks import LAMBDA_MIN, BlockModel, make_blocks
+
+    K = table.n_cells
+    counts = table.counts.astype(float)
+    t0 = time.perf_counter()
+    bm = BlockModel(make_blocks(table, target, fixed_idx, keep_rows), K)
+    sup = bm.support
+    # start with each rare row's own groups; rows outside their group join when violated
+    rare = np.flatnonzero(counts < 1.0 / alpha)
+    nP = groups.member.shape[1]
+    wm, wg = np.repeat(rare, nP), groups.member[rare].ravel()
+    stages.append(Stage(f"blocks({target:g})", time.perf_counter() - t0, 0,
+                        f"{bm.B} blocks, {bm.n_params} parameters, support {sup.size}"))
+    cx = np.zeros(sup.size)
+    cx[sup.diag] = -counts
+    cz = bm.T.T @ cx
+    lo = np.zeros(bm.n_params)
+    lo[: bm.B] = LAMBDA_MIN
+    kept_blocks = bm.block_of[np.asarray(keep_rows, dtype=np.int64)]
+    lo[kept_blocks] = 1.0
+    hi = np.ones(bm.n_params)
+
+    def pending(z):
+        v = _verify.violated_rows(bm.matrix(z), table.codes, counts, combos, a_solve)
+        if not v:
+            return []
+        v = np.asarray(v)
+        key = np.unique(v[:, 0] * groups.n_groups + groups.member[v[:, 2], v[:, 1]])
+        return key[~np.isin(key, wm * groups.n_groups + wg)].tolist()
+
+    t_lin = time.perf_counter()
+    rounds = 0
+    while True:
+        rounds += 1
+        lp = HighsLP(sup, counts, c1_block(sup, groups, counts, wm, wg), a_solve, invariant, param=bm.T)
+        out = lp.solve(cz, lo, hi)
+        if out.x is None:
+            stages.append(Stage(f"linear(blocks {target:g})", time.perf_counter() - t_lin, rounds, out.status))
+            return {"status": out.status, "reduction": {}}
+        z = bm.clean(out.x)
+        new = pending(z)
+        if progress is not None:
+            progress("linear", rounds, expected_changes(bm.matrix(z), counts), len(new))
+        if not new:
+            break
+        new = np.asarray(new)
+        wm = np.concatenate([wm, new // groups.n_groups])
+        wg = np.concatenate([wg, new % groups.n_groups])
+    stages.append(Stage(f"linear(blocks {target:g})", time.perf_counter() - t_lin, rounds,
+                        f"expected changes {expected_changes(bm.matrix(z), counts):.4g}"))
+    if refine_loss and max_iter > 0:
+        t_ref = time.perf_counter()
+        its = 0
+
+        def loss(zz):
+            f, g = bm.loss_and_grad(zz, counts)
+            return f, g, None
+
+        while its < max_iter:
+            z, info = refine(lp, z, counts, lo, hi, None, check=pending, rtol=rtol, max_iter=max_iter - its,
+                             progress=progress, loss=loss, clean_fn=bm.clean)
+            its += info.iterations
+            if info.stop_reason != "constraints":
+                break
+            new = np.asarray(info.added_constraints)
+            wm = np.concatenate([wm, new // groups.n_groups])
+            wg = np.concatenate([wg, new % groups.n_groups])
+            lp = HighsLP(sup, counts, c1_block(sup, groups, counts, wm, wg), a_solve, invariant, param=bm.T)
+        stages.append(Stage("refine(blocks)", time.perf_counter() - t_ref, its,
+                            f"stop: {info.stop_reason}, loss {info.loss_end:.4g}"))
+    lam = z[: bm.B]
+    reduction = {"structure": "blocks", "blocks": bm.B, "block_target_records": target,
+                 "min_lambda": float(lam.min()), "final_working_set": int(wm.size), "support": int(sup.size)}
+    return {"status": "ok", "P": bm.matrix(z), "reduction": reduction, "solver": out.solver}

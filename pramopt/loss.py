@@ -27,13 +27,53 @@ def expected_changes(P, counts) -> float:
     return float(counts @ (1.0 - diag))
 
 
+#: Above this many cells a sparse P is handled by a sparse LU instead of dense algebra.
+DENSE_MAX = 1500
+
+
+def _sparse_lu(P):
+    import scipy.sparse.linalg as spla
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return spla.splu(sp.csc_matrix(P, dtype=float))
+        except RuntimeError:  # "Factor is exactly singular"
+            return None
+
+
+def _l2_loss_splu(P, counts) -> float:
+    """The loss of a large sparse P from a sparse LU: rows of P^-1 come in pieces from
+    solves with P^T, so neither a dense inverse nor a dense K x K LU is formed."""
+    counts = np.asarray(counts, dtype=float)
+    n = counts.sum()
+    K = P.shape[0]
+    lu = _sparse_lu(P)
+    if lu is None:
+        return float("inf")
+    w = np.asarray(sp.csr_matrix(P).T @ counts).ravel()
+    r = np.empty(K)
+    step = 512
+    for s in range(0, K, step):
+        e = np.zeros((K, min(step, K - s)))
+        e[np.arange(s, s + e.shape[1]), np.arange(e.shape[1])] = 1.0
+        Y = lu.solve(e, trans="T")  # columns of Y = rows of P^-1
+        r[s:s + e.shape[1]] = np.einsum("ij,ij->j", Y, Y)
+    if not np.all(np.isfinite(r)):
+        return float("inf")
+    return float((r @ w) / n**2 - 1.0 / n)
+
+
 def l2_loss(P, counts) -> float:
     """Exact expected squared L2 error of the unbiased estimator (end of Section 3).
 
-    Returns ``inf`` for a singular (or numerically singular) matrix.
+    Returns ``inf`` for a singular (or numerically singular) matrix.  A sparse P with more
+    than ``DENSE_MAX`` cells goes through a sparse LU.
     """
     counts = np.asarray(counts, dtype=float)
     n = counts.sum()
+    if sp.issparse(P) and P.shape[0] > DENSE_MAX:
+        return _l2_loss_splu(P, counts)
     Pd = _dense(P)
     try:
         with warnings.catch_warnings():  # an exactly singular P is reported as inf, not warned
@@ -68,7 +108,22 @@ def l2_loss_and_grad(P, counts) -> tuple[float, np.ndarray]:
 
 
 def condition_number(P) -> float:
-    """2-norm condition number of P (inf when singular)."""
+    """2-norm condition number of P (inf when singular).
+
+    For a sparse P with more than ``DENSE_MAX`` cells: the 1-norm condition number estimated
+    with ``scipy.sparse.linalg.onenormest`` (Higham and Tisseur's block estimator) on P and
+    on P^-1 applied through a sparse LU.
+    """
+    if sp.issparse(P) and P.shape[0] > DENSE_MAX:
+        import scipy.sparse.linalg as spla
+
+        lu = _sparse_lu(P)
+        if lu is None:
+            return float("inf")
+        K = P.shape[0]
+        inv = spla.LinearOperator((K, K), matvec=lu.solve, rmatvec=lambda y: lu.solve(y, trans="T"),
+                                  dtype=float)
+        return float(spla.onenormest(sp.csr_matrix(P)) * spla.onenormest(inv))
     try:
         return float(np.linalg.cond(_dense(P)))
     except np.linalg.LinAlgError:

@@ -135,7 +135,8 @@ class HighsLP:
     """
 
     def __init__(self, support: Support, counts, block: C1Block, alpha_solve: float,
-                 invariant: bool = False, max_floor: bool = False, elastic: float | None = None):
+                 invariant: bool = False, max_floor: bool = False, elastic: float | None = None,
+                 param: sp.spmatrix | None = None):
         import highspy
 
         self._hs = highspy
@@ -143,7 +144,10 @@ class HighsLP:
         self.block = block
         self.invariant = invariant
         self.max_floor = max_floor
-        S, K = support.size, support.K
+        K = support.K
+        # with ``param`` the columns are parameters z and the support entries are x = T z
+        T = None if param is None else sp.csr_matrix(param)
+        S = support.size if T is None else T.shape[1]
         counts = np.asarray(counts, dtype=float)
         nG = block.groups.size if block.m.size else 0
         W = block.m.size if nG else 0
@@ -162,8 +166,11 @@ class HighsLP:
 
         def cols(nrow, *mats):
             # one row block: a matrix (or None) for each column block x, D, t, s
+            mats = mats + (None,) * (4 - len(mats))
+            if T is not None and mats[0] is not None:
+                mats = (sp.csr_matrix(mats[0]) @ T,) + mats[1:]
             parts = [sp.csr_matrix(m) if m is not None else sp.csr_matrix((nrow, w))
-                     for m, w in zip(mats + (None,) * (4 - len(mats)), widths) if w]
+                     for m, w in zip(mats, widths) if w]
             return sp.hstack(parts, format="csr")
 
         add(cols(K, row_sum_matrix(support)), np.ones(K), np.ones(K))
@@ -208,7 +215,7 @@ class HighsLP:
         self.slack = None
 
     def solve(self, c, lo, hi, solvers=None) -> LPOutcome:
-        S = self.support.size
+        S = self.layout["S"]
         scale = float(np.max(np.abs(c))) or 1.0
         self.scale = scale
         t0 = time.perf_counter()
@@ -302,7 +309,8 @@ def _sparse_loss(sup, counts):
 
 def refine(lp, x0, counts, lo_base, hi_base, solvers, *, check=None,
            rtol: float = 1e-4, max_iter: int = 100, radius: float = 0.05, window: int = 10,
-           progress=None, sparse: bool = False, history=()) -> tuple[np.ndarray, RefineInfo]:
+           progress=None, sparse: bool = False, history=(), loss=None,
+           clean_fn=None) -> tuple[np.ndarray, RefineInfo]:
     """Sequential linear programming with a trust region on the exact L2 loss.
 
     Each iteration solves ``min grad . x`` over the feasible set intersected with the box
@@ -319,7 +327,11 @@ def refine(lp, x0, counts, lo_base, hi_base, solvers, *, check=None,
     """
     sup = lp.support
     t0 = time.perf_counter()
-    loss = (_sparse_loss if sparse else _dense_loss)(sup, counts)
+    if loss is None:  # x is P on the support; a parametrised caller brings its own loss and clean
+        loss = (_sparse_loss if sparse else _dense_loss)(sup, counts)
+    if clean_fn is None:
+        def clean_fn(z):
+            return clean(sup, z)
     x = np.asarray(x0, dtype=float)
     f, g, gcols = loss(x)
     f_start = f
@@ -337,7 +349,7 @@ def refine(lp, x0, counts, lo_base, hi_base, solvers, *, check=None,
         if out.x is None:
             reason = f"subproblem {out.status}"
             break
-        xn = clean(sup, out.x)
+        xn = clean_fn(out.x)
         pred = float(g @ (x - xn))
         if not np.isfinite(f) or pred <= rtol * abs(f):
             reason = "converged"
