@@ -574,30 +574,44 @@ def _solve_highs(table, groups, combos, a_solve, alpha, gam, floor, support_mode
     t_lin = time.perf_counter()
     rounds = 0
     elastic = 1e3 if max_floor else None
+    kept = np.zeros(K, dtype=bool)
+    kept[keep_rows] = True
+
+    def lp_vectors(lp):
+        # cost and bounds in the LP's column order (priced columns are appended at the end)
+        r, c = lp.rows_lp, lp.cols_lp
+        diag = r == c
+        cost = np.where(diag, -counts[r], 0.0) if not max_floor else np.zeros(r.size)
+        lo = np.where(diag, np.where(kept[r], 1.0, floor), 0.0)
+        return cost, lo, np.ones(r.size)
+
+    lp = None
     while True:
         rounds += 1
-        blk = c1_block(sup, groups, counts, wm, wg)
-        lp = HighsLP(sup, counts, blk, a_solve, invariant, max_floor=max_floor, elastic=elastic)
-        c = lin_cost(sup)
-        lo, hi = bounds(sup)
+        if lp is None:
+            lp = HighsLP(sup, counts, c1_block(sup, groups, counts, wm, wg), a_solve, invariant,
+                         max_floor=max_floor, elastic=elastic)
+        c, lo, hi = lp_vectors(lp)
         out = lp.solve(c, lo, hi)
         if out.x is None:
             stages.append(Stage(f"linear@{gam:g}", time.perf_counter() - t_lin, rounds, out.status))
             return {"status": out.status, "reduction": red.as_dict()}
-        x = clean(sup, out.x)
+        x = clean(sup, sup.from_matrix(sp.csr_matrix((out.x, (lp.rows_lp, lp.cols_lp)), shape=(K, K))))
         new = pending(sup, x)
         if progress is not None:
             progress("phase1" if max_floor else "linear", rounds, expected_changes(sup.to_matrix(x), counts),
                      len(new))
         if new:
             add_rows(new)
+            lp = None
             continue
         if widen and rounds < MAX_PRICING_ROUNDS:
             scale = float(np.max(np.abs(c))) or 1.0
-            r, cc, best = Pricer(sup, groups, counts, blk, lp.duals(), allowed, mem).candidates(
+            r, cc, best = Pricer(sup, groups, counts, lp.block, lp.duals(), allowed, mem).candidates(
                 tol=1e-7 * scale, max_add=max(2000, 2 * K))
             if r.size:
                 sup = sup.union(r, cc)
+                lp.add_pairs(r, cc, groups)  # warm start: HiGHS continues from its basis
                 added_cols += r.size
                 continue
         break
