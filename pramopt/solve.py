@@ -210,9 +210,8 @@ class HighsLP:
         self.h.setOptionValue("output_flag", False)
         self.h.passModel(lp)
         self._idx = np.arange(S, dtype=np.int32)
-        self._counts = counts
         self._param = T
-        # LP column order of the support entries (appended to by add_pairs)
+        # the support entries in the LP's column order
         self.rows_lp = support.rows.copy()
         self.cols_lp = support.cols.copy()
         self.scale = 1.0
@@ -239,59 +238,6 @@ class HighsLP:
             return LPOutcome(None, "infeasible", "HIGHS(highspy)", time.perf_counter() - t0)
         return LPOutcome(None, f"solver_error (highspy: {self.h.modelStatusToString(st)})", None,
                          time.perf_counter() - t0)
-
-    def add_pairs(self, rows, cols, groups) -> None:
-        """Append off-diagonal support entries as new columns, keeping HiGHS's basis.
-
-        Column generation adds a few thousand transitions per round; adding them to the live
-        model lets HiGHS continue from its last basis instead of solving from scratch.  The
-        coefficients are those of :func:`pramopt.model.c1_block` for the new entries.
-        """
-        if self._param is not None:
-            raise ValueError("add_pairs needs an unparametrised HighsLP")
-        rows = np.asarray(rows, dtype=np.int64)
-        cols = np.asarray(cols, dtype=np.int64)
-        n_new = rows.size
-        blk, L, o = self.block, self.layout, self.row_offsets
-        counts = self._counts
-        ri, ci, vals = [rows + o[0]], [np.arange(n_new)], [np.ones(n_new)]
-        if L["nG"]:
-            G = groups.n_groups
-            upos = np.full(G, -1, dtype=np.int64)
-            upos[blk.groups] = np.arange(blk.groups.size)
-            nP = groups.member.shape[1]
-            sg = groups.member[cols].ravel()
-            ss = np.repeat(np.arange(n_new), nP)
-            keep = upos[sg] >= 0
-            ri.append(o[1] + upos[sg[keep]])
-            ci.append(ss[keep])
-            vals.append(counts[rows[ss[keep]]])
-            wkey = blk.m * G + blk.g
-            order = np.argsort(wkey, kind="stable")
-            skey = wkey[order]
-            q = rows[ss] * G + sg
-            pos = np.clip(np.searchsorted(skey, q), 0, max(len(skey) - 1, 0))
-            hit = skey[pos] == q
-            ri.append(o[2] + order[pos[hit]])
-            ci.append(ss[hit])
-            vals.append(np.ones(int(hit.sum())))
-        if self.invariant:
-            i = len(o) - 2
-            ri.append(o[i] + cols)
-            ci.append(np.arange(n_new))
-            vals.append(counts[rows])
-        A = sp.csc_matrix((np.concatenate(vals), (np.concatenate(ri), np.concatenate(ci))),
-                          shape=(int(o[-1]), n_new))
-        A.sort_indices()
-        S0 = L["S"]
-        self.h.addCols(n_new, np.zeros(n_new), np.zeros(n_new), np.ones(n_new), int(A.nnz),
-                       A.indptr.astype(np.int32), A.indices.astype(np.int32), A.data.astype(float))
-        # the new columns sit after the old x columns and the D/t/s columns: keep an index map
-        first = self.h.getNumCol() - n_new
-        self._idx = np.concatenate([self._idx, np.arange(first, first + n_new, dtype=np.int32)])
-        self.rows_lp = np.concatenate([self.rows_lp, rows])
-        self.cols_lp = np.concatenate([self.cols_lp, cols])
-        self.layout["S"] = S0 + n_new
 
     def duals(self) -> dict:
         """Row duals of the last optimal solve, by block (HiGHS: reduced cost = c - A^T y).
