@@ -110,13 +110,15 @@ class Pricer:
         -------
         rows, cols : ndarray
             At most ``max_add`` transitions to add.
-        best : float
-            The most negative reduced cost found (0 if none).
+        bound : float
+            The Lagrangian bound (<= 0) on what the whole K x K program can still gain: each row
+            of P sums to one, so no feasible point beats the current objective by more than
+            the sum over rows of the row's most negative reduced cost.
         """
         K = self.support.K
         in_sup = self.support.to_matrix(np.ones(self.support.size)).tocsc()
         keep_r, keep_c, keep_d = [], [], []
-        best = 0.0
+        rowmin = np.zeros(K)
         for start in range(0, K, chunk):
             cols = np.arange(start, min(K, start + chunk))
             d = self.reduced_costs(cols, None if cost_fn is None else cost_fn(cols))
@@ -131,7 +133,7 @@ class Pricer:
             if r.size == 0:
                 continue
             dv = d[r, c - start]
-            best = min(best, float(dv.min()))
+            np.minimum.at(rowmin, r, dv)
             if dv.size > max_add:
                 top = np.argpartition(dv, max_add)[:max_add]
                 r, c, dv = r[top], c[top], dv[top]
@@ -140,8 +142,9 @@ class Pricer:
             keep_d.append(dv)
         if not keep_r:
             return np.empty(0, np.int64), np.empty(0, np.int64), 0.0
+        bound = float(rowmin.sum())
         r, c, dv = np.concatenate(keep_r), np.concatenate(keep_c), np.concatenate(keep_d)
         if dv.size > max_add:
             top = np.argpartition(dv, max_add)[:max_add]
             r, c = r[top], c[top]
-        return r, c, best
+        return r, c, bound

@@ -471,6 +471,9 @@ COVER_BUDGET = 200_000
 #: Rounds of column generation in one stage before giving up widening (the result stays
 #: verified; only optimality over the full support is then not proven).
 MAX_PRICING_ROUNDS = 60
+#: Column generation stops once the Lagrangian bound puts the restricted linear stage within
+#: this relative distance of the full K x K program's optimum.
+LP_GAP_RTOL = 1e-4
 #: Pricing rounds of phase one once its restricted program is feasible (see _solve_highs).
 PHASE1_PRICING_ROUNDS = 5
 #: Block designs stop growing their blocks beyond this many support entries.
@@ -588,6 +591,8 @@ def _solve_highs(table, groups, combos, a_solve, alpha, gam, floor, support_mode
         return cost, lo, np.ones(r.size)
 
     lp = None
+    lp_gap = 0.0
+    prev_E = np.inf
     while True:
         rounds += 1
         if lp is None:
@@ -609,8 +614,20 @@ def _solve_highs(table, groups, combos, a_solve, alpha, gam, floor, support_mode
             continue
         if widen and rounds < MAX_PRICING_ROUNDS:
             scale = float(np.max(np.abs(c))) or 1.0
-            r, cc, best = Pricer(sup, groups, counts, lp.block, lp.duals(), allowed, mem).candidates(
+            r, cc, bound = Pricer(sup, groups, counts, lp.block, lp.duals(), allowed, mem).candidates(
                 tol=1e-7 * scale, max_add=max(2000, 2 * K))
+            # stop when the Lagrangian bound certifies the restricted optimum to be within
+            # LP_GAP_RTOL of the full program's (degenerate tails add columns for nothing)
+            obj = float(c @ out.x)
+            gap = -bound / max(abs(obj) if max_floor else expected_changes(sup.to_matrix(x), counts), 1e-12)
+            lp_gap = gap
+            # ... or when a round gained less than that (the bound sums a worst case over every
+            # row and can stay loose while the objective has stalled; it is reported as is)
+            E = expected_changes(sup.to_matrix(x), counts)
+            stalled = not max_floor and prev_E - E <= LP_GAP_RTOL * max(E, 1e-12)
+            prev_E = E
+            if gap <= LP_GAP_RTOL or stalled:
+                r = r[:0]
             # Phase one only has to bound the floor from below: once the restricted program is
             # feasible (no slack) after a few rounds, a floor from the ladder below its t is
             # safe, and the linear stage prices to optimality at that floor anyway.
@@ -630,7 +647,8 @@ def _solve_highs(table, groups, combos, a_solve, alpha, gam, floor, support_mode
         return {"status": "ok", "t": float(np.min(x[sup.diag])), "support": sup, "x": x}
     solver_used = out.solver
     stages.append(Stage(f"linear@{gam:g}", time.perf_counter() - t_lin, rounds,
-                        f"{solver_used}, support {sup.size} (+{added_cols} priced), expected changes "
+                        f"{solver_used}, support {sup.size} (+{added_cols} priced, gap to full <= {lp_gap:.1e}), "
+                        f"expected changes "
                         f"{expected_changes(sup.to_matrix(x), counts):.4g}"))
 
     if refine_loss and max_iter > 0:
@@ -674,7 +692,7 @@ def _solve_highs(table, groups, combos, a_solve, alpha, gam, floor, support_mode
             r = np.empty(0)
             if widen and info.duals is not None:
                 # price transitions outside the support with the exact loss's gradient
-                r, cc, best = Pricer(sup, groups, counts, lp.block, info.duals, allowed, mem).candidates(
+                r, cc, _ = Pricer(sup, groups, counts, lp.block, info.duals, allowed, mem).candidates(
                     cost_fn=info.grad_columns, tol=rtol * 1e-3 * info.grad_scale, max_add=max(2000, 2 * K))
             if r.size:
                 sup_new = sup.union(r, cc)
@@ -689,7 +707,7 @@ def _solve_highs(table, groups, combos, a_solve, alpha, gam, floor, support_mode
                             f"support {sup.size}, stop: {info.stop_reason}, loss {info.loss_end:.4g}"))
     reduction = red.as_dict()
     reduction.update(final_working_set=int(wm.size), lazy_added=int(lazy_added), support=int(sup.size),
-                     support_mode=mode, priced_transitions=int(added_cols))
+                     support_mode=mode, priced_transitions=int(added_cols), linear_gap_bound=float(lp_gap))
     return {"status": "ok", "P": sup.to_matrix(x), "reduction": reduction, "solver": solver_used}
 
 
