@@ -119,9 +119,7 @@ class _Source:
             elif suffix in _PARQUET:
                 fmt = "parquet"
             else:
-                raise InvalidParameterError(
-                    f"Cannot read {str(p)!r}: the file name must end in .csv, .parquet or .pq "
-                    "(or give format='csv' or 'parquet').")
+                raise InvalidParameterError(f"Cannot read {str(p)!r}: the file name must end in .csv, .parquet or .pq.")
         check_choice(fmt, "format", owner, ["csv", "parquet"])
         if not p.is_file():
             raise InvalidParameterError(f"Cannot read {str(p)!r}: no such file.")
@@ -347,6 +345,12 @@ def _count_file(path, qi, domains, max_categories, batch_size, fmt, owner: str) 
         raise InvalidParameterError(
             f"The 'path' parameter of {owner} must be a file with at least one record; {str(src.path)!r} has none.")
     return counter.table(domains, max_categories, owner)[0]
+
+
+def count_table(path, qi, *, owner: str = "count_file", **kw) -> FrequencyTable:
+    """:func:`count_file` with another function's name in its error messages (for the CLI)."""
+    return _count_file(path, qi, kw.get("domains"), kw.get("max_categories", MAX_CATEGORIES),
+                       kw.get("batch_size", DEFAULT_BATCH_SIZE), kw.get("format"), owner)
 
 
 def count_file(
