@@ -31,11 +31,18 @@ What is written
     quote or a line break); each identifying field is the released category written as
     ``pandas.DataFrame.to_csv`` writes it.  Parquet: the non-identifying columns are copied
     as Arrow arrays, the identifying ones keep their Arrow type, the schema (with pandas'
-    metadata) and the row groups are those of the source, so that the output does not depend
-    on the batch size.  ``pd.read_csv(dst)`` (``pd.read_parquet``) then equals
-    ``release(pd.read_csv(src), result, seed)``.  The output is written to a temporary file
-    next to ``dst`` and renamed only once every record has been released and the counts of
-    the source have been checked against the design; on any failure no ``dst`` is left.
+    metadata) and the compression codec are the source's, and the row groups have a fixed
+    size (``ROW_GROUP_SIZE`` records), so that the output does not depend on the batch size.
+    ``pd.read_csv(dst)`` (``pd.read_parquet``) then equals ``release(pd.read_csv(src), result,
+    seed)``.  The output is written to a temporary file next to ``dst`` and renamed only once
+    every record has been released and the counts of the source have been checked against
+    the design; on any failure no ``dst`` is left.
+
+Memory
+    Counting holds one batch, the distinct values and the cell counts.  A release also holds
+    one output row group (Parquet) and, for a CSV, the blocks pyarrow's reader keeps in flight
+    (a few dozen blocks of about ``batch_size`` records).  None of it depends on the number of
+    records (see ``benchmarks/results/records.md``).
 """
 from __future__ import annotations
 
@@ -60,10 +67,13 @@ from .data import (
 from .io import atomic_write
 from .release import DesignMismatchError, Sampler, UniformStream, check_releasable, seed_entropy
 
-__all__ = ["count_file", "release_file", "FileRelease", "DEFAULT_BATCH_SIZE"]
+__all__ = ["count_file", "release_file", "FileRelease", "DEFAULT_BATCH_SIZE", "ROW_GROUP_SIZE"]
 
 #: Records per batch unless told otherwise (a CSV is read in blocks of about this many records).
 DEFAULT_BATCH_SIZE = 1 << 16
+#: Records per row group of a released Parquet file (fixed, so that the file does not depend
+#: on the batch size; the memory of a Parquet release grows with it).
+ROW_GROUP_SIZE = 1 << 17
 
 _PARQUET = (".parquet", ".pq")
 _MiB = 1 << 20
@@ -126,12 +136,14 @@ class _Source:
         self.path, self.format, self.owner = p, fmt, owner
         try:
             if fmt == "parquet":
-                self._pf = pq.ParquetFile(p)
+                # pre_buffer=False: the pre-buffered ranges would stay cached until the file is closed,
+                # so memory would grow with the file
+                self._pf = pq.ParquetFile(p, pre_buffer=False)
                 self.schema = self._pf.schema_arrow
                 md = self._pf.metadata
-                self.row_groups = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
-                self.compression = (md.row_group(0).column(0).compression.lower()
-                                    if md.num_row_groups and md.num_columns else "snappy")
+                codec = (md.row_group(0).column(0).compression.lower()
+                         if md.num_row_groups and md.num_columns else "snappy")
+                self.compression = "none" if codec == "uncompressed" else codec
             else:
                 with pacsv.open_csv(p, read_options=pacsv.ReadOptions(block_size=_MiB),
                                     parse_options=self._parse_options()) as r:
@@ -520,31 +532,36 @@ class _CsvSink:
 
 
 class _ParquetSink:
-    """Writes row groups of exactly the source's sizes, whatever the batches it is given."""
+    """Writes row groups of exactly ``ROW_GROUP_SIZE`` records, whatever the batches it is given.
 
-    def __init__(self, fh, schema: pa.Schema, row_groups: list[int], compression: str):
+    The row groups (and so the file's bytes) do not depend on the batch size; each one is made
+    contiguous before it is written, so that the writer sees the same arrays however the
+    records arrived.
+    """
+
+    def __init__(self, fh, schema: pa.Schema, compression: str, size: int):
         self.writer = pq.ParquetWriter(fh, schema, compression=compression)
         self.schema = schema
-        self.sizes = list(row_groups)
-        self.k = 0
+        self.size = size
         self.buf: list[pa.RecordBatch] = []
         self.rows = 0
+
+    def _flush(self, size: int) -> None:
+        t = pa.Table.from_batches(self.buf, schema=self.schema)
+        self.writer.write_table(t.slice(0, size).combine_chunks(), row_group_size=max(size, 1))
+        rest = t.slice(size)
+        self.buf = rest.to_batches() if rest.num_rows else []
+        self.rows -= size
 
     def write(self, batch: pa.RecordBatch) -> None:
         self.buf.append(batch)
         self.rows += batch.num_rows
-        while self.k < len(self.sizes) and self.rows >= self.sizes[self.k]:
-            size = self.sizes[self.k]
-            t = pa.Table.from_batches(self.buf, schema=self.schema).combine_chunks()
-            self.writer.write_table(t.slice(0, size), row_group_size=max(size, 1))
-            rest = t.slice(size)
-            self.buf = rest.to_batches() if rest.num_rows else []
-            self.rows -= size
-            self.k += 1
+        while self.rows >= self.size:
+            self._flush(self.size)
 
     def close(self) -> None:
-        if self.rows:  # only if the file grew since its metadata was read
-            self.writer.write_table(pa.Table.from_batches(self.buf, schema=self.schema).combine_chunks())
+        if self.rows:
+            self._flush(self.rows)
         self.writer.close()
 
 
@@ -678,7 +695,7 @@ def release_file(
     offset = changed = batches = 0
     with atomic_write(out) as fh:
         sink = (_CsvSink(fh, source.names) if source.format == "csv"
-                else _ParquetSink(fh, source.schema, source.row_groups, source.compression))
+                else _ParquetSink(fh, source.schema, source.compression, ROW_GROUP_SIZE))
         for batch in source.batches(None, batch_size):
             m = batch.num_rows
             ids = counter.add(batch)
