@@ -234,7 +234,9 @@ def cmd_design(args) -> int:
     elif args.data is not None:
         if args.qi is None:
             raise InvalidParameterError("--data needs --qi (the identifying variables).")
-        df, qi, kw, name = pio.read_table(args.data), args.qi, {}, Path(args.data).stem
+        # the design only needs the frequency table: count the file in record batches
+        from .stream import count_table
+        df, qi, kw, name = count_table(args.data, args.qi, owner="design"), args.qi, {}, Path(args.data).stem
     else:
         if args.qi is not None:
             raise InvalidParameterError("--qi needs --data (or a spec).")
@@ -365,6 +367,14 @@ def cmd_release(args) -> int:
 
     res = load_checked_design(args.design)
     pio._check_out(args.out)
+    if _same_format(args.data, args.out):
+        # stream the file in record batches: checked against the design in the same pass
+        from .stream import release_file
+        rel = release_file(args.data, args.out, res, seed=args.seed)
+        _say(args, f"released {rel.n} records to {args.out}: {rel.changed} changed "
+                   f"(expected {res.expected_changes:.4g}).")
+        return 0
+    # CSV to Parquet or back: in memory, with pandas' types
     df = pio.read_table(args.data)
     table = pio.table_for_design(df, res)
     if table.checksum() != res.table.checksum():
@@ -378,6 +388,13 @@ def cmd_release(args) -> int:
     _say(args, f"released {len(out)} records to {args.out}: {changed} changed "
                f"(expected {res.expected_changes:.4g}).")
     return 0
+
+
+def _same_format(src, dst) -> bool:
+    """True when both files are CSV or both Parquet (by extension)."""
+    kind = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+    a, b = kind.get(Path(src).suffix.lower()), kind.get(Path(dst).suffix.lower())
+    return a is not None and a == b
 
 
 def cmd_estimate(args) -> int:

@@ -77,12 +77,8 @@ def _isna(x) -> bool:
         return False
 
 
-def check_qi(df: pd.DataFrame, qi, owner: str) -> tuple[str, ...]:
-    """Validate the list of identifying variables against the frame's columns."""
-    if not isinstance(df, pd.DataFrame):
-        raise InvalidParameterError(
-            f"The 'data' parameter of {owner} must be a pandas DataFrame; got {type(df).__name__}."
-        )
+def check_qi_names(columns, qi, owner: str) -> tuple[str, ...]:
+    """Validate the list of identifying variables against a list of column names."""
     if isinstance(qi, str):
         qi = [qi]
     try:
@@ -100,15 +96,37 @@ def check_qi(df: pd.DataFrame, qi, owner: str) -> tuple[str, ...]:
         raise InvalidParameterError(
             f"The 'qi' parameter of {owner} must name each column once; {dup!r} repeated."
         )
-    missing = [q for q in qi if q not in df.columns]
+    columns = list(columns)
+    missing = [q for q in qi if q not in columns]
     if missing:
         raise InvalidParameterError(
             f"The 'qi' parameter of {owner} must name columns of the data; {missing!r} not among "
-            f"{list(df.columns)!r}."
+            f"{columns!r}."
         )
+    return qi
+
+
+def check_qi(df: pd.DataFrame, qi, owner: str) -> tuple[str, ...]:
+    """Validate the list of identifying variables against the frame's columns."""
+    if not isinstance(df, pd.DataFrame):
+        raise InvalidParameterError(
+            f"The 'data' parameter of {owner} must be a pandas DataFrame; got {type(df).__name__}."
+        )
+    qi = check_qi_names(df.columns, qi, owner)
     if len(df) == 0:
         raise InvalidParameterError(f"The 'data' parameter of {owner} must have at least one row; got an empty frame.")
     return qi
+
+
+def check_domains(domains, qi, owner: str) -> dict:
+    """Validate ``domains`` (a mapping from identifying variables to their categories)."""
+    domains = dict(domains or {})
+    unknown = [k for k in domains if k not in qi]
+    if unknown:
+        raise InvalidParameterError(
+            f"The 'domains' parameter of {owner} must only name identifying variables {list(qi)!r}; got {unknown!r}."
+        )
+    return domains
 
 
 def encode_column(
@@ -161,12 +179,7 @@ def record_codes(
     """Per-record code matrix (n, d) and the categories of each identifying variable."""
     qi = check_qi(df, qi, owner)
     max_categories = check_int(max_categories, "max_categories", owner, low=1)
-    domains = dict(domains or {})
-    unknown = [k for k in domains if k not in qi]
-    if unknown:
-        raise InvalidParameterError(
-            f"The 'domains' parameter of {owner} must only name identifying variables {list(qi)!r}; got {unknown!r}."
-        )
+    domains = check_domains(domains, qi, owner)
     cols, cats = [], []
     for q in qi:
         c, k = encode_column(df[q], q, domains.get(q), max_categories, owner)
@@ -200,23 +213,125 @@ def frequency_table(
     FrequencyTable
     """
     codes, cats = record_codes(df, qi, domains, max_categories, owner)
-    cells, counts = np.unique(codes, axis=0, return_counts=True)
-    return FrequencyTable(qi=tuple(check_qi(df, qi, owner)), categories=cats,
-                          codes=cells.astype(np.int64), counts=counts.astype(np.int64))
+    cells, counts = count_rows(codes, [len(c) for c in cats])
+    return FrequencyTable(qi=tuple(check_qi(df, qi, owner)), categories=cats, codes=cells, counts=counts)
+
+
+def _radix_fits(radix) -> bool:
+    """True when mixed-radix keys over ``radix`` fit in int64 (with room to spare)."""
+    return float(np.prod(np.asarray(radix, dtype=float))) < 2.0**62
+
+
+def count_rows(codes: np.ndarray, radix, weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct rows of an integer code matrix, sorted lexicographically, and their counts.
+
+    Each row ``(c_1, ..., c_d)`` with ``0 <= c_j < radix[j]`` becomes one int64 key
+    ``sum_j c_j * prod_{i>j} radix[i]`` (mixed radix, first column most significant), so that
+    sorting keys sorts rows lexicographically, as ``np.unique(codes, axis=0)`` does.  Keys are
+    counted with ``np.bincount`` when the key space is small (at most 4 keys per row, or 2**16),
+    else with a 1-d ``np.unique``.  When the key space would overflow int64 the rows are
+    matched whole (``np.unique(axis=0)``), which is slower but exact.
+
+    Parameters
+    ----------
+    codes : ndarray of shape (n, d)
+        Non-negative integer codes.
+    radix : sequence of int
+        Number of possible codes of each column.
+    weights : ndarray of shape (n,), optional
+        Integer weight of each row (its count); every row counts once by default.
+
+    Returns
+    -------
+    cells : ndarray of shape (K, d), int64
+    counts : ndarray of shape (K,), int64
+    """
+    codes = np.asarray(codes, dtype=np.int64)
+    n, d = codes.shape
+    if weights is not None:
+        weights = np.asarray(weights, dtype=np.int64)
+    if n == 0:
+        return np.empty((0, d), dtype=np.int64), np.empty(0, dtype=np.int64)
+    if not _radix_fits(radix):
+        cells, inv = np.unique(codes, axis=0, return_inverse=True)
+        inv = inv.ravel()
+        counts = np.bincount(inv, minlength=len(cells)) if weights is None else _weighted(inv, weights, len(cells))
+        return cells.astype(np.int64), counts.astype(np.int64)
+    radix = np.asarray(radix, dtype=np.int64)
+    key = _keys(codes, radix)
+    space = int(np.prod(radix))
+    if space <= max(4 * n, 1 << 16):
+        full = np.bincount(key, minlength=space) if weights is None else _weighted(key, weights, space)
+        ukeys = np.flatnonzero(full)
+        counts = full[ukeys]
+    elif weights is None:
+        ukeys, counts = np.unique(key, return_counts=True)
+    else:
+        ukeys, inv = np.unique(key, return_inverse=True)
+        counts = _weighted(inv, weights, len(ukeys))
+    cells = np.empty((len(ukeys), d), dtype=np.int64)
+    rest = ukeys.astype(np.int64)
+    for j in range(d - 1, -1, -1):
+        rest, cells[:, j] = np.divmod(rest, radix[j])
+    return cells, np.asarray(counts, dtype=np.int64)
+
+
+def _weighted(index: np.ndarray, weights: np.ndarray, size: int) -> np.ndarray:
+    """Integer sums of ``weights`` by ``index`` (exact, unlike a float ``bincount``)."""
+    out = np.zeros(size, dtype=np.int64)
+    np.add.at(out, index, weights)
+    return out
+
+
+class CellLookup:
+    """Index of rows of codes among a table's cells (-1 where a row is not a cell), built once.
+
+    Rows become mixed-radix int64 keys; a key is looked up in a table of the whole key space
+    when that is small (``lut_max`` keys at most), else by binary search in the sorted keys of
+    the cells.  When keys would overflow int64, whole rows are matched (pandas MultiIndex).
+    """
+
+    def __init__(self, table: FrequencyTable, lut_max: int = 1 << 22):
+        radix = [len(c) for c in table.categories]
+        self.K = table.n_cells
+        self.fits = _radix_fits(radix)
+        self.lut = None
+        if not self.fits:
+            self.multi = pd.MultiIndex.from_arrays(table.codes.T)
+            return
+        self.radix = np.asarray(radix, dtype=np.int64)
+        self.keys = _keys(table.codes, self.radix)  # cells are sorted, so keys increase
+        space = int(np.prod(self.radix))
+        if space <= lut_max:
+            self.lut = np.full(space, -1, dtype=np.int64)
+            self.lut[self.keys] = np.arange(self.K)
+
+    def __call__(self, codes: np.ndarray) -> np.ndarray:
+        codes = np.asarray(codes, dtype=np.int64)
+        if codes.shape[0] == 0:
+            return np.empty(0, dtype=np.int64)
+        if not self.fits:
+            return np.asarray(self.multi.get_indexer(pd.MultiIndex.from_arrays(codes.T)), dtype=np.int64)
+        inside = ((codes >= 0) & (codes < self.radix)).all(axis=1)
+        q = _keys(np.where(inside[:, None], codes, 0), self.radix)
+        if self.lut is not None:
+            out = self.lut[q]
+        else:
+            pos = np.clip(np.searchsorted(self.keys, q), 0, max(self.K - 1, 0))
+            out = np.where(self.keys[pos] == q, pos, -1) if self.K else np.full(len(q), -1)
+        return np.where(inside, out, -1)
+
+
+def _keys(codes: np.ndarray, radix: np.ndarray) -> np.ndarray:
+    """Mixed-radix int64 key of each row (first column most significant)."""
+    key = codes[:, 0].astype(np.int64, copy=True)
+    for j in range(1, codes.shape[1]):
+        key *= radix[j]
+        key += codes[:, j]
+    return key
 
 
 def cell_index(table: FrequencyTable, codes: np.ndarray) -> np.ndarray:
     """Index of each row of ``codes`` among the table's cells, -1 where it is not a cell."""
     codes = np.asarray(codes, dtype=np.int64)
-    radix = [len(c) for c in table.categories]
-    if float(np.prod(np.array(radix, dtype=float))) >= 2.0**62:
-        # mixed-radix keys would overflow int64: match whole rows instead
-        lookup = pd.MultiIndex.from_arrays(table.codes.T)
-        return np.asarray(lookup.get_indexer(pd.MultiIndex.from_arrays(codes.T)), dtype=np.int64)
-    radix = np.array(radix, dtype=np.int64)
-    mult = np.concatenate([np.cumprod(radix[::-1])[::-1][1:], [1]]).astype(np.int64)
-    keys = table.codes @ mult  # cells are lexicographically sorted, so keys are increasing
-    q = codes @ mult
-    pos = np.searchsorted(keys, q)
-    pos = np.clip(pos, 0, len(keys) - 1)
-    return np.where(keys[pos] == q, pos, -1)
+    return CellLookup(table, lut_max=min(1 << 22, 4 * len(codes)))(codes)

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the benchmarks p
 
 pytest.importorskip("matplotlib")
 
-from benchmarks import figures, optimal_vs_closed, scaling, solvers  # noqa: E402
+from benchmarks import figures, optimal_vs_closed, scaling, solvers  # noqa: E402,F401
 from benchmarks._common import read_table, records_data, zipf_cells  # noqa: E402
 
 
@@ -54,3 +54,14 @@ def test_figures_quick(tmp_path):
     paths = figures.run(tmp_path, quick=True, log=lambda m: None)
     assert all(p.stat().st_size > 1000 for p in paths)
     assert (tmp_path / "figure1_change_vs_frequency.png").exists()
+
+
+def test_records_quick(tmp_path):
+    from benchmarks import records
+
+    res = records.run(tmp_path, quick=True, batch_sizes=(), formats=("parquet",), log=lambda m: None)
+    row = res["records"].iloc[0]
+    assert row.n == 20_000 and row.success and row.count_s > 0 and row.release_s > 0
+    assert res["pipeline"].count_release_s.notna().all()
+    assert res["inmemory"].same_checksum.all()
+    assert (tmp_path / "records.md").exists() and res["figure"].stat().st_size > 1000
