@@ -2,9 +2,11 @@
 from ._validation import InvalidParameterError, PramoptError
 from .combinations import resolve_combinations
 from .data import FrequencyTable, frequency_table
-from .loss import condition_number, expected_changes, l2_loss, l2_loss_and_grad
+from .loss import SparseL2, condition_number, expected_changes, l2_loss, l2_loss_and_grad, l2_loss_sparse
 from .verify import C1Report, c1_risk
-from .design import design
+from .design import design, floor_upper_bound
+from .stream import count_file, release_file
+from .distributed import count_dask, release_dask
 from .example import example_data
 from .release import DesignMismatchError, estimate, release
 from .result import DesignResult, Stage, Status
@@ -33,6 +35,13 @@ __all__ = [
     "resolve_combinations",
     "l2_loss",
     "l2_loss_and_grad",
+    "l2_loss_sparse",
+    "SparseL2",
+    "floor_upper_bound",
+    "count_file",
+    "release_file",
+    "count_dask",
+    "release_dask",
     "expected_changes",
     "condition_number",
     "C1Report",
