@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ._common import RESULTS
 
-STUDIES = ("optimal_vs_closed", "solvers", "scaling", "records", "figures")
+STUDIES = ("optimal_vs_closed", "solvers", "scaling", "records", "figures", "cells")
 
 
 def main(argv=None) -> int:
