@@ -5,7 +5,7 @@ from .data import FrequencyTable, frequency_table
 from .loss import SparseL2, condition_number, expected_changes, l2_loss, l2_loss_and_grad, l2_loss_sparse
 from .verify import C1Report, c1_risk
 from .design import design, floor_upper_bound
-from .stream import count_file, release_file
+from .stream import FileRelease, count_file, release_file
 from .distributed import count_dask, release_dask
 from .example import example_data
 from .release import DesignMismatchError, estimate, release
@@ -40,6 +40,7 @@ __all__ = [
     "floor_upper_bound",
     "count_file",
     "release_file",
+    "FileRelease",
     "count_dask",
     "release_dask",
     "expected_changes",
