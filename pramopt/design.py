@@ -13,7 +13,7 @@ from ._validation import InvalidParameterError, check_choice, check_int, check_r
 from .combinations import resolve_combinations
 from .data import MAX_CATEGORIES, FrequencyTable, cell_index, frequency_table
 from .loss import DENSE_MAX, condition_number, expected_changes, l2_loss
-from .model import Groups, Support, build_groups, c1_block
+from .model import C1Block, Groups, Support, build_groups, c1_block
 from .reduce import reduce_constraints
 from .result import DesignResult, Stage, Status
 from .solve import DesignLP, HighsLP, clean, refine, solver_chain
@@ -54,14 +54,10 @@ def _support(table: FrequencyTable, groups: Groups, alpha: float, gamma: float, 
 def _rows_into(table: FrequencyTable, cols, fixed_idx, keep_rows) -> Support:
     """Every row except the kept ones may move into ``cols`` (within the strata of ``fixed``)."""
     K = table.n_cells
-    rows = np.setdiff1d(np.arange(K), keep_rows)
-    rr, cc = np.meshgrid(rows, cols, indexing="ij")
+    rr, cc = np.meshgrid(np.arange(K), cols, indexing="ij")
     rr, cc = rr.ravel(), cc.ravel()
-    if fixed_idx:
-        # PRAM within strata: never change the fixed variables
-        same = np.all(table.codes[rr][:, fixed_idx] == table.codes[cc][:, fixed_idx], axis=1)
-        rr, cc = rr[same], cc[same]
-    return Support.from_pairs(rr, cc, K)
+    ok = _allowed_fn(table, fixed_idx, keep_rows)(rr, cc)
+    return Support.from_pairs(rr[ok], cc[ok], K)
 
 
 def design(
@@ -228,23 +224,22 @@ def design(
         # larger blocks let lambda approach alpha (smaller loss) but mix more distant cells:
         # double the block size while the loss still drops by 5% and the support stays small
         target = float(np.ceil(4.0 / alpha))
+        prev = np.inf
         while target <= max(4.0 / alpha, table.n):
+            out = _solve_blocks(table, groups, combos, a_solve, alpha, target, fixed_idx, keep_rows,
+                                invariant, refine_loss, rtol, max_iter, stages, progress)
+            target *= 2
+            if out["status"] == "ok":
+                P = out["P"]
+                rep = verify(P)
+                if rep.max_risk <= alpha:
+                    f = l2_loss(P, counts)
+                    if best is None or f < best[0]:
+                        best = (f, P, rep, out)
             if best is not None and (best[3]["reduction"]["support"] > BLOCK_SUPPORT_MAX
                                      or best[0] > 0.95 * prev):
                 break
             prev = best[0] if best is not None else np.inf
-            out = _solve_blocks(table, groups, combos, a_solve, alpha, float(target), fixed_idx, keep_rows,
-                                invariant, refine_loss, rtol, max_iter, stages, progress)
-            if out["status"] != "ok":
-                target *= 2
-                continue
-            P = out["P"]
-            rep = verify(P)
-            if rep.max_risk <= alpha:
-                f = l2_loss(P, counts)
-                if best is None or f < best[0]:
-                    best = (f, P, rep, out)
-            target *= 2
         if best is None:
             return finish(sp.identity(K, format="csr"), Status.INFEASIBLE, reason + " No block design satisfied C1 either.",
                           None, {}, None)
@@ -343,6 +338,39 @@ def _keep_rows(table: FrequencyTable, keep_cells, owner: str) -> np.ndarray:
     return np.unique(idx)
 
 
+class _WorkingSet:
+    """The C1 rows (m, g) imposed on the solver, grown lazily from the full check.
+
+    ``missing(P)`` runs the independent full C1 check at the solve level and returns the
+    violated rows (as keys m * G + g) that are not imposed yet; ``add`` imposes them.
+    """
+
+    def __init__(self, m, g, table, groups, combos, a_solve):
+        self.m, self.g = np.asarray(m, dtype=np.int64), np.asarray(g, dtype=np.int64)
+        self.table, self.groups, self.combos, self.a_solve = table, groups, combos, a_solve
+        self.counts = table.counts.astype(float)
+        self.added = 0
+
+    def missing(self, P) -> list:
+        v = _verify.violated_rows(P, self.table.codes, self.counts, self.combos, self.a_solve)
+        if not v:
+            return []
+        v = np.asarray(v)
+        G = self.groups.n_groups
+        key = np.unique(v[:, 0] * G + self.groups.member[v[:, 2], v[:, 1]])
+        return key[~np.isin(key, self.m * G + self.g)].tolist()
+
+    def add(self, keys) -> None:
+        keys = np.asarray(keys, dtype=np.int64)
+        G = self.groups.n_groups
+        self.m = np.concatenate([self.m, keys // G])
+        self.g = np.concatenate([self.g, keys % G])
+        self.added += keys.size
+
+    def block(self, sup, counts) -> C1Block:
+        return c1_block(sup, self.groups, counts, self.m, self.g)
+
+
 def _solve_at_gamma(table, groups, combos, a_solve, alpha, gam, floor, support_mode, fixed_idx,
                     keep_rows, invariant, solvers, refine_loss, rtol, max_iter, stages, progress,
                     max_floor=False):
@@ -356,8 +384,7 @@ def _solve_at_gamma(table, groups, combos, a_solve, alpha, gam, floor, support_m
     if not max_floor:
         stages.append(Stage(f"reduce@{gam:g}", time.perf_counter() - t0, 0,
                             f"{red.m.size} rows, support {sup.size} ({mode})"))
-    wm, wg = red.m, red.g
-    lazy_added = 0
+    ws = _WorkingSet(red.m, red.g, table, groups, combos, a_solve)
 
     def bounds(sup):
         lo = np.zeros(sup.size)
@@ -367,21 +394,16 @@ def _solve_at_gamma(table, groups, combos, a_solve, alpha, gam, floor, support_m
 
     def pending(x):
         """Rows of the full C1 violated at the solve level and missing from the working set."""
-        v = _verify.violated_rows(sup.to_matrix(x), table.codes, counts, combos, a_solve)
-        if not v:
-            return []
-        v = np.asarray(v)
-        key = np.unique(v[:, 0] * groups.n_groups + groups.member[v[:, 2], v[:, 1]])
-        return key[~np.isin(key, wm * groups.n_groups + wg)].tolist()
+        return ws.missing(sup.to_matrix(x))
 
     def build(sup):
-        return DesignLP(sup, counts, c1_block(sup, groups, counts, wm, wg), a_solve, invariant,
+        return DesignLP(sup, counts, ws.block(sup, counts), a_solve, invariant,
                         max_floor=max_floor)
 
     def build_refine(sup):
         # the refinement re-solves one LP with new costs and bounds: a warm-started HiGHS
         # model when HiGHS is in the chain, else the cvxpy program
-        blk = c1_block(sup, groups, counts, wm, wg)
+        blk = ws.block(sup, counts)
         if "HIGHS" in solvers:
             return HighsLP(sup, counts, blk, a_solve, invariant)
         return DesignLP(sup, counts, blk, a_solve, invariant)
@@ -408,10 +430,7 @@ def _solve_at_gamma(table, groups, combos, a_solve, alpha, gam, floor, support_m
                      l2_loss(sup.to_matrix(x).toarray(), counts), len(new))
         if not new:
             break
-        new = np.asarray(new)
-        wm = np.concatenate([wm, new // groups.n_groups])
-        wg = np.concatenate([wg, new % groups.n_groups])
-        lazy_added += new.size
+        ws.add(new)
     if max_floor:
         return {"status": "ok", "t": float(np.min(x[sup.diag]))}
     solver_used = out.solver
@@ -439,15 +458,12 @@ def _solve_at_gamma(table, groups, combos, a_solve, alpha, gam, floor, support_m
             its += info.iterations
             if info.stop_reason != "constraints" or its >= max_iter:
                 break
-            new = np.asarray(info.added_constraints)
-            wm = np.concatenate([wm, new // groups.n_groups])
-            wg = np.concatenate([wg, new % groups.n_groups])
-            lazy_added += new.size
+            ws.add(info.added_constraints)
             lp = build_refine(sup)
         stages.append(Stage("refine", time.perf_counter() - t_ref, its,
                             f"support {sup.size}, stop: {info.stop_reason}, loss {info.loss_end:.4g}"))
     reduction = red.as_dict()
-    reduction.update(final_working_set=int(wm.size), lazy_added=int(lazy_added), support=int(sup.size),
+    reduction.update(final_working_set=int(ws.m.size), lazy_added=int(ws.added), support=int(sup.size),
                      support_mode=mode)
     return {"status": "ok", "P": sup.to_matrix(x), "reduction": reduction, "solver": solver_used}
 
@@ -542,10 +558,9 @@ def _solve_highs(table, groups, combos, a_solve, alpha, gam, floor, support_mode
     if not max_floor:
         stages.append(Stage(f"reduce@{gam:g}", time.perf_counter() - t0, 0,
                             f"{red.m.size} rows, support {sup.size} ({mode})"))
-    wm, wg = red.m, red.g
+    ws = _WorkingSet(red.m, red.g, table, groups, combos, a_solve)
     allowed = _allowed_fn(table, fixed_idx, keep_rows)
     mem = membership(groups)
-    lazy_added = 0
     added_cols = 0
 
     def bounds(sup):
@@ -555,19 +570,7 @@ def _solve_highs(table, groups, combos, a_solve, alpha, gam, floor, support_mode
         return lo, np.ones(sup.size)
 
     def pending(sup, x):
-        v = _verify.violated_rows(sup.to_matrix(x), table.codes, counts, combos, a_solve)
-        if not v:
-            return []
-        v = np.asarray(v)
-        key = np.unique(v[:, 0] * groups.n_groups + groups.member[v[:, 2], v[:, 1]])
-        return key[~np.isin(key, wm * groups.n_groups + wg)].tolist()
-
-    def add_rows(new):
-        nonlocal wm, wg, lazy_added
-        new = np.asarray(new)
-        wm = np.concatenate([wm, new // groups.n_groups])
-        wg = np.concatenate([wg, new % groups.n_groups])
-        lazy_added += new.size
+        return ws.missing(sup.to_matrix(x))
 
     def lin_cost(sup):
         c = np.zeros(sup.size)
@@ -596,7 +599,7 @@ def _solve_highs(table, groups, combos, a_solve, alpha, gam, floor, support_mode
     while True:
         rounds += 1
         if lp is None:
-            lp = HighsLP(sup, counts, c1_block(sup, groups, counts, wm, wg), a_solve, invariant,
+            lp = HighsLP(sup, counts, ws.block(sup, counts), a_solve, invariant,
                          max_floor=max_floor, elastic=elastic)
         c, lo, hi = lp_vectors(lp)
         out = lp.solve(c, lo, hi)
@@ -609,7 +612,7 @@ def _solve_highs(table, groups, combos, a_solve, alpha, gam, floor, support_mode
             progress("phase1" if max_floor else "linear", rounds, expected_changes(sup.to_matrix(x), counts),
                      len(new))
         if new:
-            add_rows(new)
+            ws.add(new)
             lp = None
             continue
         if widen and rounds < MAX_PRICING_ROUNDS:
@@ -674,8 +677,7 @@ def _solve_highs(table, groups, combos, a_solve, alpha, gam, floor, support_mode
         radius, hist = 0.05, ()
         while its < max_iter:
             if lp is None:
-                blk = c1_block(sup, groups, counts, wm, wg)
-                lp = HighsLP(sup, counts, blk, a_solve, invariant)
+                lp = HighsLP(sup, counts, ws.block(sup, counts), a_solve, invariant)
             lo, hi = bounds(sup)
             # in chunks, so that pricing can widen the support while the refinement runs
             x, info = refine(lp, x, counts, lo, hi, solvers, check=lambda z: pending(sup, z), rtol=rtol,
@@ -684,7 +686,7 @@ def _solve_highs(table, groups, combos, a_solve, alpha, gam, floor, support_mode
             its += info.iterations
             radius, hist = info.radius, info.history
             if info.stop_reason == "constraints":
-                add_rows(info.added_constraints)
+                ws.add(info.added_constraints)
                 lp = None
                 continue
             if info.stop_reason.startswith("subproblem"):
@@ -706,7 +708,7 @@ def _solve_highs(table, groups, combos, a_solve, alpha, gam, floor, support_mode
         stages.append(Stage("refine", time.perf_counter() - t_ref, its,
                             f"support {sup.size}, stop: {info.stop_reason}, loss {info.loss_end:.4g}"))
     reduction = red.as_dict()
-    reduction.update(final_working_set=int(wm.size), lazy_added=int(lazy_added), support=int(sup.size),
+    reduction.update(final_working_set=int(ws.m.size), lazy_added=int(ws.added), support=int(sup.size),
                      support_mode=mode, priced_transitions=int(added_cols), linear_gap_bound=float(lp_gap))
     return {"status": "ok", "P": sup.to_matrix(x), "reduction": reduction, "solver": solver_used}
 
@@ -737,7 +739,7 @@ def _solve_blocks(table, groups, combos, a_solve, alpha, target, fixed_idx, keep
     # start with each rare row's own groups; rows outside their group join when violated
     rare = np.flatnonzero(counts < 1.0 / alpha)
     nP = groups.member.shape[1]
-    wm, wg = np.repeat(rare, nP), groups.member[rare].ravel()
+    ws = _WorkingSet(np.repeat(rare, nP), groups.member[rare].ravel(), table, groups, combos, a_solve)
     stages.append(Stage(f"blocks({target:g})", time.perf_counter() - t0, 0,
                         f"{bm.B} blocks, {bm.n_params} parameters, support {sup.size}"))
     cx = np.zeros(sup.size)
@@ -750,18 +752,13 @@ def _solve_blocks(table, groups, combos, a_solve, alpha, target, fixed_idx, keep
     hi = np.ones(bm.n_params)
 
     def pending(z):
-        v = _verify.violated_rows(bm.matrix(z), table.codes, counts, combos, a_solve)
-        if not v:
-            return []
-        v = np.asarray(v)
-        key = np.unique(v[:, 0] * groups.n_groups + groups.member[v[:, 2], v[:, 1]])
-        return key[~np.isin(key, wm * groups.n_groups + wg)].tolist()
+        return ws.missing(bm.matrix(z))
 
     t_lin = time.perf_counter()
     rounds = 0
     while True:
         rounds += 1
-        lp = HighsLP(sup, counts, c1_block(sup, groups, counts, wm, wg), a_solve, invariant, param=bm.T)
+        lp = HighsLP(sup, counts, ws.block(sup, counts), a_solve, invariant, param=bm.T)
         out = lp.solve(cz, lo, hi)
         if out.x is None:
             stages.append(Stage(f"linear(blocks {target:g})", time.perf_counter() - t_lin, rounds, out.status))
@@ -772,9 +769,7 @@ def _solve_blocks(table, groups, combos, a_solve, alpha, target, fixed_idx, keep
             progress("linear", rounds, expected_changes(bm.matrix(z), counts), len(new))
         if not new:
             break
-        new = np.asarray(new)
-        wm = np.concatenate([wm, new // groups.n_groups])
-        wg = np.concatenate([wg, new % groups.n_groups])
+        ws.add(new)
     stages.append(Stage(f"linear(blocks {target:g})", time.perf_counter() - t_lin, rounds,
                         f"expected changes {expected_changes(bm.matrix(z), counts):.4g}"))
     if refine_loss and max_iter > 0:
@@ -791,13 +786,11 @@ def _solve_blocks(table, groups, combos, a_solve, alpha, target, fixed_idx, keep
             its += info.iterations
             if info.stop_reason != "constraints":
                 break
-            new = np.asarray(info.added_constraints)
-            wm = np.concatenate([wm, new // groups.n_groups])
-            wg = np.concatenate([wg, new % groups.n_groups])
-            lp = HighsLP(sup, counts, c1_block(sup, groups, counts, wm, wg), a_solve, invariant, param=bm.T)
+            ws.add(info.added_constraints)
+            lp = HighsLP(sup, counts, ws.block(sup, counts), a_solve, invariant, param=bm.T)
         stages.append(Stage("refine(blocks)", time.perf_counter() - t_ref, its,
                             f"stop: {info.stop_reason}, loss {info.loss_end:.4g}"))
     lam = z[: bm.B]
     reduction = {"structure": "blocks", "blocks": bm.B, "block_target_records": target,
-                 "min_lambda": float(lam.min()), "final_working_set": int(wm.size), "support": int(sup.size)}
+                 "min_lambda": float(lam.min()), "final_working_set": int(ws.m.size), "support": int(sup.size)}
     return {"status": "ok", "P": bm.matrix(z), "reduction": reduction, "solver": out.solver}

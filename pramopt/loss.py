@@ -407,7 +407,7 @@ class SparseL2:
             raise ValueError("cols must be one-dimensional")
         if cols.size and (cols.min() < 0 or cols.max() >= self.K):
             raise IndexError("column index out of range")
-        K, a, r = self.K, self._act.size, self.receivers.size
+        K = self.K
         Dn, w = self._Dn, self._w
         Qc = self._QRx[self._idx[cols]]  # len(cols) x r
         T = np.zeros((K, cols.size))
