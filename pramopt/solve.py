@@ -239,6 +239,10 @@ class HighsLP:
         return LPOutcome(None, f"solver_error (highspy: {self.h.modelStatusToString(st)})", None,
                          time.perf_counter() - t0)
 
+    def col_duals(self) -> np.ndarray:
+        """Reduced costs of the support columns in the last optimal solve (LP column order)."""
+        return np.asarray(self.h.getSolution().col_dual)[: self.layout["S"]] * self.scale
+
     def duals(self) -> dict:
         """Row duals of the last optimal solve, by block (HiGHS: reduced cost = c - A^T y).
 

@@ -180,3 +180,33 @@ def test_sparse_lu_loss_and_condition_estimate(monkeypatch):
     assert exact / 3 <= est <= exact * (1 + 1e-9)
     sing = sp.csr_matrix(np.ones((K, K)) / K)
     assert L.l2_loss(sing, counts) == np.inf
+
+
+def test_refine_pairs_keep_each_movers_smallest_gradients(monkeypatch):
+    # Above REFINE_SUPPORT_MAX the refinement starts from the k receivers per mover where the
+    # exact loss's gradient is smallest.  Recompute that choice from the dense gradient
+    # (loss.l2_loss_and_grad, an independent dense-inverse computation) on a small random design.
+    import importlib
+
+    D = importlib.import_module("pramopt.design")  # the module; pramopt.design is the function
+    rng = np.random.default_rng(4)
+    K = 30
+    counts = rng.integers(1, 50, K).astype(float)
+    P = np.eye(K) * 0.7
+    recv = np.array([2, 5, 11, 17, 23])
+    for m in range(K):
+        P[m, rng.choice(recv, 2, replace=False)] += 0.15
+    Px = sp.coo_matrix(P)
+    off = (Px.row != Px.col) & (Px.data > 0)
+    monkeypatch.setattr(D, "REFINE_SUPPORT_MAX", 3 * K)  # 3 receivers per mover, not all 5
+    banned = (7, 11)  # one transition the options forbid
+
+    def allowed(r, c):
+        return ~((r == banned[0]) & (c == banned[1]))
+
+    rr, cc = D._refine_pairs(Px, off, counts, allowed)
+    _, G = l2_loss_and_grad(P, counts)
+    for m in range(K):
+        cand = [c for c in recv if c != m and (m, c) != banned]
+        want = set(sorted(cand, key=lambda c: G[m, c])[:3])
+        assert set(cc[rr == m]) == want, m
