@@ -461,7 +461,7 @@ def _solve_at_gamma(table, groups, combos, a_solve, alpha, gam, floor, support_m
             ws.add(info.added_constraints)
             lp = build_refine(sup)
         stages.append(Stage("refine", time.perf_counter() - t_ref, its,
-                            f"support {sup.size}, stop: {info.stop_reason}, loss {info.loss_end:.4g}"))
+                            f"support {sup.size}, stop: {stop or info.stop_reason}, loss {info.loss_end:.4g}"))
     reduction = red.as_dict()
     reduction.update(final_working_set=int(ws.m.size), lazy_added=int(ws.added), support=int(sup.size),
                      support_mode=mode)
@@ -673,6 +673,9 @@ def _solve_highs(table, groups, combos, a_solve, alpha, gam, floor, support_mode
         info = None
         lp = None
         radius, hist = 0.05, ()
+        dropped = np.empty(0, dtype=np.int64)  # keys row * K + col dropped once: never again
+        idle = 0  # chunks in a row without an accepted step
+        stop = None
         while its < max_iter:
             if lp is None:
                 lp = HighsLP(sup, counts, ws.block(sup, counts), a_solve, invariant)
@@ -689,6 +692,12 @@ def _solve_highs(table, groups, combos, a_solve, alpha, gam, floor, support_mode
                 continue
             if info.stop_reason.startswith("subproblem"):
                 break
+            # priced columns that the trust region cannot turn into a decrease twice in a row:
+            # the linear model is exhausted there
+            idle = idle + 1 if info.accepted == 0 else 0
+            if idle >= 2:
+                stop = "stalled (no accepted step after pricing)"
+                break
             r = np.empty(0)
             drop = np.zeros(sup.size, dtype=bool)
             if widen and info.duals is not None:
@@ -699,8 +708,11 @@ def _solve_highs(table, groups, combos, a_solve, alpha, gam, floor, support_mode
                 # ... and drop unused transitions that the same prices call unattractive, so that
                 # the trust-region LP stays small (pricing brings them back if that changes)
                 dj = lp.col_duals()[np.lexsort((lp.cols_lp, lp.rows_lp))]  # in support order
-                drop = (x <= 0.0) & (sup.rows != sup.cols) & (dj > tol)
+                keys = sup.rows * K + sup.cols
+                # each transition is dropped at most once, so that dropping and pricing cannot cycle
+                drop = (x <= 0.0) & (sup.rows != sup.cols) & (dj > tol) & ~np.isin(keys, dropped)
             if r.size or drop.sum() > sup.size // 10:
+                dropped = np.union1d(dropped, sup.rows[drop] * K + sup.cols[drop])
                 base = Support.from_pairs(sup.rows[~drop], sup.cols[~drop], K) if drop.any() else sup
                 sup_new = base.union(r, cc) if r.size else base
                 x = sup_new.from_matrix(sup.to_matrix(x))
@@ -711,7 +723,7 @@ def _solve_highs(table, groups, combos, a_solve, alpha, gam, floor, support_mode
             elif info.stop_reason != "max_iter":
                 break
         stages.append(Stage("refine", time.perf_counter() - t_ref, its,
-                            f"support {sup.size}, stop: {info.stop_reason}, loss {info.loss_end:.4g}"))
+                            f"support {sup.size}, stop: {stop or info.stop_reason}, loss {info.loss_end:.4g}"))
     reduction = red.as_dict()
     reduction.update(final_working_set=int(ws.m.size), lazy_added=int(ws.added), support=int(sup.size),
                      support_mode=mode, priced_transitions=int(added_cols), linear_gap_bound=float(lp_gap))
