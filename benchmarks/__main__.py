@@ -1,6 +1,6 @@
 """``python -m benchmarks [study ...] [--quick] [--out DIR]``
 
-Studies: optimal_vs_closed, solvers, scaling, records, figures (default: all, in that order).
+Studies: optimal_vs_closed, solvers, scaling, records, figures, cells (default: all, in that order).
 ``--quick`` runs tiny cases (what the smoke test uses); results go to benchmarks/results/ by default.
 """
 from __future__ import annotations
