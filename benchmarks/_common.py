@@ -79,6 +79,8 @@ def read_table(path: Path) -> pd.DataFrame:
 
 
 def _fmt(x, floatfmt):
+    if x is None:
+        return ""
     if isinstance(x, (float, np.floating)):
         if np.isnan(x):
             return ""

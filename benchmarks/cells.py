@@ -95,12 +95,23 @@ def run(out: Path, quick: bool = False, log=print):
         rows.append(r)
         log(f"cells: {case} -> {r.get('design_s', r.get('cover_s'))} s, {r.get('status', '')}")
     df = pd.DataFrame(rows)
-    write_table(df, out, "cells_quick" if quick else "cells", "Many cells (issue 5)", notes=[
-        f"alpha = {ALPHA}, combinations of 3 variables, defaults otherwise; each case in a fresh process.",
-        "design_s: pramopt.design on the frequency table (wall clock, one run); peak_rss_mb: VmHWM of the process.",
-        "gap-*: support='dense' (every pair of cells) against support='cover' (greedy cover of the problem groups,"
-        " widened by column generation on LP duals and on the exact loss's gradient).",
-    ])
+    notes = [f"alpha = {ALPHA}, combinations of 3 variables, defaults otherwise; each case in a fresh process.",
+             "peak_rss_mb: VmHWM of the case's process (import alone: rss_after_import_mb)."]
+    gap = df["case"].str.startswith("gap-") if "case" in df else pd.Series(False, index=df.index)
+    design_cols = ["case", "K", "n", "unique_cells", "design_s", "status", "loss", "expected_changes", "max_risk",
+                   "min_diagonal", "gamma", "condition_number", "structure", "support", "priced", "peak_rss_mb",
+                   "rss_after_import_mb", "stages"]
+    write_table(df.loc[~gap, [c for c in design_cols if c in df]], out, "cells_quick" if quick else "cells",
+                "Many cells (issue 5)", notes=notes + [
+                    "design_s: pramopt.design on the frequency table (wall clock, one run); stages: where it went."])
+    if gap.any():
+        gap_cols = ["case", "K", "n"] + [f"{s}_{f}" for s in ("dense", "cover")
+                                         for f in ("s", "loss", "changes", "success", "support")]
+        write_table(df.loc[gap, [c for c in gap_cols + ["loss_ratio_cover_over_dense", "peak_rss_mb"] if c in df]],
+                    out, "cells_gap", "Restricted (cover) against full (dense) support (issue 5)", notes=notes + [
+                        "support='dense': every pair of cells; support='cover': the diagonal plus the greedy cover "
+                        "of the problem groups, widened by column generation on the LP duals and on the exact "
+                        "loss's gradient. *_s: wall clock of each design, one run."])
     return df
 
 
