@@ -284,7 +284,9 @@ def design(
             return finish(sp.identity(K, format="csr"), Status.SOLVER_ERROR, f"Solver failed: {ph['status']}.", g_low, {}, None)
         t_star = ph["t"]
         stages.append(Stage("phase1", time.perf_counter() - t0, 0, f"largest feasible floor {t_star:.4g}"))
-        ladder = [g for g in _gamma_ladder(gamma, floor) if g <= t_star + 1e-9] or [g_low]
+        # t_star may sit up to PHASE1_TIEBREAK below the largest floor; a rung just above the
+        # true largest floor is found infeasible by the linear stage and the next one is tried
+        ladder = [g for g in _gamma_ladder(gamma, floor) if g <= t_star + PHASE1_TIEBREAK] or [g_low]
         tried = []
         for gam in ladder:
             extra = {"init": ph.get("support")} if use_highs else {}
@@ -492,6 +494,8 @@ MAX_PRICING_ROUNDS = 60
 LP_GAP_RTOL = 1e-4
 #: Pricing rounds of phase one once its restricted program is feasible (see _solve_highs).
 PHASE1_PRICING_ROUNDS = 5
+#: Weight of the expected-changes tie-break in phase one (relative to the floor t).
+PHASE1_TIEBREAK = 1e-4
 #: Block designs stop growing their blocks beyond this many support entries.
 BLOCK_SUPPORT_MAX = 2_000_000
 #: The refinement prices new transitions after every this many iterations.
@@ -591,7 +595,14 @@ def _solve_highs(table, groups, combos, a_solve, alpha, gam, floor, support_mode
         # cost and bounds in the LP's column order (priced columns are appended at the end)
         r, c = lp.rows_lp, lp.cols_lp
         diag = r == c
-        cost = np.where(diag, -counts[r], 0.0) if not max_floor else np.zeros(r.size)
+        if max_floor:
+            # a tie-break towards keeping records: t alone leaves the LP free to move records
+            # anywhere, and every needless move violates C1 rows that are only checked lazily
+            # (on 400 rare-heavy cells, ~900 rows per round for 10+ rounds); it costs t at most
+            # PHASE1_TIEBREAK, since sum_m U0(m) P_mm / n <= 1
+            cost = np.where(diag, -PHASE1_TIEBREAK * counts[r] / counts.sum(), 0.0)
+        else:
+            cost = np.where(diag, -counts[r], 0.0)
         lo = np.where(diag, np.where(kept[r], 1.0, floor), 0.0)
         return cost, lo, np.ones(r.size)
 
@@ -613,12 +624,30 @@ def _solve_highs(table, groups, combos, a_solve, alpha, gam, floor, support_mode
         if progress is not None:
             progress("phase1" if max_floor else "linear", rounds, expected_changes(sup.to_matrix(x), counts),
                      len(new))
+        if new and max_floor:
+            # An upper bound on every feasible floor, before imposing the rest of the rows (on
+            # rare-heavy data dozens of rounds of ~1,000 rows each): more rows only lower t, and
+            # transitions outside the support can raise the objective by at most the Lagrangian
+            # bound (each row sums to one; priced below -tol, so K * tol more).  The objective
+            # is -t - tie-break + slack cost, so -objective - bound >= t for every feasible P.
+            r = np.empty(0, dtype=np.int64)
+            bound = 0.0
+            if widen:
+                tol = 1e-7
+                r, cc, bound = Pricer(sup, groups, counts, lp.block, lp.duals(), allowed, mem).candidates(
+                    tol=tol, max_add=max(2000, 2 * K))
+                bound -= K * tol
+            if -lp.objective - bound < gam - 1e-9:
+                return {"status": "infeasible", "reduction": red.as_dict(), "support": sup}
+            if r.size:
+                sup = sup.union(r, cc)
+                added_cols += r.size
         if new:
             ws.add(new)
             lp = None
             continue
         if widen and rounds < MAX_PRICING_ROUNDS:
-            scale = float(np.max(np.abs(c))) or 1.0
+            scale = 1.0 if max_floor else (float(np.max(np.abs(c))) or 1.0)
             r, cc, bound = Pricer(sup, groups, counts, lp.block, lp.duals(), allowed, mem).candidates(
                 tol=1e-7 * scale, max_add=max(2000, 2 * K))
             # stop when the Lagrangian bound certifies the restricted optimum to be within

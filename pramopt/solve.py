@@ -216,11 +216,13 @@ class HighsLP:
         self.cols_lp = support.cols.copy()
         self.scale = 1.0
         self.t = None
+        self.objective = None  # of the last optimal solve, on the scale of the costs passed in
         self.slack = None
 
     def solve(self, c, lo, hi, solvers=None) -> LPOutcome:
         S = self.layout["S"]
-        scale = float(np.max(np.abs(c))) or 1.0
+        # phase one keeps its costs as they are: t's cost -1 in the base model sets their scale
+        scale = 1.0 if self.max_floor else (float(np.max(np.abs(c))) or 1.0)
         self.scale = scale
         t0 = time.perf_counter()
         self.h.changeColsCost(S, self._idx, np.asarray(c, dtype=float) / scale)
@@ -232,6 +234,7 @@ class HighsLP:
             L = self.layout
             off = (self.support.size if self._param is None else S) + L["nG"]
             self.t = float(sol[off]) if L["nt"] else None
+            self.objective = float(self.h.getInfo().objective_function_value) * scale
             self.slack = sol[off + L["nt"]: off + L["nt"] + L["ns"]] if L["ns"] else np.zeros(0)
             return LPOutcome(sol[self._idx].copy(), cp.OPTIMAL, "HIGHS(highspy)", time.perf_counter() - t0)
         if st == self._hs.HighsModelStatus.kInfeasible:
