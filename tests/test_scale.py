@@ -216,3 +216,56 @@ def test_refine_pairs_keep_each_movers_smallest_gradients(monkeypatch):
         cand = [c for c in recv if c != m and (m, c) != banned]
         want = set(sorted(cand, key=lambda c: G[m, c])[:3])
         assert set(cc[rr == m]) == want, m
+
+
+def _max_floor_full_c1(t, alpha):
+    """Largest common diagonal floor of any P meeting the *full* C1 (every m, pi, k0), by one
+    dense LP built here from the definition (Cator et al., constraint C1) with scipy's linprog."""
+    from scipy.optimize import linprog
+
+    K, U, codes = t.n_cells, t.counts.astype(float), t.codes
+    rows = []
+    for pi in itertools.combinations(range(codes.shape[1]), 3):
+        keys = [tuple(r) for r in codes[:, list(pi)]]
+        for k0 in set(keys):
+            ing = np.array([k == k0 for k in keys])
+            for m in range(K):  # sum_{k in g} P_mk <= alpha * sum_l U0(l) sum_{k in g} P_lk
+                row = np.zeros((K, K))
+                row[:, ing] = -alpha * U[:, None]
+                row[m, ing] += 1.0
+                rows.append(np.append(row.ravel(), 0.0))
+    for m in range(K):  # t <= P_mm
+        row = np.zeros(K * K + 1)
+        row[m * K + m], row[-1] = -1.0, 1.0
+        rows.append(row)
+    A_eq = np.zeros((K, K * K + 1))
+    for m in range(K):
+        A_eq[m, m * K:(m + 1) * K] = 1.0
+    c = np.zeros(K * K + 1)
+    c[-1] = -1.0
+    res = linprog(c, A_ub=sp.csr_matrix(np.array(rows)), b_ub=np.zeros(len(rows)), A_eq=A_eq, b_eq=np.ones(K),
+                  bounds=[(0, 1)] * (K * K) + [(None, 1)], method="highs")
+    assert res.status == 0
+    return -res.fun
+
+
+@pytest.mark.parametrize("seed,n,rung", [(1, 150, None), (3, 250, 0.6)])
+def test_phase_one_floor_against_a_full_c1_lp(seed, n, rung):
+    # Phase one on the cover support (lazy rows, pricing, the early Lagrangian exit) against the
+    # largest floor of the full, unreduced C1 LP.  seed 1: the counting bound (0.58) allows 0.51
+    # but the LP's largest floor is 0.45, so phase one must prove infeasibility and the designer
+    # make blocks; seed 3: largest floor 0.63, so gamma comes down the ladder to 0.6.
+    df = zipf_data(n=n, seed=seed, levels=[4, 3, 3, 2], exponent=1.3)
+    qi = ["z1", "z2", "z3", "z4"]
+    t = frequency_table(df, qi)
+    best = _max_floor_full_c1(t, 0.1)
+    res = pramopt.design(df, qi, alpha=0.1, support="cover")
+    assert res.success
+    if rung is None:
+        assert best < 0.51
+        assert res.reduction.get("structure") == "blocks" and "phase one" in res.message
+    else:
+        assert best >= rung
+        assert res.gamma == rung
+        t_star = float(next(s for s in res.stages if s.name == "phase1").detail.split()[-1])
+        assert best - 0.01 <= t_star <= best + 1e-6
