@@ -463,7 +463,7 @@ def _solve_at_gamma(table, groups, combos, a_solve, alpha, gam, floor, support_m
             ws.add(info.added_constraints)
             lp = build_refine(sup)
         stages.append(Stage("refine", time.perf_counter() - t_ref, its,
-                            f"support {sup.size}, stop: {stop or info.stop_reason}, loss {info.loss_end:.4g}"))
+                            f"support {sup.size}, stop: {info.stop_reason}, loss {info.loss_end:.4g}"))
     reduction = red.as_dict()
     reduction.update(final_working_set=int(ws.m.size), lazy_added=int(ws.added), support=int(sup.size),
                      support_mode=mode)

@@ -269,3 +269,19 @@ def test_phase_one_floor_against_a_full_c1_lp(seed, n, rung):
         assert res.gamma == rung
         t_star = float(next(s for s in res.stages if s.name == "phase1").detail.split()[-1])
         assert best - 0.01 <= t_star <= best + 1e-6
+
+
+@pytest.mark.parametrize("solver", ["CLARABEL", "ECOS"])
+def test_other_solvers_through_cvxpy_are_verified(example, solver):
+    # solver= takes the cvxpy path (_solve_at_gamma) instead of highspy; a design it reports as
+    # successful must still meet C1 by brute force over the records (Cator et al., eq. (1))
+    from pramopt.solve import available_solvers
+
+    if solver not in available_solvers():
+        pytest.skip(f"{solver} not installed")
+    qi = list(EXAMPLE_QI[:5])
+    res = pramopt.design(example, qi, alpha=0.1, solver=solver, max_iter=20)
+    assert res.success, res.message
+    assert any(s.name == "refine" for s in res.stages)
+    combos = list(itertools.combinations(range(5), 3))
+    assert brute_force_max_risk(res.matrix, example, qi, combos) <= 0.1
