@@ -647,7 +647,7 @@ def _solve_highs(table, groups, combos, a_solve, alpha, gam, floor, support_mode
             lp = None
             continue
         if widen and rounds < MAX_PRICING_ROUNDS:
-            scale = 1.0 if max_floor else (float(np.max(np.abs(c))) or 1.0)
+            scale = lp.scale  # the cost scale HiGHS solved with (1 in phase one)
             r, cc, bound = Pricer(sup, groups, counts, lp.block, lp.duals(), allowed, mem).candidates(
                 tol=1e-7 * scale, max_add=max(2000, 2 * K))
             # stop when the Lagrangian bound certifies the restricted optimum to be within
@@ -741,8 +741,10 @@ def _solve_highs(table, groups, combos, a_solve, alpha, gam, floor, support_mode
                 # each transition is dropped at most once, so that dropping and pricing cannot cycle
                 drop = (x <= 0.0) & (sup.rows != sup.cols) & (dj > tol) & ~np.isin(keys, dropped)
             if r.size or drop.sum() > sup.size // 10:
-                dropped = np.union1d(dropped, sup.rows[drop] * K + sup.cols[drop])
-                base = Support.from_pairs(sup.rows[~drop], sup.cols[~drop], K) if drop.any() else sup
+                base = sup
+                if drop.any():
+                    dropped = np.union1d(dropped, keys[drop])
+                    base = Support.from_pairs(sup.rows[~drop], sup.cols[~drop], K)
                 sup_new = base.union(r, cc) if r.size else base
                 x = sup_new.from_matrix(sup.to_matrix(x))
                 sup = sup_new
