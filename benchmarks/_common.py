@@ -216,3 +216,8 @@ def datasets(quick: bool = False) -> dict:
     z = zipf_cells(150, n_vars=5, top=1500, seed=1)
     out["zipf-150"] = (z, list(z.columns), "synthetic Zipf s=1.1, 150 cells, seed 1")
     return out
+
+
+def reduction_of(res) -> dict:
+    """A result's reduction figures as a dict (empty when no solve was needed)."""
+    return res.reduction.as_dict() if res.reduction is not None else {}

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ._common import REPO, max_rss_mb, run_child, write_table
+from ._common import REPO, max_rss_mb, reduction_of, run_child, write_table
 
 ALPHA = 0.1
 TESTDATA = REPO.parent / "shared" / "data" / "testdata.csv"
@@ -47,8 +47,8 @@ def _summary(res) -> dict:
     return dict(status=res.status.value, success=bool(res.success), loss=res.loss,
                 expected_changes=res.expected_changes, max_risk=res.max_risk, min_diagonal=res.min_diagonal,
                 gamma=res.gamma, condition_number=res.condition_number,
-                structure=res.reduction.get("structure", "general"),
-                support=res.reduction.get("support"), priced=res.reduction.get("priced_transitions"),
+                structure=reduction_of(res).get("structure", "general"),
+                support=reduction_of(res).get("support"), priced=reduction_of(res).get("priced_transitions"),
                 stages="; ".join(f"{s.name} {s.seconds:.1f}s" for s in res.stages))
 
 
@@ -67,7 +67,7 @@ def point(case: str) -> dict:
             out[f"{sup}_loss"] = res.loss
             out[f"{sup}_changes"] = res.expected_changes
             out[f"{sup}_success"] = bool(res.success)
-            out[f"{sup}_support"] = res.reduction.get("support")
+            out[f"{sup}_support"] = reduction_of(res).get("support")
         out["loss_ratio_cover_over_dense"] = out["cover_loss"] / out["dense_loss"]
     else:
         t0 = time.perf_counter()

@@ -20,7 +20,7 @@ def figure1(out: Path, alpha: float = 0.1) -> Path:
     df = pramopt.example_data()
     res = pramopt.design(df, list(pramopt.example.EXAMPLE_QI), alpha)
     u = res.counts
-    change = 1.0 - np.diag(res.matrix)
+    change = 1.0 - res.matrix.diagonal()
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.scatter(u, change, s=18, color="C0")
     ax.set_xscale("log")

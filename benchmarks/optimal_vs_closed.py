@@ -28,7 +28,7 @@ BASELINES = {
 
 
 def _measures(P, table, combos, alpha):
-    P = np.asarray(P, dtype=float)
+    P = P.toarray() if hasattr(P, "toarray") else np.asarray(P, dtype=float)
     risk = c1_risk(P, table.codes, table.counts, combos).max_risk
     with np.errstate(all="ignore"):
         import warnings
@@ -66,7 +66,7 @@ def run(out: Path, quick: bool = False, alphas=ALPHAS, log=print) -> pd.DataFram
                 b = fn(table, combos, alpha)
                 sec = time.perf_counter() - t0
                 row = dict(dataset=dname, K=table.n_cells, n=table.n, alpha=alpha, design=bname, calibrated=True,
-                           seconds=sec, runs=1, parameters=_params(b.parameters),
+                           seconds=sec, runs=1, parameters=_params(b.details),
                            status="success" if b.success else "fails C1")
                 row.update(_measures(b.matrix, table, combos, alpha))
                 rows.append(row)

@@ -24,7 +24,7 @@ import itertools
 
 import numpy as np
 
-from pramopt.closed_form.baselines import product_matrix_on_cells
+from pramopt.baselines.calibrate import product_matrix_on_cells
 
 
 def _freqs(table, v):

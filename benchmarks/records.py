@@ -6,9 +6,9 @@ income and an integer weight) are written once per size as Parquet and CSV into 
 folder.  Every measurement runs in a fresh process (``python -m benchmarks.records --count ...``
 and so on) whose peak resident memory (VmHWM) is its own:
 
-* ``count``    -- ``pramopt.stream.count_file``; then the design of the counted table
+* ``count``    -- ``pramopt.count_file``; then the design of the counted table
   (``pramopt.design``, alpha 0.1), saved for the release;
-* ``release``  -- ``pramopt.stream.release_file`` with that design;
+* ``release``  -- ``pramopt.release_file`` with that design;
 * ``pipeline`` -- count and release in one process (the "together" time), with the design the
   count point made;
 * ``inmemory`` -- ``pramopt.frequency_table`` on the frame in memory, before (codes then
@@ -120,7 +120,7 @@ def _best(fn, repeat: int):
 
 def count_point(path: str, design_dir: str, batch_size: int, design_kw: dict, repeat: int = 1) -> dict:
     import pramopt
-    from pramopt.stream import count_file
+    from pramopt import count_file
 
     rss0 = max_rss_mb()
     table, t_count, runs = _best(lambda: count_file(path, KEYS, batch_size=batch_size), repeat)
@@ -135,7 +135,7 @@ def count_point(path: str, design_dir: str, batch_size: int, design_kw: dict, re
 
 def release_point(path: str, design_dir: str, out: str, batch_size: int, repeat: int = 1) -> dict:
     import pramopt
-    from pramopt.stream import release_file
+    from pramopt import release_file
 
     rss0 = max_rss_mb()
     res = pramopt.load_design(design_dir)
@@ -148,7 +148,7 @@ def release_point(path: str, design_dir: str, out: str, batch_size: int, repeat:
 def pipeline_point(path: str, design_dir: str, out: str, batch_size: int, repeat: int = 1) -> dict:
     """count_file, then the design (loaded: it was made by the count point from the same table), then release_file."""
     import pramopt
-    from pramopt.stream import count_file, release_file
+    from pramopt import count_file, release_file
 
     best = None
     for _ in range(max(1, repeat)):
@@ -169,7 +169,7 @@ def pipeline_point(path: str, design_dir: str, out: str, batch_size: int, repeat
 
 def _old_frequency_table(df: pd.DataFrame, qi):
     """The counting of pramopt before issue 5: per-record codes, then np.unique(axis=0)."""
-    from pramopt.data import FrequencyTable, record_codes
+    from pramopt.frequency.table import FrequencyTable, record_codes
 
     codes, cats = record_codes(df, qi)
     cells, counts = np.unique(codes, axis=0, return_counts=True)
@@ -212,7 +212,7 @@ def _load() -> float:
 
 def run(out: Path, quick: bool = False, sizes=None, batch_sizes=None, formats=("parquet", "csv"),
         timeout: float | None = None, log=print) -> dict:
-    from pramopt.stream import DEFAULT_BATCH_SIZE
+    from pramopt.frequency.files import DEFAULT_BATCH_SIZE
 
     sizes = tuple(sizes or ((20_000,) if quick else SIZES))
     # quick: the linear stage only (the refinement of a 239-cell design takes seconds)
@@ -298,8 +298,8 @@ def run(out: Path, quick: bool = False, sizes=None, batch_sizes=None, formats=("
         "the in-memory series are single runs.",
     ]
     write_table(df, out, "records", "Streamed counting and release against the number of records n", notes=common + [
-        f"count_s: pramopt.stream.count_file (batch_size {bs}); design_s: pramopt.design(table, alpha={ALPHA}) of the "
-        "counted table (independent of n: it only sees the table); release_s: pramopt.stream.release_file with that "
+        f"count_s: pramopt.count_file (batch_size {bs}); design_s: pramopt.design(table, alpha={ALPHA}) of the "
+        "counted table (independent of n: it only sees the table); release_s: pramopt.release_file with that "
         "design (seed 1), which also checks the counts of the source against the design in the same pass; "
         "count_plus_release_s: their sum. Separate processes, so each peak is its own.",
         "count_peak_rss_mb is read right after counting (before the design).",

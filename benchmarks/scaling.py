@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ._common import max_rss_mb, records_data, run_child, timed, write_table, zipf_cells
+from ._common import max_rss_mb, records_data, reduction_of, run_child, timed, write_table, zipf_cells
 
 CELLS = (50, 100, 200, 400, 800, 1600, 3200, 5000)
 RECORDS = (10_000, 100_000, 1_000_000, 10_000_000)
@@ -38,8 +38,8 @@ def cells_point(K: int, repeats: int = 3, budget: float = 30.0) -> dict:
     res, t_design, runs = timed(lambda: pramopt.design(table, alpha=ALPHA), repeats=repeats, budget=budget)
     out = dict(K=table.n_cells, n=table.n, n_vars=len(qi), rare_cells=int((table.counts < 1 / ALPHA).sum()),
                count_s=t_count, design_s=t_design, runs=runs, success=bool(res.success), status=res.status.value,
-               gamma=res.gamma, solver=res.solver, support=res.reduction.get("support"),
-               support_mode=res.reduction.get("support_mode"), working_set=res.reduction.get("final_working_set"),
+               gamma=res.gamma, solver=res.solver, support=reduction_of(res).get("support"),
+               support_mode=reduction_of(res).get("support_mode"), working_set=reduction_of(res).get("final_working_set"),
                loss=res.loss, rss_after_import_mb=rss0, peak_rss_mb=max_rss_mb())
     out.update(_stage_groups(res.stages))
     return out

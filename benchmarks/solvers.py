@@ -2,14 +2,14 @@
 
 The problem is the designer's linear stage: minimum expected number of changed records at a fixed
 diagonal floor gamma, over the support the designer uses (dense up to 300 cells, else the
-"targets" support), with the C1 rows of the reduced working set (pramopt.reduce, bound (5) rows
+"targets" support), with the C1 rows of the reduced working set (pramopt.optimize.constraints.c1, bound (5) rows
 left out as the designer does before its lazy rounds).  It is built once per data set and solved
 by each solver in a fresh process (a hard time limit, and no solver state shared):
 
 * every LP-capable solver cvxpy has here (HIGHS, CLARABEL, ECOS, SCS, OSQP, SCIPY), through
-  ``pramopt.solve.DesignLP`` with the options the library passes;
+  the cvxpy backend (``pramopt.optimize.backends.cvx``) with the options the library passes;
 * ``scipy.optimize.linprog(method="highs")`` on the same matrices;
-* ``highspy`` directly (``pramopt.solve.HighsLP``, the model the refinement keeps warm).
+* ``highspy`` directly (``pramopt.optimize.backends.highs``, the model the refinement keeps warm).
 
 Reported: build time (Python objects), compile time (cvxpy's canonicalisation, cached for the
 re-solves), solve time (median of up to 3 solves), objective (expected changes), the largest
@@ -30,26 +30,31 @@ import pandas as pd
 import scipy.sparse as sp
 
 import pramopt
-from pramopt.design import DENSE_SUPPORT_MAX, GAMMA_LADDER, _support
-from pramopt.model import build_groups, c1_block, row_sum_matrix
-from pramopt.reduce import reduce_constraints
-from pramopt.solve import DesignLP, HighsLP, _solver_options, clean
+from pramopt.optimize.backends.cvx import CvxpyProgram, _options as _solver_options
+from pramopt.optimize.backends.highs import load as load_highs
+from pramopt.optimize.constraints.c1 import c1_block, reduce_constraints
+from pramopt.optimize.designer import GAMMA_LADDER
+from pramopt.optimize.problem import DesignProblem
+from pramopt.optimize.program import build_program, row_sum_matrix
+from pramopt.optimize.support import DENSE_SUPPORT_MAX, clean, initial_support
+from pramopt.params import DesignParams
 from pramopt.verify import c1_risk
 
 from ._common import datasets, run_child, write_table
 
 LP_SOLVERS = ("HIGHS", "CLARABEL", "ECOS", "SCS", "OSQP", "SCIPY")
-DIRECT = ("scipy.linprog(highs)", "highspy (HighsLP)")
+DIRECT = ("scipy.linprog(highs)", "highspy (direct)")
 MARGIN = 1e-5
 
 
 def build_problem(table, alpha, gamma):
     combos = pramopt.resolve_combinations(table.qi)
     counts = table.counts.astype(float)
-    groups = build_groups(table, combos)
+    problem = DesignProblem.build(table, combos, DesignParams(alpha=alpha))
+    groups = problem.groups
     red = reduce_constraints(table, groups, alpha, gamma, lazy_outside=True)
     mode = "dense" if table.n_cells <= DENSE_SUPPORT_MAX else "targets"
-    sup = _support(table, groups, alpha, gamma, mode, [], np.empty(0, dtype=np.int64))
+    sup = initial_support(problem, gamma, mode)
     blk = c1_block(sup, groups, counts, red.m, red.g)
     c = np.zeros(sup.size)
     c[sup.diag] = -counts
@@ -64,7 +69,8 @@ def find_gamma(table, alpha):
     """First floor of the designer's ladder at which the reduced LP is feasible (HiGHS)."""
     for g in GAMMA_LADDER:
         pr = build_problem(table, alpha, g)
-        out = HighsLP(pr["sup"], pr["counts"], pr["blk"], pr["a_solve"]).solve(pr["c"], pr["lo"], pr["hi"])
+        out = load_highs(build_program(pr["sup"], pr["counts"], pr["blk"], pr["a_solve"])).solve(
+            pr["c"], pr["lo"], pr["hi"])
         if out.x is not None:
             return g
     return None
@@ -94,7 +100,7 @@ def one(dname, alpha, gamma, solver, repeats, quick) -> dict:
     times, x, status = [], None, "?"
     if solver in LP_SOLVERS:
         t0 = time.perf_counter()
-        lp = DesignLP(sup, counts, blk, pr["a_solve"])
+        lp = CvxpyProgram(build_program(sup, counts, blk, pr["a_solve"]), solver)
         lp.c.value, lp.lo.value, lp.hi.value = pr["c"] / scale, pr["lo"], pr["hi"]
         out["build_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
@@ -117,7 +123,7 @@ def one(dname, alpha, gamma, solver, repeats, quick) -> dict:
             times.append(time.perf_counter() - t0)
             if sum(times) > 20:
                 break
-        x = None if lp.x.value is None else np.asarray(lp.x.value).ravel()
+        x = None if lp.y.value is None else np.asarray(lp.y.value).ravel()[: sup.size]
         out["options"] = json.dumps(opts) if opts else "defaults"
     elif solver == "scipy.linprog(highs)":
         from scipy.optimize import linprog
@@ -148,15 +154,15 @@ def one(dname, alpha, gamma, solver, repeats, quick) -> dict:
                 break
         x = r.x[:sup.size] if r.x is not None else None
         out["options"] = "defaults"
-    elif solver == "highspy (HighsLP)":
+    elif solver == "highspy (direct)":
         t0 = time.perf_counter()
-        lp = HighsLP(sup, counts, blk, pr["a_solve"])
+        lp = load_highs(build_program(sup, counts, blk, pr["a_solve"]))
         out["build_s"] = time.perf_counter() - t0
         out["compile_s"] = 0.0
         for _ in range(repeats):
             # a fresh model each time, so the median is not a warm re-solve
             if times:
-                lp = HighsLP(sup, counts, blk, pr["a_solve"])
+                lp = load_highs(build_program(sup, counts, blk, pr["a_solve"]))
             t0 = time.perf_counter()
             o = lp.solve(pr["c"], pr["lo"], pr["hi"])
             times.append(time.perf_counter() - t0)

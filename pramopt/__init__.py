@@ -1,104 +1,67 @@
-"""pramopt: optimal PRAM matrices for statistical disclosure control."""
-from ._validation import InvalidParameterError, PramoptError
-from .combinations import resolve_combinations
-from .data import FrequencyTable, frequency_table
-from .loss import SparseL2, condition_number, expected_changes, l2_loss, l2_loss_and_grad, l2_loss_sparse
-from .verify import C1Report, c1_risk
-from .design import design, floor_upper_bound
-from .stream import FileRelease, count_file, release_file
-from .distributed import count_dask, release_dask
-from .example import example_data
-from .release import DesignMismatchError, estimate, release
-from .result import DesignResult, Stage, Status
+"""pramopt: optimal PRAM matrices for statistical disclosure control.
+
+The pipeline (see ARCHITECTURE.md): :mod:`pramopt.frequency` (data to frequency tables) ->
+:mod:`pramopt.optimize` (the designer) -> :mod:`pramopt.verify` (the independent C1 check) ->
+:class:`DesignResult` -> :mod:`pramopt.publish` (release and estimate) and :mod:`pramopt.io`.
+Beside it: :mod:`pramopt.baselines` (closed forms of the literature), :mod:`pramopt.risk`
+(every risk notion), :mod:`pramopt.report`, :mod:`pramopt.spec`, :mod:`pramopt.cli`, and the
+magnitude-table rules in :mod:`pramopt.tables`.
+
+Importing pramopt does not import cvxpy (only ``solver=`` with a cvxpy solver does) and prints
+nothing.
+"""
 from . import tables
-from .assess import Assessment, assess
-from .closed_form import (
-    CalibratedBaseline, IFPRDesign, IntruderSimulation, calibrate_all, calibrate_ifpr,
-    calibrate_retention, calibrate_sdcmicro, correct_match_risk, correct_match_risks,
-    dp_epsilon, dp_epsilon_product, dp_epsilon_retention, expected_correct_match,
-    ifpr_block_matrix, ifpr_block_size, ifpr_design, ifpr_h, ifpr_matrix, ifpr_psi, ifpr_theta,
-    nayak_r1, pk_anonymity, pk_anonymity_product, pk_anonymity_retention, pk_ratio,
-    product_matrix_on_cells, reconstruct_counts, reconstruction_error, retention_matrix,
-    retention_matrix_multi, retention_on_cells, retention_rho, rho_from_epsilon, rho_from_k,
-    sdcmicro_invariant_matrix, sdcmicro_on_cells, simulate_intruder,
+from .baselines import (
+    IFPRDesign, baseline, calibrate_all, calibrate_ifpr, calibrate_retention, calibrate_sdcmicro, ifpr_block_matrix,
+    ifpr_block_size, ifpr_design, ifpr_h, ifpr_matrix, ifpr_psi, ifpr_theta, product_matrix_on_cells,
+    reconstruct_counts, reconstruction_error, retention_matrix, retention_matrix_multi, retention_on_cells,
+    retention_rho, rho_from_epsilon, rho_from_k, sdcmicro_invariant_matrix, sdcmicro_on_cells,
 )
+from .errors import DesignFileError, DesignMismatchError, InvalidParameterError, PramoptError
+from .example import example_data
+from .frequency import FrequencyTable, count_dask, count_file, frequency_table, resolve_combinations
 from .io import load_design, read_matrix, read_table, save_design, write_table
+from .optimize.constraints.c1 import floor_upper_bound
+from .optimize.designer import design
+from .optimize.objectives.l2 import (
+    SparseL2, condition_number, expected_changes, l2_loss, l2_loss_and_grad, l2_loss_sparse,
+)
+from .params import DesignParams
+from .publish import FileRelease, estimate, release, release_dask, release_file
+from .result import DesignResult, Reduction, Stage, Status
+from .risk import (
+    Assessment, IntruderSimulation, assess, correct_match_risk, correct_match_risks, dp_epsilon, dp_epsilon_product,
+    dp_epsilon_retention, expected_correct_match, nayak_r1, pk_anonymity, pk_anonymity_product,
+    pk_anonymity_retention, pk_ratio, simulate_intruder,
+)
 from .spec import load_spec
+from .verify import C1Report, c1_risk
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "InvalidParameterError",
-    "PramoptError",
-    "FrequencyTable",
-    "frequency_table",
-    "resolve_combinations",
-    "l2_loss",
-    "l2_loss_and_grad",
-    "l2_loss_sparse",
-    "SparseL2",
-    "floor_upper_bound",
-    "count_file",
-    "release_file",
-    "FileRelease",
-    "count_dask",
-    "release_dask",
-    "expected_changes",
-    "condition_number",
-    "C1Report",
-    "c1_risk",
-    "design",
-    "DesignResult",
-    "Stage",
-    "Status",
-    "release",
-    "estimate",
-    "DesignMismatchError",
-    "example_data",
+    # errors
+    "PramoptError", "InvalidParameterError", "DesignMismatchError", "DesignFileError",
+    # data
+    "FrequencyTable", "frequency_table", "resolve_combinations", "count_file", "count_dask", "example_data",
+    # design
+    "design", "DesignParams", "DesignResult", "Reduction", "Stage", "Status", "floor_upper_bound",
+    # loss
+    "l2_loss", "l2_loss_and_grad", "l2_loss_sparse", "SparseL2", "expected_changes", "condition_number",
+    # verification and risk
+    "C1Report", "c1_risk", "Assessment", "assess", "dp_epsilon", "dp_epsilon_product", "dp_epsilon_retention",
+    "pk_anonymity", "pk_anonymity_product", "pk_anonymity_retention", "pk_ratio", "correct_match_risk",
+    "correct_match_risks", "expected_correct_match", "nayak_r1", "simulate_intruder", "IntruderSimulation",
+    # release
+    "release", "estimate", "release_file", "FileRelease", "release_dask",
+    # baselines
+    "baseline", "calibrate_all", "calibrate_ifpr", "calibrate_retention", "calibrate_sdcmicro",
+    "product_matrix_on_cells", "retention_on_cells", "sdcmicro_on_cells", "IFPRDesign", "ifpr_block_matrix",
+    "ifpr_block_size", "ifpr_design", "ifpr_h", "ifpr_matrix", "ifpr_psi", "ifpr_theta", "reconstruct_counts",
+    "reconstruction_error", "retention_matrix", "retention_matrix_multi", "retention_rho", "rho_from_epsilon",
+    "rho_from_k", "sdcmicro_invariant_matrix",
+    # files
+    "load_design", "save_design", "read_matrix", "read_table", "write_table", "load_spec",
+    # magnitude tables
     "tables",
-    "Assessment",
-    "assess",
-    "CalibratedBaseline",
-    "IFPRDesign",
-    "IntruderSimulation",
-    "calibrate_all",
-    "calibrate_ifpr",
-    "calibrate_retention",
-    "calibrate_sdcmicro",
-    "correct_match_risk",
-    "correct_match_risks",
-    "dp_epsilon",
-    "dp_epsilon_product",
-    "dp_epsilon_retention",
-    "expected_correct_match",
-    "ifpr_block_matrix",
-    "ifpr_block_size",
-    "ifpr_design",
-    "ifpr_h",
-    "ifpr_matrix",
-    "ifpr_psi",
-    "ifpr_theta",
-    "nayak_r1",
-    "pk_anonymity",
-    "pk_anonymity_product",
-    "pk_anonymity_retention",
-    "pk_ratio",
-    "product_matrix_on_cells",
-    "reconstruct_counts",
-    "reconstruction_error",
-    "retention_matrix",
-    "retention_matrix_multi",
-    "retention_on_cells",
-    "retention_rho",
-    "rho_from_epsilon",
-    "rho_from_k",
-    "sdcmicro_invariant_matrix",
-    "sdcmicro_on_cells",
-    "simulate_intruder",
-    "load_design",
-    "save_design",
-    "read_matrix",
-    "read_table",
-    "write_table",
-    "load_spec",
 ]

@@ -1,7 +1,9 @@
 """Self-contained HTML and Markdown reports of a PRAM matrix on one data set.
 
-The HTML has inline CSS and its figures embedded as base64 PNGs (matplotlib's Agg backend), so
-it can be mailed or archived as one file.  The Markdown has the same tables, for terminals and
+The HTML has inline CSS and its figures embedded as base64 PNGs, so it can be mailed or archived
+as one file.  Figures are drawn on :class:`matplotlib.figure.Figure` objects directly, never
+through pyplot, so that writing a report leaves the caller's matplotlib backend and figures as
+they were.  The matrix may be sparse: nothing here makes a dense K x K array of a large design.  The Markdown has the same tables, for terminals and
 merge requests, and refers to the HTML for the figures.
 
 Contents: the summary figures; the C1 risk before (P = I) and after, per combination of
@@ -20,8 +22,9 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
+import scipy.sparse as sp
 
-from .data import FrequencyTable
+from .frequency.table import FrequencyTable
 from .verify import c1_risk
 
 __all__ = ["ReportData", "risk_by_combination", "render_html", "render_markdown", "from_result"]
@@ -34,8 +37,8 @@ class ReportData:
     Attributes
     ----------
     title : str
-    matrix : ndarray of shape (K, K)
-        On the present cells of ``table``, in its order.
+    matrix : ndarray or scipy.sparse matrix of shape (K, K')
+        Rows: the present cells of ``table``, in its order.
     table : FrequencyTable
     combinations : sequence of tuples of int
         Π as indices into ``table.qi``.
@@ -49,7 +52,7 @@ class ReportData:
     """
 
     title: str
-    matrix: np.ndarray
+    matrix: object
     table: FrequencyTable
     combinations: Sequence
     alpha: float | None = None
@@ -66,7 +69,9 @@ class ReportData:
     col_labels: Sequence | None = None
 
     def diagonal(self) -> np.ndarray:
-        return np.diag(self.matrix) if self.diag is None else np.asarray(self.diag)
+        if self.diag is not None:
+            return np.asarray(self.diag)
+        return self.matrix.diagonal() if sp.issparse(self.matrix) else np.diag(np.asarray(self.matrix))
 
 
 def from_result(result, title: str = "pramopt design") -> ReportData:
@@ -88,10 +93,11 @@ def from_result(result, title: str = "pramopt design") -> ReportData:
         "condition number": result.condition_number,
         "binding (π, k0)": len(result.binding),
     }
-    return ReportData(title=title, matrix=np.asarray(result.matrix, dtype=float), table=result.table,
+    return ReportData(title=title, matrix=result.matrix, table=result.table,
                       combinations=combos, alpha=result.alpha, figures=figures,
                       status=result.status.value, message=result.message,
-                      reduction=dict(result.reduction), stages=tuple(result.stages), solver=result.solver)
+                      reduction=result.reduction.as_dict() if result.reduction is not None else {},
+                      stages=tuple(result.stages), solver=result.solver)
 
 
 def risk_by_combination(P, table: FrequencyTable, combinations, alpha=None, col_codes=None) -> pd.DataFrame:
@@ -105,7 +111,7 @@ def risk_by_combination(P, table: FrequencyTable, combinations, alpha=None, col_
         ``over_after`` (number of k0 whose risk exceeds alpha).
     """
     K = table.n_cells
-    before = c1_risk(np.eye(K), table.codes, table.counts, combinations)
+    before = c1_risk(sp.identity(K, format="csr"), table.codes, table.counts, combinations)
     after = c1_risk(P, table.codes, table.counts, combinations, col_codes=col_codes)
     rows = []
     for ci, c in enumerate(combinations):
@@ -125,38 +131,45 @@ def top_flows(P, table: FrequencyTable, n: int = 15, diag_cols=None, col_labels=
 
     ``diag_cols[m]`` is the column of row m's own cell (default: m).
     """
-    F = table.counts[:, None] * np.asarray(P, dtype=float)
-    dc = np.arange(F.shape[0]) if diag_cols is None else np.asarray(diag_cols)
-    F[np.arange(F.shape[0]), dc] = 0.0
-    r, c = np.nonzero(F)
-    order = np.argsort(-F[r, c])[:n]
+    M = sp.coo_array(P)
+    r, c, p = M.row, M.col, M.data.astype(float)
+    dc = np.arange(M.shape[0]) if diag_cols is None else np.asarray(diag_cols)
+    off = (c != dc[r]) & (p > 0)
+    r, c, p = r[off], c[off], p[off]
+    flow = table.counts[r] * p
+    order = np.argsort(-flow, kind="stable")[:n]
     cells = table.cells()
     lab = [", ".join(map(str, row)) for row in cells.itertuples(index=False)]
     clab = lab if col_labels is None else list(col_labels)
     return pd.DataFrame({"from": [lab[i] for i in r[order]], "to": [clab[j] for j in c[order]],
-                         "U0(from)": table.counts[r[order]], "probability": P[r[order], c[order]],
-                         "expected records": F[r[order], c[order]]})
+                         "U0(from)": table.counts[r[order]], "probability": p[order],
+                         "expected records": flow[order]})
 
 
 # ---------------------------------------------------------------------------------------------
 # Figures
 # ---------------------------------------------------------------------------------------------
 
+def _figure(figsize):
+    from matplotlib.figure import Figure  # no pyplot: the caller's backend stays as it is
+
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots()
+
+
 def _png(fig) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
-    import matplotlib.pyplot as plt
-    plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+#: Up to this many cells the heat map is an image of the matrix; beyond, one mark per entry.
+HEATMAP_IMAGE_MAX = 300
 
 
 def figure_change_vs_frequency(diag, table: FrequencyTable) -> str:
     """Cator et al., Figure 1: probability of change 1 - P_mm against U0(m) (base64 PNG)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = _figure((6.5, 4))
     change = 1.0 - np.asarray(diag)
     ax.scatter(table.counts, change, s=18, color="#1f5fa8", alpha=0.8)
     ax.set_xscale("log")
@@ -168,28 +181,36 @@ def figure_change_vs_frequency(diag, table: FrequencyTable) -> str:
 
 
 def figure_heatmap(P, table: FrequencyTable, diag_cols=None) -> str:
-    """Heat map of the off-diagonal entries of P, rows and columns in cell order (base64 PNG)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Heat map of the off-diagonal entries of P, rows and columns in cell order (base64 PNG).
+
+    Up to ``HEATMAP_IMAGE_MAX`` cells it is an image of the matrix; beyond, one mark per
+    off-diagonal entry (the matrix is never made dense).
+    """
     from matplotlib.colors import LogNorm
 
-    K = P.shape[0]
-    off = np.array(P, dtype=float)
+    M = sp.coo_array(P)
+    K, Kc = M.shape
     dc = np.arange(K) if diag_cols is None else np.asarray(diag_cols)
-    off[np.arange(K), dc] = np.nan
-    off[off <= 0] = np.nan
+    keep = (M.col != dc[M.row]) & (M.data > 0)
+    rows, cols, vals = M.row[keep], M.col[keep], M.data[keep].astype(float)
     size = min(9.0, 3.5 + K / 40)
-    fig, ax = plt.subplots(figsize=(size + 1.2, size))
-    if np.isfinite(off).any():
-        vals = off[np.isfinite(off)]
-        im = ax.imshow(off, cmap="viridis", interpolation="nearest",
-                       norm=LogNorm(vmin=max(vals.min(), 1e-12), vmax=vals.max()))
+    fig, ax = _figure((size + 1.2, size))
+    if vals.size:
+        norm = LogNorm(vmin=max(vals.min(), 1e-12), vmax=vals.max())
+        if max(K, Kc) <= HEATMAP_IMAGE_MAX:
+            off = np.full((K, Kc), np.nan)
+            off[rows, cols] = vals
+            im = ax.imshow(off, cmap="viridis", interpolation="nearest", norm=norm)
+        else:
+            im = ax.scatter(cols, rows, c=vals, cmap="viridis", norm=norm, s=max(0.5, 2000.0 / K), marker="s",
+                            linewidths=0)
+            ax.set_xlim(-0.5, Kc - 0.5)
+            ax.set_ylim(K - 0.5, -0.5)
         fig.colorbar(im, ax=ax, label="P_mk (off the diagonal, log scale)")
     else:
-        ax.imshow(np.zeros_like(off), cmap="Greys", vmin=0, vmax=1)
-        ax.text(K / 2, K / 2, "no off-diagonal transitions", ha="center", va="center")
-    if K <= 40 and off.shape[1] == K:
+        ax.imshow(np.zeros((min(K, 2), min(Kc, 2))), cmap="Greys", vmin=0, vmax=1)
+        ax.text(0.5, 0.5, "no off-diagonal transitions", ha="center", va="center", transform=ax.transAxes)
+    if K <= 40 and Kc == K:
         lab = [",".join(map(str, r)) for r in table.cells().itertuples(index=False)]
         ax.set_xticks(range(K), lab, rotation=90, fontsize=6)
         ax.set_yticks(range(K), lab, fontsize=6)

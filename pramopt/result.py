@@ -1,20 +1,32 @@
-"""Result objects of the designer (frozen, in the spirit of scipy's OptimizeResult)."""
+"""Result objects of the designer and the baselines (frozen, in the spirit of scipy's OptimizeResult).
+
+The matrix of a result is a read-only ``scipy.sparse.csr_array``: designs on thousands of cells
+are sparse, and nothing between the solver and the files written densifies them.  A dense
+array is made only on request (:meth:`DesignResult.to_dense`, :meth:`DesignResult.to_frame`).
+"""
 from __future__ import annotations
 
+import dataclasses
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 import pandas as pd
+import scipy.sparse as sp
 
-from .data import FrequencyTable
+from .frequency.table import FrequencyTable
+
+__all__ = ["Status", "Stage", "Reduction", "DesignResult", "frozen_matrix", "frozen_array", "matrix_long", "entries"]
 
 
 class Status(enum.Enum):
-    """Outcome of :func:`pramopt.design`."""
+    """Outcome of :func:`pramopt.design` or a baseline."""
 
     SUCCESS = "success"                  #: full C1 verified with max_risk <= alpha
-    INFEASIBLE = "infeasible"            #: no design with the required diagonal floor exists
+    INFEASIBLE = "infeasible"            #: no design with the required structure exists
     INFEASIBLE_DATA = "infeasible_data"  #: C1 cannot hold for any P (n < 1/alpha)
     UNVERIFIED = "unverified"            #: the solver's answer failed the independent check
     SOLVER_ERROR = "solver_error"        #: every solver of the chain failed
@@ -31,17 +43,85 @@ class Stage:
 
 
 @dataclass(frozen=True)
+class Reduction:
+    """What happened to C1's rows and to the support of P (every figure None when not used).
+
+    Attributes
+    ----------
+    structure : str
+        ``"general"`` or ``"blocks"``.
+    gamma : float or None
+        Diagonal floor the reduction relied on (0: none).
+    full, after_row_bound, after_group_bound, after_member_rule : int or None
+        C1 rows before any reduction (every present m times every (π, k0)), after bound (2),
+        after dropping groups with U_π(k0) >= 1/(gamma alpha), and after bound (5).
+    outside_rows : int or None
+        Rows m outside their group that bound (5) does not clear.
+    working_set, final_working_set, lazy_added : int or None
+        Rows imposed at the start, at the end, and added lazily from the full check.
+    support, support_mode : int, str or None
+        Transitions P may use at the end, and how the support started.
+    priced_transitions : int or None
+        Transitions added by column generation.
+    linear_gap_bound : float or None
+        Certified relative bound on what the full K x K linear stage could still gain.
+    blocks, block_target_records, min_lambda : int, float or None
+        Block designs: number of blocks, their size in records, smallest lambda_b.
+    """
+
+    structure: str = "general"
+    gamma: float | None = None
+    full: int | None = None
+    after_row_bound: int | None = None
+    after_group_bound: int | None = None
+    after_member_rule: int | None = None
+    outside_rows: int | None = None
+    working_set: int | None = None
+    final_working_set: int | None = None
+    lazy_added: int | None = None
+    support: int | None = None
+    support_mode: str | None = None
+    priced_transitions: int | None = None
+    linear_gap_bound: float | None = None
+    blocks: int | None = None
+    block_target_records: float | None = None
+    min_lambda: float | None = None
+
+    def as_dict(self) -> dict:
+        """The figures that are set, by name."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "Reduction":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in dict(d or {}).items() if k in names})
+
+
+def frozen_array(a, dtype=None) -> np.ndarray:
+    """A read-only copy of ``a``."""
+    out = np.array(a, dtype=dtype, copy=True)
+    out.setflags(write=False)
+    return out
+
+
+def frozen_matrix(P) -> sp.csr_array:
+    """A read-only CSR copy of ``P`` (sparse or dense), explicit zeros removed."""
+    M = sp.csr_array(P, dtype=float, copy=True)
+    M.eliminate_zeros()
+    M.sort_indices()
+    for a in (M.data, M.indices, M.indptr):
+        a.setflags(write=False)
+    return M
+
+
+@dataclass(frozen=True)
 class DesignResult:
     """A PRAM design and everything needed to trust, apply and reproduce it.
 
     Attributes
     ----------
-    matrix : ndarray of shape (K, K)
+    matrix : scipy.sparse.csr_array of shape (K, K), read-only
         P on the present cells (row: original cell, column: released cell).
-    cells : pandas.DataFrame
-        The K cells' values, in the matrix's order.
-    counts : ndarray of shape (K,)
-        U0, the frequency of each cell.
     status : Status
     success : bool
         True only when the full, unreduced C1 holds with ``max_risk <= alpha``, checked by
@@ -57,26 +137,36 @@ class DesignResult:
         Diagonal floor the final reduction relied on (None if no solve was needed).
     binding : pandas.DataFrame
         The (π, k0) whose worst left-hand side is within 1e-4 relative of the bound.
-    reduction : dict
-        Constraint counts before and after each reduction, and lazily added rows.
+    reduction : Reduction or None
+        Constraint counts before and after each reduction, the support, lazily added rows.
     solver : str or None
     stages : tuple of Stage
     condition_number : float
     message : str
         Why the status is what it is (which γ was used and why, or why it failed).
+    alpha : float
+    qi : tuple of str
+    combinations : tuple of tuples of str
+    method : str
+        ``"optimal"`` for :func:`pramopt.design`, else the baseline's family.
+    params : mapping
+        The inputs that reproduce the result: ``pramopt.design(table, **result.params)``
+        (or the baseline's function) makes it again.
+    details : mapping
+        Method-specific figures (a baseline's tuned parameters, its number of evaluations).
+    table : FrequencyTable
+        The cells and counts the design was made for.
     """
 
-    matrix: np.ndarray
-    cells: pd.DataFrame
-    counts: np.ndarray
+    matrix: sp.csr_array
     status: Status
     loss: float
     expected_changes: float
     max_risk: float
     min_diagonal: float
     gamma: float | None
-    binding: pd.DataFrame
-    reduction: dict
+    binding_rows: tuple
+    reduction: Reduction | None
     solver: str | None
     stages: tuple
     condition_number: float
@@ -84,52 +174,90 @@ class DesignResult:
     alpha: float
     qi: tuple
     combinations: tuple
-    params: dict = field(default_factory=dict)
-    table: FrequencyTable | None = field(default=None, repr=False)
+    table: FrequencyTable = field(repr=False)
+    method: str = "optimal"
+    params: Mapping = field(default_factory=lambda: MappingProxyType({}))
+    details: Mapping = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self):
+        object.__setattr__(self, "matrix", frozen_matrix(self.matrix))
+        object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
+        object.__setattr__(self, "details", MappingProxyType(dict(self.details)))
+        object.__setattr__(self, "stages", tuple(self.stages))
+        object.__setattr__(self, "binding_rows", tuple(tuple(r) for r in self.binding_rows))
 
     @property
     def success(self) -> bool:
         return self.status is Status.SUCCESS
 
     @property
+    def counts(self) -> np.ndarray:
+        """U0, the frequency of each cell (a read-only array)."""
+        return frozen_array(self.table.counts)
+
+    @property
+    def cells(self) -> pd.DataFrame:
+        """The K cells' values, in the matrix's order (a new frame on every access)."""
+        return self.table.cells()
+
+    @property
     def n(self) -> int:
-        return int(np.sum(self.counts))
+        return self.table.n
+
+    @property
+    def combination_indices(self) -> tuple:
+        """Π as tuples of indices into ``qi``."""
+        qi = list(self.qi)
+        return tuple(tuple(qi.index(v) for v in c) for c in self.combinations)
+
+    @property
+    def binding(self) -> pd.DataFrame:
+        """The binding (π, k0): ``combination``, ``k0`` (tuple of values), ``risk``; worst first."""
+        return pd.DataFrame(list(self.binding_rows), columns=["combination", "k0", "risk"])
+
+    def to_dense(self) -> np.ndarray:
+        """The matrix as a dense K x K array (a new, writable copy)."""
+        return self.matrix.toarray()
 
     def to_frame(self) -> pd.DataFrame:
         """The matrix as a K x K DataFrame labelled by the cells (a MultiIndex when d > 1)."""
-        idx = pd.MultiIndex.from_frame(self.cells) if self.cells.shape[1] > 1 else pd.Index(self.cells.iloc[:, 0])
-        return pd.DataFrame(self.matrix, index=idx, columns=idx.copy())
+        cells = self.cells
+        idx = pd.MultiIndex.from_frame(cells) if cells.shape[1] > 1 else pd.Index(cells.iloc[:, 0])
+        return pd.DataFrame(self.to_dense(), index=idx, columns=idx.copy())
 
     def to_long(self, tol: float = 0.0) -> pd.DataFrame:
-        """Long form: one row per nonzero transition, with the from- and to-cells' values."""
-        r, c = np.nonzero(self.matrix > tol)
-        left = self.cells.iloc[r].reset_index(drop=True).add_prefix("from_")
-        right = self.cells.iloc[c].reset_index(drop=True).add_prefix("to_")
-        return pd.concat([left, right, pd.Series(self.matrix[r, c], name="probability")], axis=1)
+        """Long form: one row per transition above ``tol``, with the from- and to-cells' values."""
+        return matrix_long(self.matrix, self.table, tol)
+
+    def figures(self) -> dict[str, Any]:
+        """The summary figures by name (the keys a spec's ``[expected]`` may bound)."""
+        return {"max_risk": self.max_risk, "loss": self.loss, "expected_changes": self.expected_changes,
+                "min_diagonal": self.min_diagonal, "condition_number": self.condition_number,
+                "n": self.n, "cells": self.table.n_cells}
 
     def summary(self) -> str:
         """Human-readable summary: status, loss, risk, changes, reduction and solver figures."""
         lines = [
-            f"pramopt design: {self.status.value}" + ("" if self.success else " (NOT SAFE TO RELEASE)"),
+            f"pramopt {'design' if self.method == 'optimal' else 'baseline ' + self.method}: {self.status.value}"
+            + ("" if self.success else " (NOT SAFE TO RELEASE)"),
             f"  {self.message}",
-            f"  records n = {self.n}, cells K = {len(self.counts)}, identifying variables = {', '.join(map(str, self.qi))}",
+            f"  records n = {self.n}, cells K = {self.table.n_cells}, identifying variables = {', '.join(map(str, self.qi))}",
             f"  combinations |Pi| = {len(self.combinations)}, alpha = {self.alpha:g}",
             f"  max C1 risk      = {self.max_risk:.6g}  (bound {self.alpha:g}, all m, pi, k0 checked)",
             f"  exact L2 loss    = {self.loss:.6g}",
             f"  expected changes = {self.expected_changes:.4g} of {self.n} records",
             f"  min diagonal     = {self.min_diagonal:.6g}" + (f"  (floor gamma = {self.gamma:g})" if self.gamma else ""),
             f"  condition number = {self.condition_number:.4g}",
-            f"  binding C1 rows  = {len(self.binding)}",
+            f"  binding C1 rows  = {len(self.binding_rows)}",
         ]
-        if self.reduction:
-            r = self.reduction
+        r = self.reduction
+        if r is not None and r.full is not None:
+            def f(v):
+                return "-" if v is None else v
             lines.append(
-                "  constraints: full {full}, after bound (2) {after_row_bound}, after U_pi(k0) bound "
-                "{after_group_bound}, reduced {after_member_rule}, solved with {final_working_set} "
-                "({lazy_added} added lazily)".format(**{k: r.get(k, "-") for k in
-                    ("full", "after_row_bound", "after_group_bound", "after_member_rule",
-                     "final_working_set", "lazy_added")})
-            )
+                f"  constraints: full {f(r.full)}, after bound (2) {f(r.after_row_bound)}, after U_pi(k0) bound "
+                f"{f(r.after_group_bound)}, reduced {f(r.after_member_rule)}, solved with {f(r.final_working_set)} "
+                f"({f(r.lazy_added)} added lazily)")
         if self.solver:
             lines.append(f"  solver: {self.solver}")
         for s in self.stages:
@@ -138,3 +266,23 @@ class DesignResult:
 
     def __str__(self) -> str:  # pragma: no cover - convenience
         return self.summary()
+
+
+def entries(P) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row, column and value of every nonzero entry, in row-major order (never densified)."""
+    M = sp.csr_array(P, dtype=float, copy=True)
+    M.eliminate_zeros()
+    M.sort_indices()
+    rows = np.repeat(np.arange(M.shape[0], dtype=np.int64), np.diff(M.indptr))
+    return rows, M.indices.astype(np.int64), M.data
+
+
+def matrix_long(P, table: FrequencyTable, tol: float = 0.0) -> pd.DataFrame:
+    """Long form of ``P``: ``from_<var>``, ``to_<var>``, ``probability`` per entry above ``tol``."""
+    r, c, v = entries(P)
+    keep = v > tol
+    r, c, v = r[keep], c[keep], v[keep]
+    cells = table.cells()
+    left = cells.iloc[r].reset_index(drop=True).add_prefix("from_")
+    right = cells.iloc[c].reset_index(drop=True).add_prefix("to_")
+    return pd.concat([left, right, pd.Series(v, name="probability")], axis=1)

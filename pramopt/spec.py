@@ -13,7 +13,7 @@ files.  Layout::
     path = "../shared/data/testdata.csv"
     qi = ["urbrur", "roof", "walls"]
 
-    [design]                     # keyword arguments of pramopt.design (all optional)
+    [design]                     # parameters of pramopt.design (pramopt.params; alpha required)
     alpha = 0.1
     combination_size = 3         # or combinations = [["a", "b"], ...]
     gamma = 0.95
@@ -46,13 +46,9 @@ import numpy as np
 import pandas as pd
 
 from ._validation import InvalidParameterError
+from .params import SPEC_KEYS as DESIGN_KEYS
 
 __all__ = ["Spec", "load_spec", "check_expected", "zipf_data", "DESIGN_KEYS", "FIGURES"]
-
-#: Keys of ``[design]``, passed to :func:`pramopt.design`.
-DESIGN_KEYS = ("alpha", "combinations", "combination_size", "gamma", "min_diagonal", "fixed",
-               "invariant", "max_categories", "solver", "refine_loss", "support", "margin", "rtol",
-               "max_iter")
 #: Figures of a design that ``[expected]`` may bound.
 FIGURES = ("max_risk", "loss", "expected_changes", "min_diagonal", "condition_number", "n", "cells")
 

@@ -1,7 +1,7 @@
 """Independent verifier of the C1 security constraint (Cator, Hensbergen & Rozenholc, eq. (1)).
 
 This module deliberately shares no code with the solver's constraint building
-(:mod:`pramopt.model`): it recomputes every left-hand side of (1) from the raw cell codes,
+(:mod:`pramopt.optimize.constraints`): it recomputes every left-hand side of (1) from the raw cell codes,
 the counts and the matrix, for **every** present cell m, every combination π and every
 k0 that a present cell projects to.  A design is only reported successful when this check
 passes with ``max_risk <= alpha``; no tolerance is applied.
@@ -41,10 +41,6 @@ class C1Report:
     groups_by_combination: list
     denominators: list
 
-    def violations(self, alpha: float) -> int:
-        """Number of (π, k0) whose worst row exceeds ``alpha``."""
-        return int(sum((r > alpha).sum() for r in self.risk_by_group))
-
 
 def _group_sums(Pm, cols: np.ndarray, counts: np.ndarray, pi):
     """For one combination: k0 values, each column cell's k0, S[m, g] and the denominators."""
@@ -58,7 +54,7 @@ def _group_sums(Pm, cols: np.ndarray, counts: np.ndarray, pi):
 
 
 def _as_csr(P) -> sp.csr_matrix:
-    return sp.csr_matrix(P, dtype=float) if not sp.issparse(P) else P.tocsr().astype(float)
+    return sp.csr_matrix(P, dtype=float, copy=True)
 
 
 def c1_risk(

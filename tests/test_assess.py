@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pramopt._validation import InvalidParameterError
-from pramopt.assess import Assessment, assess
-from pramopt.closed_form.ifpr import ifpr_matrix
-from pramopt.closed_form.retention import retention_matrix
-from pramopt.data import frequency_table
+from pramopt.errors import InvalidParameterError
+from pramopt.risk.assessment import Assessment, assess
+from pramopt.baselines.ifpr import ifpr_matrix
+from pramopt.baselines.retention import retention_matrix
+from pramopt.frequency.table import frequency_table
 
 
 @pytest.fixture(scope="module")

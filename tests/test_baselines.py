@@ -7,14 +7,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pramopt._validation import InvalidParameterError
-from pramopt.closed_form.baselines import (calibrate_all, calibrate_ifpr, calibrate_retention, calibrate_sdcmicro,
+from pramopt.errors import InvalidParameterError
+from pramopt.baselines.calibrate import (calibrate_all, calibrate_ifpr, calibrate_retention, calibrate_sdcmicro,
                                            product_matrix_on_cells, retention_on_cells, sdcmicro_on_cells)
-from pramopt.closed_form.retention import retention_matrix
-from pramopt.closed_form.sdcmicro import sdcmicro_invariant_matrix
-from pramopt.combinations import resolve_combinations
-from pramopt.data import frequency_table
-from pramopt.loss import l2_loss
+from pramopt.baselines.retention import retention_matrix
+from pramopt.baselines.sdcmicro import sdcmicro_invariant_matrix
+from pramopt.frequency.combinations import resolve_combinations
+from pramopt.frequency.table import frequency_table
+from pramopt.optimize.objectives.l2 import l2_loss
 from pramopt.verify import c1_risk
 
 KEYS = ["urbrur", "roof", "walls", "water", "electcon", "relat", "sex"]
@@ -74,7 +74,7 @@ def test_calibrate_retention_just_meets_c1(small, per_attribute):
     assert res.loss == pytest.approx(l2_loss(res.matrix, t.counts))
     if not per_attribute:
         # "just": a slightly larger ρ breaks C1
-        assert c1_risk(retention_on_cells(t, res.parameters["rho"] + 0.01), t.codes, t.counts, combos).max_risk > 0.2
+        assert c1_risk(retention_on_cells(t, res.details["rho"] + 0.01), t.codes, t.counts, combos).max_risk > 0.2
     else:
         common = calibrate_retention(t, combos, 0.2)
         assert res.loss <= common.loss * (1 + 1e-9)
@@ -89,18 +89,18 @@ def test_calibrate_ifpr_and_sdcmicro(small):
         assert res.matrix.shape == (t.n_cells, t.n_cells)
         np.testing.assert_allclose(res.matrix.sum(axis=1), 1)
     ifpr = calibrate_ifpr(t, combos, 0.2)
-    assert ifpr.success and ifpr.parameters["xi"] > 0
+    assert ifpr.success and ifpr.details["xi"] > 0
     sdc = calibrate_sdcmicro(t, combos, 0.2, seed=1)
     assert sdc.success
-    np.testing.assert_allclose(sdc.matrix, sdcmicro_on_cells(t, sdc.parameters["pd"], sdc.parameters["alpha"], seed=1))
+    np.testing.assert_allclose(sdc.to_dense(), sdcmicro_on_cells(t, sdc.details["pd"], sdc.details["alpha"], seed=1))
 
 
 def test_identity_already_safe_needs_no_perturbation():
     df = pd.DataFrame({"x": [0] * 30 + [1] * 30, "y": [0, 1] * 30})
     t = frequency_table(df, ["x", "y"])
     combos = resolve_combinations(t.qi)
-    assert calibrate_retention(t, combos, 0.1).parameters["rho"] == 1.0
-    assert calibrate_sdcmicro(t, combos, 0.1).parameters["alpha"] == 0.0
+    assert calibrate_retention(t, combos, 0.1).details["rho"] == 1.0
+    assert calibrate_sdcmicro(t, combos, 0.1).details["alpha"] == 0.0
 
 
 def test_impossible_alpha_reports_failure():

@@ -15,7 +15,8 @@ import pandas as pd
 import pytest
 
 import pramopt
-from pramopt.cli import Progress, main
+from pramopt.cli import main
+from pramopt.cli._common import Progress
 from pramopt.example import EXAMPLE_QI
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,7 +69,7 @@ def test_design_writes_matrix_equal_to_library_result(example):
     assert {p.name for p in d.iterdir()} == {"design.json", "matrix.csv", "report.html", "report.md"}
     ref = example["ref"]
     P = matrix_from_long(d / "matrix.csv", ref.cells)
-    np.testing.assert_allclose(P, ref.matrix, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(P, ref.to_dense(), rtol=0, atol=1e-12)
     np.testing.assert_allclose(P.sum(axis=1), 1.0, atol=1e-9)
     # no temporary files left next to the output
     assert sorted(p.name for p in example["tmp"].iterdir()) == ["d", "data.csv"]
@@ -86,7 +87,7 @@ def test_design_json_counts_and_checksum_match_the_data(example):
     assert rec["table_checksum"] == pramopt.frequency_table(data, QI).checksum()
     assert rec["status"] == "success" and rec["qi"] == QI
     loaded = pramopt.io.load_design(example["dir"])
-    np.testing.assert_array_equal(loaded.matrix, example["ref"].matrix)
+    np.testing.assert_array_equal(loaded.to_dense(), example["ref"].to_dense())
     assert loaded.success and loaded.alpha == 0.1
 
 
@@ -152,9 +153,10 @@ def test_release_refuses_tampered_design(example):
         # a forger who also recomputes the matrix checksum: the re-verification of C1 catches it
         K = len(rec["counts"])
         rec["matrix"] = {"shape": [K, K], "rows": list(range(K)), "cols": list(range(K)), "values": [1.0] * K}
-        A = np.ascontiguousarray(np.eye(K), dtype=np.float64)
-        h = hashlib.sha256(repr(A.shape).encode())
-        h.update(A.tobytes())
+        # the checksum of the file format: shape, then rows, columns (int64) and values (float64)
+        h = hashlib.sha256(repr((K, K)).encode())
+        for a in (np.arange(K, dtype="<i8"), np.arange(K, dtype="<i8"), np.ones(K, dtype="<f8")):
+            h.update(a.tobytes())
         rec["matrix_sha256"] = h.hexdigest()
     d = _tampered(example["dir"], tmp / "t2", identity)
     code, _, err = run_main("release", "--design", d, "--data", tmp / "data.csv", "--out", tmp / "x.csv")
@@ -236,12 +238,12 @@ def test_sensitivity_is_wired():
 
 
 def test_interrupt_exits_130_and_writes_nothing(example, tmp_path, monkeypatch):
-    import pramopt.cli as cli
-    import sys as _sys
+    import pramopt.cli._common as cli
+    import pramopt.optimize.designer as designer
 
     def boom(*a, **k):
         raise KeyboardInterrupt
-    monkeypatch.setattr(_sys.modules["pramopt.design"], "design", boom)
+    monkeypatch.setattr(designer, "design", boom)
     code, _, err = run_main("design", "--out", tmp_path / "d")
     assert code == 130 and "interrupted" in err
     assert list(tmp_path.iterdir()) == []
@@ -286,7 +288,7 @@ def test_assess_long_square_and_folder_agree_with_the_design(example, tmp_path):
     # a square labelled CSV, as another tool would write it
     square = ref.cells.copy()
     for j in range(len(ref.cells)):
-        square[f"c{j}"] = ref.matrix[:, j]
+        square[f"c{j}"] = ref.to_dense()[:, j]
     square.to_csv(tmp_path / "square.csv", index=False)
     for m in (example["dir"], example["dir"] / "matrix.csv", tmp_path / "square.csv"):
         code, out, err = run_main("assess", "--matrix", m, "--data", tmp / "data.csv", "--qi", ",".join(QI),

@@ -42,7 +42,7 @@ def test_example_design_matches_paper_section_4(result, example):
     assert result.max_risk == pytest.approx(brute_force_max_risk(result.matrix, example, QI, combos), rel=1e-9)
     assert result.max_risk <= 0.1
     np.testing.assert_allclose(result.matrix.sum(axis=1), 1.0, atol=1e-12)
-    assert (result.matrix >= 0).all()
+    assert (result.to_dense() >= 0).all()
 
 
 def test_refined_design_loses_less_than_linear_surrogate(example, result):
@@ -55,9 +55,9 @@ def test_refined_design_loses_less_than_linear_surrogate(example, result):
 
 def test_reduction_counts_are_reported(result):
     r = result.reduction
-    assert r["full"] == result.matrix.shape[0] * 104
-    assert r["full"] >= r["after_row_bound"] >= r["after_group_bound"] >= r["after_member_rule"]
-    assert r["final_working_set"] >= r["after_member_rule"] - r["outside_rows"]
+    assert r.full == result.matrix.shape[0] * 104
+    assert r.full >= r.after_row_bound >= r.after_group_bound >= r.after_member_rule
+    assert r.final_working_set >= r.after_member_rule - r.outside_rows
 
 
 def test_summary_and_frames(result):
@@ -75,7 +75,7 @@ def test_identity_when_data_already_safe():
     # With every U_pi(k0) >= 1/alpha, P = I satisfies C1 (Section 2), so nothing changes.
     df = pd.DataFrame({"a": [0, 1] * 50, "b": [0] * 50 + [1] * 50, "c": [0, 0, 1, 1] * 25})
     res = pramopt.design(df, ["a", "b", "c"], alpha=0.1)
-    assert res.success and np.array_equal(res.matrix, np.eye(len(res.counts)))
+    assert res.success and np.array_equal(res.to_dense(), np.eye(len(res.counts)))
 
 
 def test_too_few_records_is_infeasible_data():
@@ -90,7 +90,7 @@ def test_options_fixed_and_keep(example):
     res = pramopt.design(example, QI, alpha=0.1, fixed=["v1"],
                          keep_cells=[{"v1": 0, "v2": 0, "v3": 0, "v4": 0, "v5": 0}])
     assert res.success
-    P, cells, U0 = res.matrix, res.cells, res.counts
+    P, cells, U0 = res.to_dense(), res.cells, res.counts
     # fixed: no transition between different values of v1
     diff = cells["v1"].to_numpy()[:, None] != cells["v1"].to_numpy()[None, :]
     assert np.all(P[diff] == 0)

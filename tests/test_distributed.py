@@ -15,9 +15,9 @@ distributed = pytest.importorskip("distributed")
 
 import pramopt  # noqa: E402
 from pramopt import InvalidParameterError  # noqa: E402
-from pramopt.distributed import count_dask, release_dask  # noqa: E402
-from pramopt.release import DesignMismatchError  # noqa: E402
-from pramopt.stream import release_file  # noqa: E402
+from pramopt import count_dask, release_dask  # noqa: E402
+from pramopt.errors import DesignMismatchError  # noqa: E402
+from pramopt import release_file  # noqa: E402
 
 from test_stream import SYN_KEYS, assert_counts_match_pandas, assert_same_table, fake_design, synthetic  # noqa: E402
 

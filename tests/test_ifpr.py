@@ -7,10 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from pramopt._validation import InvalidParameterError
-from pramopt.closed_form.ifpr import (correct_match_risk, correct_match_risks, expected_correct_match,
-                                      ifpr_block_matrix, ifpr_block_size, ifpr_design, ifpr_h, ifpr_matrix,
-                                      ifpr_psi, ifpr_theta, nayak_r1, simulate_intruder)
+from pramopt.errors import InvalidParameterError
+from pramopt.baselines.ifpr import (ifpr_block_matrix, ifpr_block_size, ifpr_design, ifpr_h, ifpr_matrix, ifpr_psi,
+                                    ifpr_theta)
+from pramopt.risk.correct_match import (correct_match_risk, correct_match_risks, expected_correct_match, nayak_r1,
+                                        simulate_intruder)
 
 # Ghatak & Roy, Table 1: minimum block size K1(xi, T1); rows T1 = 1..10, columns xi below.
 TABLE1_XI = [0.1, 0.125, 0.15, 0.175, 0.2, 0.25, 0.3]

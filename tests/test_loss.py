@@ -12,7 +12,7 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pramopt.loss import (
+from pramopt.optimize.objectives.l2 import (
     SparseL2,
     expected_changes,
     l2_loss,
@@ -283,7 +283,7 @@ def test_sparse_property_agrees_with_dense(K, frac, p_send, seed):
 def test_sparse_pieces_and_blocks(monkeypatch, max_targets):
     # Tiny work pieces: several column blocks of A QR^T, several pieces of pairs and of the
     # sender rows (both the sparse and the dense-block products) -- same numbers.
-    import pramopt.loss as loss_mod
+    import pramopt.optimize.objectives.l2 as loss_mod
 
     monkeypatch.setattr(loss_mod, "_CHUNK", 64)
     monkeypatch.setattr(loss_mod, "_PAIRS", 37)

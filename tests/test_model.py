@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 import pramopt
-from pramopt.model import Support, build_groups, c1_block
+from pramopt.optimize.constraints.c1 import build_groups, c1_block
+from pramopt.optimize.support import Support
 from pramopt.verify import c1_risk
 
 
@@ -87,7 +88,7 @@ def test_constraint_block_matches_equation_1():
 
 def test_cell_index_without_overflow():
     # 20 variables of 9 categories: 9^20 > 2^62 mixed-radix keys, so whole rows are matched.
-    from pramopt.data import cell_index
+    from pramopt.frequency.table import cell_index
     rng = np.random.default_rng(0)
     df = pd.DataFrame(rng.integers(0, 9, (200, 20)), columns=[f"x{i}" for i in range(20)])
     df.iloc[0] = np.arange(20) % 9  # ensure every column has all 9 categories somewhere

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from pramopt._validation import InvalidParameterError
-from pramopt.closed_form.privacy import (dp_epsilon, dp_epsilon_product, dp_epsilon_retention, pk_anonymity,
+from pramopt.errors import InvalidParameterError
+from pramopt.risk.privacy import (dp_epsilon, dp_epsilon_product, dp_epsilon_retention, pk_anonymity,
                                          pk_anonymity_product, pk_anonymity_retention, pk_ratio)
 
 # Section 2.3: retention-replacement on "sex" with ρ = 1/2.

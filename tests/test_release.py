@@ -7,7 +7,7 @@ import pytest
 
 import pramopt
 from pramopt.example import EXAMPLE_QI
-from pramopt.release import draw_cells, make_rng
+from pramopt.publish.sampling import draw_cells, make_rng
 
 QI = list(EXAMPLE_QI)
 
@@ -48,7 +48,7 @@ def test_seed_reproducible_and_secure_default(example, result):
 def test_estimate_is_unbiased_in_expectation(example, result):
     # E[U] = P^T U0 exactly, and estimate() applied to expected counts must return U0.
     est = pramopt.estimate(example, result)  # released == original: estimate = P^-T U0
-    Pinv = np.linalg.inv(result.matrix)
+    Pinv = np.linalg.inv(result.to_dense())
     np.testing.assert_allclose(est["estimate"], Pinv.T @ result.counts, rtol=1e-10)
     EU = result.matrix.T @ result.counts
     np.testing.assert_allclose(Pinv.T @ EU, result.counts, atol=1e-8)
@@ -61,10 +61,9 @@ def test_estimate_monte_carlo_mean():
     df = pd.DataFrame({"a": [0] * 30 + [1] * 20 + [2] * 10})
     table = pramopt.frequency_table(df, ["a"])
     P = np.array([[0.8, 0.15, 0.05], [0.1, 0.7, 0.2], [0.1, 0.3, 0.6]])
-    res = DesignResult(matrix=P, cells=table.cells(), counts=table.counts, status=Status.SUCCESS,
-                       loss=0.0, expected_changes=0.0, max_risk=0.0, min_diagonal=0.6, gamma=None,
-                       binding=pd.DataFrame(), reduction={}, solver=None, stages=(), condition_number=1.0,
-                       message="", alpha=0.5, qi=("a",), combinations=(("a",),), table=table)
+    res = DesignResult(matrix=P, status=Status.SUCCESS, loss=0.0, expected_changes=0.0, max_risk=0.0,
+                       min_diagonal=0.6, gamma=None, binding_rows=(), reduction=None, solver=None, stages=(),
+                       condition_number=1.0, message="", alpha=0.5, qi=("a",), combinations=(("a",),), table=table)
     ests = np.array([pramopt.estimate(pramopt.release(df, res, seed=s), res)["estimate"] for s in range(4000)])
     se = ests.std(axis=0, ddof=1) / np.sqrt(len(ests))
     assert np.all(np.abs(ests.mean(axis=0) - table.counts) <= 5 * se)

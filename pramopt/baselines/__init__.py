@@ -1,0 +1,29 @@
+"""Closed-form PRAM designs of the literature, and each one calibrated to just meet C1.
+
+* :mod:`.retention` -- retention-replacement perturbation, Algorithms 1-3, reconstruction
+  (Ikarashi et al.);
+* :mod:`.ifpr` -- inverse-frequency PRAM (Nayak et al.; Ghatak & Roy);
+* :mod:`.sdcmicro` -- sdcMicro's invariant PRAM of one variable;
+* :mod:`.calibrate` -- each family tuned to meet C1 on a data set, returned as a verified
+  :class:`~pramopt.DesignResult` (:func:`baseline`).
+
+A new baseline is one file here with its matrices, and a ``calibrate_*`` function in
+:mod:`.calibrate` that ends with ``_finish`` (the same verification as every design).
+"""
+from .calibrate import (FAMILIES, baseline, calibrate_all, calibrate_ifpr, calibrate_retention, calibrate_sdcmicro,
+                        product_matrix_on_cells, retention_on_cells, sdcmicro_on_cells)
+from .ifpr import (IFPRDesign, ifpr_block_matrix, ifpr_block_size, ifpr_design, ifpr_h, ifpr_matrix, ifpr_psi,
+                   ifpr_theta)
+from .retention import (reconstruct_counts, reconstruction_error, retention_matrix, retention_matrix_multi,
+                        retention_rho, rho_from_epsilon, rho_from_k)
+from .sdcmicro import sdcmicro_invariant_matrix, sdcmicro_uniforms
+
+__all__ = [
+    "baseline", "FAMILIES", "calibrate_all", "calibrate_ifpr", "calibrate_retention", "calibrate_sdcmicro",
+    "product_matrix_on_cells", "retention_on_cells", "sdcmicro_on_cells",
+    "IFPRDesign", "ifpr_block_matrix", "ifpr_block_size", "ifpr_design", "ifpr_h", "ifpr_matrix", "ifpr_psi",
+    "ifpr_theta",
+    "reconstruct_counts", "reconstruction_error", "retention_matrix", "retention_matrix_multi",
+    "retention_rho", "rho_from_epsilon", "rho_from_k",
+    "sdcmicro_invariant_matrix", "sdcmicro_uniforms",
+]

@@ -1,0 +1,63 @@
+"""The ``pramopt`` command line: design, release, assess, baseline, estimate, sensitivity.
+
+One module per command, each with ``add_parser(subparsers)`` and ``run(args)``; a new command
+is one new module and one entry in :data:`COMMANDS`.
+
+Exit codes: 0 on success, 1 for a design that failed (its status is not ``success``, or a
+spec's expected figures were missed under ``--check``), 2 for bad input (the reason on stderr,
+no traceback), 130 when interrupted (Ctrl-C); nothing partial is ever written, because every
+file is written to a temporary name and renamed (a design folder is built next to its target).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from ..errors import PramoptError
+from ._common import PROG, formatter
+
+__all__ = ["main", "build_parser", "COMMANDS"]
+
+#: The commands, in the order ``pramopt --help`` lists them (module names in this package).
+COMMANDS = ("design", "release", "assess", "baseline", "estimate", "sensitivity")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``pramopt`` command."""
+    from .. import __version__
+
+    parser = argparse.ArgumentParser(
+        prog=PROG, formatter_class=formatter,
+        description="Optimal PRAM matrices under the C1 disclosure-risk bound of Cator, Hensbergen & Rozenholc.",
+        epilog="Run 'pramopt COMMAND --help' for the options and an example of each command.\n"
+               "Exit codes: 0 success, 1 failed design, 2 bad input, 130 interrupted.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"{__name__}.{name}").add_parser(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    """Entry point of the ``pramopt`` console script; returns the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse: --help (0) or a usage error (2)
+        return int(e.code or 0)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted; nothing was written.", file=sys.stderr)
+        return 130
+    except (PramoptError, OSError) as e:
+        print(f"{PROG} {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

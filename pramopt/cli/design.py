@@ -1,0 +1,95 @@
+"""``pramopt design``: an optimal PRAM matrix and its report, written to a folder."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from .. import params as P
+from ..errors import InvalidParameterError
+from ..io.atomic import check_out_dir
+from ._common import PROG, Progress, add_quiet, formatter, say, write_outputs
+
+HELP = "design an optimal PRAM matrix"
+
+
+def add_parser(sub):
+    p = sub.add_parser(
+        "design", formatter_class=formatter, help=HELP,
+        description="Design a PRAM matrix of minimal exact L2 loss under C1 and write it, with a report, "
+                    "to a folder.\nWith no arguments it designs the built-in example (Section 4 of "
+                    "Cator et al.).  Every parameter of pramopt.design has a flag; a flag given overrides\n"
+                    "the spec's value.",
+        epilog="examples:\n"
+               "  pramopt design --out example-design\n"
+               "  pramopt design models/testdata4.toml --out td4\n"
+               "  pramopt design --data survey.csv --qi region,sex,age5 --alpha 0.1 --fixed region --out d\n\n"
+               "The folder gets design.json (read back by release, assess and estimate), matrix.csv\n"
+               "(from_*, to_*, probability), report.html and report.md.")
+    p.add_argument("spec", nargs="?", metavar="SPEC.toml", help="a design spec (see models/)")
+    p.add_argument("--data", metavar="FILE", help="microdata: .csv, .parquet or .pq")
+    p.add_argument("--qi", type=_csv, metavar="A,B,C", help="identifying variables, comma-separated")
+    P.add_cli_flags(p)
+    p.add_argument("--out", metavar="DIR", default=None, help="output folder (default: design-NAME)")
+    p.add_argument("--check", action="store_true",
+                   help="with a spec: exit 1 if the spec's expected figures are missed")
+    add_quiet(p)
+    p.set_defaults(func=run)
+    return p
+
+
+def _csv(s):
+    from ._common import csv_list
+    return csv_list(s)
+
+
+def run(args) -> int:
+    from ..example import EXAMPLE_QI, example_data
+    from ..frequency.files import count_table
+    from ..optimize.designer import design
+    from ..spec import check_expected, design_kwargs, load_spec
+
+    spec = None
+    given = P.from_cli(args)
+    if args.spec is not None:
+        if args.data is not None:
+            raise InvalidParameterError("Give either a spec or --data, not both.")
+        spec = load_spec(args.spec)
+        data, qi, kw, name = spec.load_data(), list(spec.qi), design_kwargs(spec), spec.name
+        if args.qi is not None:
+            qi = args.qi
+    elif args.data is not None:
+        if args.qi is None:
+            raise InvalidParameterError("--data needs --qi (the identifying variables).")
+        kw, name, qi = {}, Path(args.data).stem, args.qi
+        data = None  # counted below, once the output folder is known to be writable
+    else:
+        if args.qi is not None:
+            raise InvalidParameterError("--qi needs --data (or a spec).")
+        data, qi, kw, name = example_data(), list(EXAMPLE_QI), {"alpha": 0.1}, "example"
+    if "combinations" in given or "combination_size" in given:  # Π on the command line replaces the spec's
+        kw.pop("combinations", None)
+        kw.pop("combination_size", None)
+    kw.update(given)
+    params = P.DesignParams.from_options("design", **kw)  # every parameter checked before any work
+    out = Path(args.out if args.out is not None else f"design-{name}")
+    check_out_dir(out)
+    if data is None:
+        # the design only needs the frequency table: count the file in record batches
+        data = count_table(args.data, qi, owner="design", domains=params.domains,
+                           max_categories=params.max_categories)
+    progress = None if args.quiet else Progress()
+    result = design(data, qi, progress=progress, **params.to_dict())
+    title = f"pramopt design: {name}" + (f" ({spec.paper})" if spec is not None and spec.paper else "")
+    extra = {"spec": str(spec.path), "name": spec.name, "paper": spec.paper} if spec is not None else {"name": name}
+    write_outputs(out, result, title, extra=extra)
+    say(args, result.summary(), f"written to {out}/ (design.json, matrix.csv, report.html, report.md)")
+    code = 0 if result.success else 1
+    if spec is not None and spec.expected:
+        misses = check_expected(spec, result.figures(), result.status.value)
+        if misses:
+            print(f"{PROG}: expected figures of {spec.path} missed: " + "; ".join(misses), file=sys.stderr)
+            if args.check:
+                code = 1
+        elif not args.quiet:
+            print(f"expected figures of {spec.path.name}: all met")
+    return code

@@ -1,0 +1,39 @@
+"""``pramopt estimate``: unbiased frequency estimates from released data (Cator et al., eq. (4))."""
+from __future__ import annotations
+
+import sys
+
+from ..io import load_design, read_table, write_table
+from ..io.atomic import check_out_file
+from ._common import csv_list, formatter
+
+HELP = "unbiased frequency estimates from released data"
+
+
+def add_parser(sub):
+    p = sub.add_parser(
+        "estimate", formatter_class=formatter, help=HELP,
+        description="Estimate the original cell frequencies from released data (Cator et al., eq. (4)),\n"
+                    "optionally jointly with other categorical columns.",
+        epilog="example:\n  pramopt estimate --design td4 --data released.csv --by hhcivil --out estimates.csv")
+    p.add_argument("--design", required=True, metavar="DIR", help="design folder (or its design.json)")
+    p.add_argument("--data", required=True, metavar="FILE", help="released microdata")
+    p.add_argument("--by", type=csv_list, default=None, metavar="A,B", help="non-identifying columns to cross with")
+    p.add_argument("--out", metavar="FILE", default=None, help=".csv, .parquet or .pq (default: CSV on stdout)")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args) -> int:
+    from ..publish.frame import estimate
+
+    res = load_design(args.design)
+    if args.out is not None:
+        check_out_file(args.out)
+    df = read_table(args.data)
+    est = estimate(df, res, by=args.by)
+    if args.out is None:
+        sys.stdout.write(est.to_csv(index=False))
+    else:
+        write_table(est, args.out)
+    return 0

@@ -1,0 +1,370 @@
+"""From microdata to frequency tables: the first step of the data flow.
+
+Each identifying variable becomes a categorical code; a *cell* is one combination of codes that
+is present in the data.  Missing values (NaN, None, pandas.NA) form a category of their own,
+placed after the observed categories, so that a record with a missing identifying value is
+protected like any other record and is released with a missing value only if PRAM keeps it.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .._validation import InvalidParameterError, check_int
+
+#: Default limit on the number of categories of one identifying variable.
+MAX_CATEGORIES = 1000
+
+
+@dataclass(frozen=True)
+class FrequencyTable:
+    """Cells present in the data and their frequencies U0.
+
+    Attributes
+    ----------
+    qi : tuple of str
+        Identifying variables, in order.
+    categories : tuple of pandas.Index
+        The categories of each identifying variable; code ``j`` of variable ``i`` means
+        ``categories[i][j]``.  A missing value is represented by a NaN/None label.
+    codes : ndarray of shape (K, d)
+        Integer codes of the K present cells, sorted lexicographically.
+    counts : ndarray of shape (K,)
+        U0(m), the number of records in each cell.
+    """
+
+    qi: tuple[str, ...]
+    categories: tuple[pd.Index, ...]
+    codes: np.ndarray
+    counts: np.ndarray
+    _labels: pd.DataFrame | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def n(self) -> int:
+        """Number of records."""
+        return int(self.counts.sum())
+
+    @property
+    def n_cells(self) -> int:
+        """Number of present cells K."""
+        return int(self.codes.shape[0])
+
+    def cells(self) -> pd.DataFrame:
+        """The K cells with their category labels, in matrix order."""
+        return pd.DataFrame(
+            {v: self.categories[i].take(self.codes[:, i]) for i, v in enumerate(self.qi)}
+        )
+
+    def checksum(self) -> str:
+        """SHA-256 of the cells and counts, to tie a design to the data it was made for."""
+        h = hashlib.sha256()
+        h.update(repr(self.qi).encode())
+        for cats in self.categories:
+            h.update(repr([None if _isna(c) else str(c) for c in cats]).encode())
+        h.update(np.ascontiguousarray(self.codes, dtype=np.int64).tobytes())
+        h.update(np.ascontiguousarray(self.counts, dtype=np.int64).tobytes())
+        return h.hexdigest()
+
+
+def _isna(x) -> bool:
+    try:
+        return bool(pd.isna(x))
+    except (TypeError, ValueError):
+        return False
+
+
+def check_qi_names(columns, qi, owner: str) -> tuple[str, ...]:
+    """Validate the list of identifying variables against a list of column names."""
+    if isinstance(qi, str):
+        qi = [qi]
+    try:
+        qi = tuple(qi)
+    except TypeError:
+        raise InvalidParameterError(
+            f"The 'qi' parameter of {owner} must be a non-empty list of column names; got {qi!r}."
+        ) from None
+    if len(qi) == 0:
+        raise InvalidParameterError(
+            f"The 'qi' parameter of {owner} must be a non-empty list of column names; got []."
+        )
+    dup = sorted({q for q in qi if qi.count(q) > 1}, key=str)
+    if dup:
+        raise InvalidParameterError(
+            f"The 'qi' parameter of {owner} must name each column once; {dup!r} repeated."
+        )
+    columns = list(columns)
+    missing = [q for q in qi if q not in columns]
+    if missing:
+        raise InvalidParameterError(
+            f"The 'qi' parameter of {owner} must name columns of the data; {missing!r} not among "
+            f"{columns!r}."
+        )
+    return qi
+
+
+def check_qi(df: pd.DataFrame, qi, owner: str) -> tuple[str, ...]:
+    """Validate the list of identifying variables against the frame's columns."""
+    if not isinstance(df, pd.DataFrame):
+        raise InvalidParameterError(
+            f"The 'data' parameter of {owner} must be a pandas DataFrame; got {type(df).__name__}."
+        )
+    qi = check_qi_names(df.columns, qi, owner)
+    if len(df) == 0:
+        raise InvalidParameterError(f"The 'data' parameter of {owner} must have at least one row; got an empty frame.")
+    return qi
+
+
+def check_domains(domains, qi, owner: str) -> dict:
+    """Validate ``domains`` (a mapping from identifying variables to their categories)."""
+    domains = dict(domains or {})
+    unknown = [k for k in domains if k not in qi]
+    if unknown:
+        raise InvalidParameterError(
+            f"The 'domains' parameter of {owner} must only name identifying variables {list(qi)!r}; got {unknown!r}."
+        )
+    return domains
+
+
+def encode_column(
+    col: pd.Series,
+    name: str,
+    domain: Sequence | None = None,
+    max_categories: int = MAX_CATEGORIES,
+    owner: str = "design",
+) -> tuple[np.ndarray, pd.Index]:
+    """Integer codes and categories of one identifying variable (missing values last)."""
+    if domain is not None:
+        cats = pd.Index(list(domain))
+        if cats.has_duplicates:
+            raise InvalidParameterError(
+                f"The 'domains' parameter of {owner} must list each category of {name!r} once."
+            )
+        codes = cats.get_indexer(col)
+        has_nan_cat = cats.isna().any()
+        bad = (codes < 0) & ~(col.isna().to_numpy() & has_nan_cat)
+        if bad.any():
+            extra = pd.unique(col[bad])[:5].tolist()
+            raise InvalidParameterError(
+                f"The 'domains' parameter of {owner} must contain every value of {name!r}; "
+                f"values {extra!r} are not in {list(cats)!r}."
+            )
+        if has_nan_cat:
+            codes = np.where(col.isna().to_numpy(), int(np.flatnonzero(cats.isna())[0]), codes)
+    else:
+        codes, uniques = pd.factorize(col, sort=True, use_na_sentinel=True)
+        cats = pd.Index(uniques)
+        if (codes < 0).any():
+            # Missing values are a category of their own, after the observed ones.
+            codes = np.where(codes < 0, len(cats), codes)
+            cats = cats.append(pd.Index([np.nan]))
+    if len(cats) > max_categories:
+        raise InvalidParameterError(
+            f"The identifying variable {name!r} has {len(cats)} categories, more than "
+            f"max_categories={max_categories}; bin it into fewer categories or raise the limit."
+        )
+    return np.asarray(codes, dtype=np.int64), cats
+
+
+def record_codes(
+    df: pd.DataFrame,
+    qi,
+    domains: Mapping[str, Sequence] | None = None,
+    max_categories: int = MAX_CATEGORIES,
+    owner: str = "design",
+) -> tuple[np.ndarray, tuple[pd.Index, ...]]:
+    """Per-record code matrix (n, d) and the categories of each identifying variable."""
+    qi = check_qi(df, qi, owner)
+    max_categories = check_int(max_categories, "max_categories", owner, low=1)
+    domains = check_domains(domains, qi, owner)
+    cols, cats = [], []
+    for q in qi:
+        c, k = encode_column(df[q], q, domains.get(q), max_categories, owner)
+        cols.append(c)
+        cats.append(k)
+    return np.column_stack(cols), tuple(cats)
+
+
+def frequency_table(
+    df: pd.DataFrame,
+    qi,
+    domains: Mapping[str, Sequence] | None = None,
+    max_categories: int = MAX_CATEGORIES,
+    owner: str = "design",
+) -> FrequencyTable:
+    """Count the present cells of ``df`` over the identifying variables ``qi``.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        Microdata, one row per record.
+    qi : list of str
+        Identifying variables.
+    domains : dict, optional
+        Categories of some variables, when they should not be taken from the data.
+    max_categories : int
+        Refuse variables with more categories than this (bin them first).
+
+    Returns
+    -------
+    FrequencyTable
+    """
+    codes, cats = record_codes(df, qi, domains, max_categories, owner)
+    cells, counts = count_rows(codes, [len(c) for c in cats])
+    return FrequencyTable(qi=tuple(check_qi(df, qi, owner)), categories=cats, codes=cells, counts=counts)
+
+
+def _radix_fits(radix) -> bool:
+    """True when mixed-radix keys over ``radix`` fit in int64 (with room to spare)."""
+    return float(np.prod(np.asarray(radix, dtype=float))) < 2.0**62
+
+
+def count_rows(codes: np.ndarray, radix, weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct rows of an integer code matrix, sorted lexicographically, and their counts.
+
+    Each row ``(c_1, ..., c_d)`` with ``0 <= c_j < radix[j]`` becomes one int64 key
+    ``sum_j c_j * prod_{i>j} radix[i]`` (mixed radix, first column most significant), so that
+    sorting keys sorts rows lexicographically, as ``np.unique(codes, axis=0)`` does.  Keys are
+    counted with ``np.bincount`` when the key space is small (at most 4 keys per row, or 2**16),
+    else with a 1-d ``np.unique``.  When the key space would overflow int64 the rows are
+    matched whole (``np.unique(axis=0)``), which is slower but exact.
+
+    Parameters
+    ----------
+    codes : ndarray of shape (n, d)
+        Non-negative integer codes.
+    radix : sequence of int
+        Number of possible codes of each column.
+    weights : ndarray of shape (n,), optional
+        Integer weight of each row (its count); every row counts once by default.
+
+    Returns
+    -------
+    cells : ndarray of shape (K, d), int64
+    counts : ndarray of shape (K,), int64
+    """
+    codes = np.asarray(codes, dtype=np.int64)
+    n, d = codes.shape
+    if weights is not None:
+        weights = np.asarray(weights, dtype=np.int64)
+    if n == 0:
+        return np.empty((0, d), dtype=np.int64), np.empty(0, dtype=np.int64)
+    if not _radix_fits(radix):
+        cells, inv = np.unique(codes, axis=0, return_inverse=True)
+        inv = inv.ravel()
+        counts = np.bincount(inv, minlength=len(cells)) if weights is None else _weighted(inv, weights, len(cells))
+        return cells.astype(np.int64), counts.astype(np.int64)
+    radix = np.asarray(radix, dtype=np.int64)
+    key = _keys(codes, radix)
+    space = int(np.prod(radix))
+    if space <= max(4 * n, 1 << 16):
+        full = np.bincount(key, minlength=space) if weights is None else _weighted(key, weights, space)
+        ukeys = np.flatnonzero(full)
+        counts = full[ukeys]
+    elif weights is None:
+        ukeys, counts = np.unique(key, return_counts=True)
+    else:
+        ukeys, inv = np.unique(key, return_inverse=True)
+        counts = _weighted(inv, weights, len(ukeys))
+    cells = np.empty((len(ukeys), d), dtype=np.int64)
+    rest = ukeys.astype(np.int64)
+    for j in range(d - 1, -1, -1):
+        rest, cells[:, j] = np.divmod(rest, radix[j])
+    return cells, np.asarray(counts, dtype=np.int64)
+
+
+def _weighted(index: np.ndarray, weights: np.ndarray, size: int) -> np.ndarray:
+    """Integer sums of ``weights`` by ``index`` (exact, unlike a float ``bincount``)."""
+    out = np.zeros(size, dtype=np.int64)
+    np.add.at(out, index, weights)
+    return out
+
+
+class CellLookup:
+    """Index of rows of codes among a table's cells (-1 where a row is not a cell), built once.
+
+    Rows become mixed-radix int64 keys; a key is looked up in a table of the whole key space
+    when that is small (``lut_max`` keys at most), else by binary search in the sorted keys of
+    the cells.  When keys would overflow int64, whole rows are matched (pandas MultiIndex).
+    """
+
+    def __init__(self, table: FrequencyTable, lut_max: int = 1 << 22):
+        radix = [len(c) for c in table.categories]
+        self.K = table.n_cells
+        self.fits = _radix_fits(radix)
+        self.lut = None
+        if not self.fits:
+            self.multi = pd.MultiIndex.from_arrays(table.codes.T)
+            return
+        self.radix = np.asarray(radix, dtype=np.int64)
+        self.keys = _keys(table.codes, self.radix)  # cells are sorted, so keys increase
+        space = int(np.prod(self.radix))
+        if space <= lut_max:
+            self.lut = np.full(space, -1, dtype=np.int64)
+            self.lut[self.keys] = np.arange(self.K)
+
+    def __call__(self, codes: np.ndarray) -> np.ndarray:
+        codes = np.asarray(codes, dtype=np.int64)
+        if codes.shape[0] == 0:
+            return np.empty(0, dtype=np.int64)
+        if not self.fits:
+            return np.asarray(self.multi.get_indexer(pd.MultiIndex.from_arrays(codes.T)), dtype=np.int64)
+        inside = ((codes >= 0) & (codes < self.radix)).all(axis=1)
+        q = _keys(np.where(inside[:, None], codes, 0), self.radix)
+        if self.lut is not None:
+            out = self.lut[q]
+        else:
+            pos = np.clip(np.searchsorted(self.keys, q), 0, max(self.K - 1, 0))
+            out = np.where(self.keys[pos] == q, pos, -1) if self.K else np.full(len(q), -1)
+        return np.where(inside, out, -1)
+
+
+def _keys(codes: np.ndarray, radix: np.ndarray) -> np.ndarray:
+    """Mixed-radix int64 key of each row (first column most significant)."""
+    key = codes[:, 0].astype(np.int64, copy=True)
+    for j in range(1, codes.shape[1]):
+        key *= radix[j]
+        key += codes[:, j]
+    return key
+
+
+def category_codes(values, categories: pd.Index) -> np.ndarray:
+    """Code of each value among ``categories`` (-1 where it is none of them).
+
+    A missing value (NaN, None, pandas.NA) gets the code of the missing category when the
+    categories have one, else -1.  Values of another type than the categories (an ``int``
+    looked up among strings) are compared as objects rather than raising.
+    """
+    values = pd.Series(values) if not isinstance(values, (pd.Series, pd.Index)) else values
+    try:
+        codes = np.asarray(categories.get_indexer(values), dtype=np.int64)
+    except (TypeError, ValueError):
+        obj = pd.Index(list(categories), dtype=object)
+        codes = np.asarray(obj.get_indexer(pd.Index(values, dtype=object)), dtype=np.int64)
+    na = np.asarray(pd.isna(values), dtype=bool)
+    if na.any():
+        nan_pos = np.flatnonzero(categories.isna())
+        codes[na] = int(nan_pos[0]) if len(nan_pos) else -1
+    return codes
+
+
+def cells_of(frame: pd.DataFrame, table: FrequencyTable) -> np.ndarray:
+    """Index among the table's cells of each row of ``frame`` (-1 where it is not a cell).
+
+    ``frame`` has a column per identifying variable; its values are matched against the
+    table's categories (:func:`category_codes`).
+    """
+    codes = np.column_stack([category_codes(frame[q], table.categories[j]) for j, q in enumerate(table.qi)])
+    idx = np.full(len(frame), -1, dtype=np.int64)
+    ok = (codes >= 0).all(axis=1)
+    idx[ok] = cell_index(table, codes[ok])
+    return idx
+
+
+def cell_index(table: FrequencyTable, codes: np.ndarray) -> np.ndarray:
+    """Index of each row of ``codes`` among the table's cells, -1 where it is not a cell."""
+    codes = np.asarray(codes, dtype=np.int64)
+    return CellLookup(table, lut_max=min(1 << 22, 4 * len(codes)))(codes)

@@ -1,0 +1,130 @@
+"""Files written whole or not at all: a temporary name next to the target, then a rename.
+
+A reader never sees half a file, and an interrupted run leaves the old file (or nothing)
+behind.  The temporary file and folder are created with the modes a plain ``open()`` or
+``mkdir()`` would give (0o666 and 0o777 less the process's umask, which the operating system
+applies), so outputs are not made private and the umask is never changed -- changing it and
+restoring it would be unsafe with threads.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+from pathlib import Path
+
+from ..errors import InvalidParameterError
+
+__all__ = ["atomic_write", "atomic_dir", "write_text", "check_out_file", "check_out_dir", "PARQUET_SUFFIXES"]
+
+PARQUET_SUFFIXES = (".parquet", ".pq")
+#: Name of the machine-readable design file inside a design folder.
+DESIGN_FILE = "design.json"
+
+
+def _parent(p: Path) -> Path:
+    return p.parent if str(p.parent) else Path(".")
+
+
+def _temp_name(p: Path, suffix: str) -> Path:
+    return _parent(p) / f".{p.name}.{secrets.token_hex(6)}{suffix}"
+
+
+def check_out_file(path, kinds=(".csv",) + PARQUET_SUFFIXES, param: str | None = None,
+                   owner: str | None = None) -> Path:
+    """Fail early (before any long work) on an output file that cannot be written."""
+    p = Path(path)
+    where = f"The {param!r} parameter of {owner} must be" if param and owner else None
+
+    def bad(allowed: str, why: str):
+        if where:
+            raise InvalidParameterError(f"{where} {allowed}; got {str(p)!r} ({why}).")
+        raise InvalidParameterError(f"Cannot write {str(p)!r}: {why}.")
+
+    if p.suffix.lower() not in kinds:
+        bad(f"a file name ending in {', '.join(kinds)}", f"the file name must end in {', '.join(kinds)}")
+    folder = _parent(p)
+    if not folder.is_dir():
+        bad("a file in an existing folder", f"the folder {str(folder)!r} does not exist")
+    if p.is_dir():
+        bad("a file name, not a folder", "it is a folder")
+    if not os.access(folder, os.W_OK):
+        bad("a file in a writable folder", f"the folder {str(folder)!r} is not writable")
+    return p
+
+
+def check_out_dir(path) -> Path:
+    """Fail early on an output folder that cannot be written or holds something else than a design."""
+    p = Path(path)
+    parent = _parent(p)
+    if not parent.is_dir():
+        raise InvalidParameterError(f"Cannot write {str(p)!r}: the folder {str(parent)!r} does not exist.")
+    if not os.access(parent, os.W_OK):
+        raise InvalidParameterError(f"Cannot write {str(p)!r}: the folder {str(parent)!r} is not writable.")
+    if p.exists():
+        if not p.is_dir():
+            raise InvalidParameterError(f"Cannot write the folder {str(p)!r}: a file of that name exists.")
+        if any(p.iterdir()) and not (p / DESIGN_FILE).is_file():
+            raise InvalidParameterError(
+                f"Refusing to replace {str(p)!r}: it is not a design folder (not empty, and no {DESIGN_FILE}).")
+    return p
+
+
+@contextlib.contextmanager
+def atomic_write(path, mode: str = "wb"):
+    """Open a temporary file next to ``path``; rename it to ``path`` only if the block succeeds.
+
+    On any exception (KeyboardInterrupt included) the temporary file is removed and ``path``
+    is left as it was.
+    """
+    p = Path(path)
+    while True:
+        tmp = _temp_name(p, ".tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            break
+        except FileExistsError:  # pragma: no cover - 48 random bits collided
+            continue
+    try:
+        with os.fdopen(fd, mode) as fh:
+            yield fh
+        os.replace(tmp, p)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_text(text: str, path) -> Path:
+    """Write a text file (UTF-8) atomically."""
+    with atomic_write(path) as fh:
+        fh.write(text.encode("utf-8"))
+    return Path(path)
+
+
+@contextlib.contextmanager
+def atomic_dir(path):
+    """Build a folder in a temporary folder next to ``path``; put it in place at the end.
+
+    Yields the temporary folder.  An existing ``path`` is replaced only if it is empty or holds
+    a design (a ``design.json``), so that a user's other folder is never wiped; the old folder
+    is moved aside first and deleted once the new one is in place.
+    """
+    p = check_out_dir(path)
+    tmp = _temp_name(p, ".tmp")
+    os.mkdir(tmp, 0o777)
+    old = None
+    try:
+        yield tmp
+        if p.exists():
+            old = _temp_name(p, ".old")
+            os.replace(p, old)
+        os.replace(tmp, p)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and old.exists() and not p.exists():
+            os.replace(old, p)  # put the previous design back
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,186 @@
+"""Designs on disk: ``design.json`` and ``matrix.csv`` in a design folder.
+
+``design.json``
+    Everything :func:`load_design` needs to rebuild the :class:`~pramopt.DesignResult`: the
+    identifying variables and their categories, the present cells (codes) and counts, the
+    matrix (its nonzero entries), the parameters, status and figures, and two SHA-256
+    checksums: of the frequency table (:meth:`pramopt.FrequencyTable.checksum`, which ties the
+    design to its data) and of the matrix (which detects a file edited by hand).
+``matrix.csv``
+    The matrix in long form: ``from_<var>`` ..., ``to_<var>`` ..., ``probability``, one row per
+    nonzero transition.
+
+Each file is written atomically (:mod:`pramopt.io.atomic`).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+from .._plain import number as _num
+from .._plain import plain as _plain
+from ..errors import DesignFileError, DesignMismatchError, InvalidParameterError
+from ..frequency.table import FrequencyTable, frequency_table
+from ..result import DesignResult, Reduction, Stage, Status, entries as _entries, matrix_long
+from .atomic import DESIGN_FILE, write_text
+from .tables import write_table
+
+__all__ = ["DESIGN_FILE", "FORMAT", "save_design", "load_design", "matrix_long", "table_for_design"]
+
+#: Format tag of ``design.json``; bumped on incompatible changes.
+FORMAT = "pramopt-design/2"
+_FORMAT_1 = "pramopt-design/1"
+
+
+def matrix_sha256(P) -> str:
+    """SHA-256 of a matrix's shape and nonzero entries (row, column, float64 value), row-major."""
+    r, c, v = _entries(P)
+    h = hashlib.sha256(repr(tuple(int(x) for x in P.shape)).encode())
+    for a in (r, c):
+        h.update(np.ascontiguousarray(a, dtype="<i8").tobytes())
+    h.update(np.ascontiguousarray(v, dtype="<f8").tobytes())
+    return h.hexdigest()
+
+
+def _dense_sha256(shape, r, c, v) -> str:
+    """The checksum of format 1 (the dense matrix's bytes), for design files written before."""
+    A = np.zeros(shape)
+    A[r, c] = v
+    h = hashlib.sha256(repr(A.shape).encode())
+    h.update(np.ascontiguousarray(A, dtype=np.float64).tobytes())
+    return h.hexdigest()
+
+
+def design_record(result: DesignResult, *, kind: str = "design", extra: dict | None = None) -> dict:
+    """The content of ``design.json`` for a result (plain JSON values)."""
+    table = result.table
+    r, c, v = _entries(result.matrix)
+    return {
+        "format": FORMAT,
+        "kind": kind,
+        "method": result.method,
+        "qi": list(table.qi),
+        "categories": [_plain(list(cats)) for cats in table.categories],
+        "codes": table.codes.tolist(),
+        "counts": table.counts.tolist(),
+        "table_checksum": table.checksum(),
+        # repr of a float round-trips exactly through JSON
+        "matrix": {"shape": list(result.matrix.shape), "rows": r.tolist(), "cols": c.tolist(), "values": v.tolist()},
+        "matrix_sha256": matrix_sha256(result.matrix),
+        "status": result.status.value,
+        "success": bool(result.success),
+        "message": result.message,
+        "alpha": result.alpha,
+        "combinations": [list(cmb) for cmb in result.combinations],
+        "params": _plain(result.params),
+        "details": _plain(result.details),
+        "figures": _plain({**result.figures(), "gamma": result.gamma}),
+        "binding": [_plain({"combination": b[0], "k0": list(b[1]), "risk": b[2]}) for b in result.binding_rows],
+        "reduction": _plain(result.reduction.as_dict()) if result.reduction is not None else None,
+        "solver": result.solver,
+        "stages": [_plain({"name": s.name, "seconds": s.seconds, "iterations": s.iterations,
+                           "detail": s.detail}) for s in result.stages],
+        **({"extra": _plain(extra)} if extra else {}),
+    }
+
+
+def save_design(result: DesignResult, folder, *, kind: str = "design", extra: dict | None = None) -> Path:
+    """Write ``design.json`` and ``matrix.csv`` into an existing ``folder`` (each atomically)."""
+    folder = Path(folder)
+    rec = design_record(result, kind=kind, extra=extra)
+    write_text(json.dumps(rec, indent=1, allow_nan=False), folder / DESIGN_FILE)
+    write_table(matrix_long(result.matrix, result.table), folder / "matrix.csv")
+    return folder / DESIGN_FILE
+
+
+def _design_path(path) -> Path:
+    p = Path(path)
+    if p.is_dir():
+        p = p / DESIGN_FILE
+    if not p.is_file():
+        raise InvalidParameterError(f"No design at {str(path)!r}: expected a design folder or a {DESIGN_FILE}.")
+    return p
+
+
+def load_design(path) -> DesignResult:
+    """Rebuild the :class:`~pramopt.DesignResult` saved by :func:`save_design`.
+
+    Files of the previous format (``pramopt-design/1``, a checksum of the dense matrix) are
+    read too.
+
+    Parameters
+    ----------
+    path : str or Path
+        A design folder or its ``design.json``.
+
+    Raises
+    ------
+    DesignFileError
+        If the file is malformed, or its frequency table or matrix no longer match the
+        checksums written with them (the file was edited).
+    """
+    p = _design_path(path)
+    try:
+        rec = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise DesignFileError(f"Cannot read the design {str(p)!r}: {e}") from None
+    if not isinstance(rec, dict) or rec.get("format") not in (FORMAT, _FORMAT_1):
+        raise DesignFileError(f"{str(p)!r} is not a pramopt design file (format {FORMAT!r}).")
+    try:
+        qi = tuple(rec["qi"])
+        cats = tuple(pd.Index([np.nan if v is None else v for v in c]) for c in rec["categories"])
+        codes = np.asarray(rec["codes"], dtype=np.int64).reshape(-1, len(qi))
+        counts = np.asarray(rec["counts"], dtype=np.int64)
+        table = FrequencyTable(qi=qi, categories=cats, codes=codes, counts=counts)
+        m = rec["matrix"]
+        shape = tuple(int(x) for x in m["shape"])
+        r = np.asarray(m["rows"], dtype=np.int64)
+        c = np.asarray(m["cols"], dtype=np.int64)
+        v = np.asarray(m["values"], dtype=float)
+        P = sp.csr_array((v, (r, c)), shape=shape)
+        fig = rec["figures"]
+        status = Status(rec["status"])
+        binding = [(b["combination"], tuple(b["k0"]), float(b["risk"])) for b in rec.get("binding") or []]
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise DesignFileError(f"The design {str(p)!r} is malformed: {e!r}") from None
+    if table.checksum() != rec.get("table_checksum"):
+        raise DesignFileError(
+            f"The design {str(p)!r} was modified: its cells or counts do not match their checksum.")
+    expected = matrix_sha256(P) if rec["format"] == FORMAT else _dense_sha256(shape, r, c, v)
+    if expected != rec.get("matrix_sha256"):
+        raise DesignFileError(f"The design {str(p)!r} was modified: its matrix does not match its checksum.")
+    if P.shape != (table.n_cells, table.n_cells):
+        raise DesignFileError(f"The design {str(p)!r} is malformed: matrix {P.shape} for {table.n_cells} cells.")
+    red = rec.get("reduction")
+    return DesignResult(
+        matrix=P, status=status,
+        loss=_num(fig["loss"]), expected_changes=_num(fig["expected_changes"]),
+        max_risk=_num(fig["max_risk"]), min_diagonal=_num(fig["min_diagonal"]),
+        gamma=None if fig.get("gamma") is None else float(fig["gamma"]),
+        binding_rows=binding, reduction=Reduction.from_dict(red) if red else None, solver=rec.get("solver"),
+        stages=tuple(Stage(s["name"], float(s["seconds"]), int(s["iterations"]), s.get("detail", ""))
+                     for s in rec.get("stages", [])),
+        condition_number=_num(fig["condition_number"]), message=rec.get("message", ""),
+        alpha=float(rec["alpha"]), qi=qi, combinations=tuple(tuple(c) for c in rec["combinations"]),
+        table=table, method=rec.get("method", "optimal"), params=dict(rec.get("params") or {}),
+        details=dict(rec.get("details") or {}))
+
+
+def table_for_design(df: pd.DataFrame, result: DesignResult) -> FrequencyTable:
+    """Frequency table of ``df`` coded with the design's categories (for the checksum test).
+
+    Raises
+    ------
+    DesignMismatchError
+        If ``df`` lacks an identifying variable or has a value the design does not know.
+    """
+    domains = {q: list(c) for q, c in zip(result.table.qi, result.table.categories)}
+    try:
+        return frequency_table(df, list(result.table.qi), domains=domains, owner="release")
+    except InvalidParameterError as e:
+        raise DesignMismatchError(f"The data do not match the design: {e}") from None

@@ -1,0 +1,43 @@
+"""Microdata files in and out: CSV and Parquet, chosen by the file's extension."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from ..errors import InvalidParameterError
+from .atomic import PARQUET_SUFFIXES, atomic_write, check_out_file
+
+__all__ = ["read_table", "write_table"]
+
+
+def read_table(path, param: str | None = None, owner: str | None = None) -> pd.DataFrame:
+    """Read microdata from ``.csv`` or ``.parquet``/``.pq`` (by extension).
+
+    Raises
+    ------
+    InvalidParameterError
+        For a missing file, an unknown extension or a file pandas cannot parse.
+    """
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix not in (".csv",) + PARQUET_SUFFIXES:
+        raise InvalidParameterError(f"Cannot read {str(p)!r}: the file name must end in .csv, .parquet or .pq.")
+    if not p.is_file():
+        raise InvalidParameterError(f"Cannot read {str(p)!r}: no such file.")
+    try:
+        return pd.read_parquet(p) if suffix in PARQUET_SUFFIXES else pd.read_csv(p)
+    except (OSError, ValueError, ImportError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise InvalidParameterError(f"Cannot read {str(p)!r}: {first}") from None
+
+
+def write_table(df: pd.DataFrame, path) -> Path:
+    """Write ``df`` as CSV or Parquet (by extension), atomically."""
+    p = check_out_file(path)
+    with atomic_write(p) as fh:
+        if p.suffix.lower() in PARQUET_SUFFIXES:
+            df.to_parquet(fh, index=False)
+        else:
+            fh.write(df.to_csv(index=False).encode())
+    return p

@@ -1,0 +1,112 @@
+"""HiGHS through ``highspy``: one model per program, re-solved with a warm start.
+
+The refinement changes only costs and bounds between its linear programs; keeping the model
+(and its simplex basis) alive makes each re-solve a few pivots instead of a fresh solve.  Going
+to HiGHS directly also gives the duals that column generation prices candidate transitions
+with, and proves infeasibility far faster than through cvxpy.
+
+``highspy.Highs()`` prints HiGHS's banner to the process's standard output before its options
+can be set; the C++ object ``highspy._core._Highs`` takes the same calls without it, so it is
+used where it exists, and the banner is kept off stdout otherwise.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+
+import numpy as np
+
+from ..program import LinearProgram
+from . import Duals, LPSolution, Outcome
+
+__all__ = ["load"]
+
+NAME = "HIGHS(highspy)"
+
+
+def _new_highs():
+    import highspy
+
+    cls = getattr(getattr(highspy, "_core", None), "_Highs", None)
+    if cls is not None:
+        h = cls()
+    else:  # pragma: no cover - another highspy layout: keep its banner off stdout
+        with _stdout_to_stderr():
+            h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    return h
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr():  # pragma: no cover - only for highspy versions without _core._Highs
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+class HighsProgram:
+    """A :class:`LinearProgram` held in one HiGHS model."""
+
+    def __init__(self, program: LinearProgram):
+        import highspy
+
+        self._hs = highspy
+        self.program = program
+        A = program.A
+        lp = highspy.HighsLp()
+        lp.num_col_ = A.shape[1]
+        lp.num_row_ = A.shape[0]
+        lp.col_cost_ = program.cost
+        lp.col_lower_ = program.col_lo
+        lp.col_upper_ = program.col_hi
+        lp.row_lower_ = program.row_lo
+        lp.row_upper_ = program.row_hi
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+        lp.a_matrix_.start_ = A.indptr.astype(np.int32)
+        lp.a_matrix_.index_ = A.indices.astype(np.int32)
+        lp.a_matrix_.value_ = A.data.astype(float)
+        self.h = _new_highs()
+        self.h.passModel(lp)
+        self._idx = np.arange(program.n_x, dtype=np.int32)
+        self.scale = 1.0
+
+    def solve(self, c, lo, hi) -> LPSolution:
+        P = self.program
+        # costs scaled to a largest entry of 1, unless fixed costs of other columns set the scale
+        scale = (float(np.max(np.abs(c))) or 1.0) if P.scale_costs else 1.0
+        self.scale = scale
+        t0 = time.perf_counter()
+        self.h.changeColsCost(P.n_x, self._idx, np.asarray(c, dtype=float) / scale)
+        self.h.changeColsBounds(P.n_x, self._idx, np.asarray(lo, dtype=float), np.asarray(hi, dtype=float))
+        self.h.run()
+        st = self.h.getModelStatus()
+        secs = time.perf_counter() - t0
+        if st == self._hs.HighsModelStatus.kOptimal:
+            sol = np.asarray(self.h.getSolution().col_value)
+            t = float(sol[P.cols["t"]][0]) if P.cols["t"].stop > P.cols["t"].start else None
+            return LPSolution(Outcome.OPTIMAL, sol[: P.n_x].copy(), NAME, secs,
+                              objective=float(self.h.getInfo().objective_function_value) * scale,
+                              t=t, slack=sol[P.cols["s"]].copy(), scale=scale)
+        if st == self._hs.HighsModelStatus.kInfeasible:
+            return LPSolution(Outcome.INFEASIBLE, None, NAME, secs)
+        return LPSolution(Outcome.ERROR, None, None, secs, f"highspy: {self.h.modelStatusToString(st)}")
+
+    def duals(self) -> Duals:
+        sol = self.h.getSolution()
+        y = np.asarray(sol.row_dual) * self.scale
+        r = self.program.rows
+        empty = np.zeros(0)
+        return Duals(rows=y[r["rows"]], B=y[r["B"]] if "B" in r else empty, N=y[r["N"]] if "N" in r else empty,
+                     inv=y[r["inv"]] if "inv" in r else None,
+                     cols=np.asarray(sol.col_dual)[: self.program.n_x] * self.scale)
+
+
+def load(program: LinearProgram) -> HighsProgram:
+    return HighsProgram(program)

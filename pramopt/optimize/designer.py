@@ -1,0 +1,197 @@
+"""The optimal PRAM designer: validate, choose a structure, retry, finish.
+
+data -> frequency table -> :class:`~.problem.DesignProblem` -> a strategy
+(:mod:`.strategies`) -> the independent check (:mod:`pramopt.verify`) -> a
+:class:`~pramopt.DesignResult` (:func:`pramopt.outcome.finish`).
+
+Retries: the solver works at alpha * (1 - margin) so that its feasibility tolerance never
+turns into a violation; if the verifier still found one, the margin grows tenfold (twice at
+most) and the design is solved again.  The diagonal floor gamma goes down a ladder when the
+reduced problem is infeasible at the requested one, guided by phase one.
+"""
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..frequency.combinations import resolve_combinations
+from ..frequency.table import FrequencyTable, frequency_table
+from ..outcome import finish, verify_stage
+from ..params import DesignParams, parameters_doc, signature
+from ..result import DesignResult, Status
+from .constraints.c1 import floor_upper_bound
+from .problem import DesignProblem, ProgressFn, Trace
+from .strategies import AttemptStatus
+from .strategies.blocks import solve_blocks
+from .strategies.general import solve_general
+from .strategies.phase_one import PHASE1_TIEBREAK, largest_floor
+
+__all__ = ["design", "GAMMA_LADDER"]
+
+#: Floors tried in turn when the reduced problem is infeasible at the requested gamma.  They
+#: stay above 1/2: a strictly diagonally dominant P is invertible, which the estimator (4) and
+#: the loss need (a minimum-changes solution without a floor can be singular).
+GAMMA_LADDER = (0.95, 0.9, 0.8, 0.7, 0.6, 0.51)
+
+_ADVICE = "Coarsen the identifying variables, use fewer combinations or a larger alpha."
+
+
+def _gamma_ladder(gamma: float, floor: float) -> list[float]:
+    ladder = [gamma] + [g for g in GAMMA_LADDER if g < gamma]
+    return [g for g in ladder if g >= floor] or [max(gamma, floor)]
+
+
+def design(data, qi=None, alpha: float = DesignParams.alpha, *, progress: ProgressFn | None = None,
+           **options) -> DesignResult:
+    """Design a PRAM matrix of minimal exact L2 loss under the C1 security constraint.
+
+    Parameters
+    ----------
+    data : pandas.DataFrame or FrequencyTable
+        Microdata (one row per record), or its frequency table.
+    qi : list of str
+        Identifying variables (ignored when ``data`` is a FrequencyTable).
+{parameters}
+    progress : callable, optional
+        ``progress(stage, iteration, loss, radius_or_violations)``, called during long work.
+
+    Returns
+    -------
+    DesignResult
+        ``success`` is True only when the full, unreduced C1 holds with ``max_risk <= alpha``.
+        ``params`` holds every parameter, so ``design(result.table, **result.params)`` makes
+        the same design again.
+    """
+    owner = "design"
+    params = DesignParams.from_options(owner, alpha=alpha, **options)
+    if isinstance(data, FrequencyTable):
+        table = data
+    else:
+        table = frequency_table(data, qi, domains=params.domains, max_categories=params.max_categories,
+                                owner=owner)
+    combos = resolve_combinations(table.qi, params.combination_size, params.combinations, owner)
+    trace = Trace(progress)
+    with trace.stage("model") as info:
+        problem = DesignProblem.build(table, combos, params, owner)
+        info["detail"] = f"{problem.groups.n_groups} (pi, k0) groups"
+    return _Designer(problem, trace).run()
+
+
+design.__doc__ = design.__doc__.replace("{parameters}", parameters_doc())
+design.__signature__ = signature(
+    design, before=[inspect.Parameter("data", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+                    inspect.Parameter("qi", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)],
+    after=[inspect.Parameter("progress", inspect.Parameter.KEYWORD_ONLY, default=None)])
+
+
+class _Designer:
+    """One run of :func:`design` on a problem: the structure, the retries and the result."""
+
+    def __init__(self, problem: DesignProblem, trace: Trace):
+        self.problem, self.trace = problem, trace
+        self.p = problem.params
+
+    def verify(self, P, name: str = "verify"):
+        rep, st = verify_stage(P, self.problem.table, self.problem.combos, name)
+        self.trace.stages.append(st)
+        return rep
+
+    def finish(self, P, status: Status, message: str, gamma=None, reduction=None, solver=None, report=None):
+        pb = self.problem
+        return finish(P, pb.table, pb.combos, pb.alpha, status, message, stages=self.trace.stages, gamma=gamma,
+                      reduction=reduction, solver=solver, report=report, params=self.p.to_dict())
+
+    def identity(self, status: Status, message: str, gamma=None, reduction=None):
+        return self.finish(sp.identity(self.problem.K, format="csr"), status, message, gamma, reduction)
+
+    def run(self) -> DesignResult:
+        pb, p = self.problem, self.p
+        alpha = pb.alpha
+        # C1 can hold for no P at all when n < 1/alpha: the U0-weighted mean of the left-hand
+        # sides over m is 1/n for every (π, k0), so the largest is at least 1/n.
+        if pb.n * alpha < 1:
+            return self.identity(Status.INFEASIBLE_DATA,
+                                 f"C1 cannot hold for any matrix: n = {pb.n} < 1/alpha = {1 / alpha:g}.")
+        # Nothing to do when the original data already satisfy C1 (P = I).
+        eye = sp.identity(pb.K, format="csr")
+        rep = self.verify(eye, "check P=I")
+        if rep.max_risk <= alpha:
+            return self.finish(eye, Status.SUCCESS, "The data already satisfy C1: P = I.", report=rep)
+        floor = 0.0 if p.min_diagonal is None else p.min_diagonal
+        g_low = max(GAMMA_LADDER[-1], floor)
+        auto_blocks = p.structure == "auto" and not p.invariant and p.min_diagonal is None
+        if p.structure == "blocks":
+            return self.blocks("Block structure requested.")
+        bound = floor_upper_bound(pb.table, pb.groups, alpha)
+        if bound < g_low and auto_blocks:
+            return self.blocks(f"No design with a diagonal floor >= {g_low:g} exists: C1 caps every floor at "
+                               f"alpha * n / (largest number of groups of one combination) = {bound:.4g}.")
+        return self.general(floor, g_low, auto_blocks)
+
+    def blocks(self, reason: str) -> DesignResult:
+        """The block structure (:mod:`.strategies.blocks`): invertible whatever its diagonal."""
+        best = solve_blocks(self.problem, self.problem.alpha * (1.0 - self.p.margin), self.trace, self.verify)
+        if best is None:
+            return self.identity(Status.INFEASIBLE, reason + " No block design satisfied C1 either.")
+        att, rep, f = best
+        r = att.reduction
+        return self.finish(att.P, Status.SUCCESS, reason + " A block-diagonal retention-replacement design was "
+                           f"made instead ({r.blocks} blocks of at least {r.block_target_records:g} records; "
+                           "P_b = lambda I + 1 v^T is invertible for any lambda > 0). Full C1 verified.",
+                           reduction=r, solver=att.solver, report=rep)
+
+    def general(self, floor: float, g_low: float, auto_blocks: bool) -> DesignResult:
+        """Phase one, then the gamma ladder; the margin grows if verification ever fails."""
+        pb, p, trace = self.problem, self.p, self.trace
+        alpha, margin = pb.alpha, p.margin
+        last_msg = ""
+        for _ in range(3):
+            a_solve = alpha * (1.0 - margin)
+            ph = largest_floor(pb, g_low, floor, a_solve, trace)
+            infeasible = ph.status == "infeasible" or (ph.status == "ok" and ph.t < g_low - 1e-9)
+            if infeasible:
+                trace.add("phase1", ph.seconds, 0, "infeasible")
+                if auto_blocks:
+                    return self.blocks(f"No design with every diagonal entry >= {g_low:g} satisfies C1 (phase one).")
+                hint = (" An invariant design fixes every C1 denominator at U_pi(k0), so it needs "
+                        "U_pi(k0) >= 1/(2 alpha) for every combination present." if p.invariant else "")
+                return self.identity(Status.INFEASIBLE,
+                                     f"No design satisfies C1 with every diagonal entry >= {g_low:g} (needed to keep "
+                                     f"P invertible).{hint} {_ADVICE}", g_low)
+            if ph.status != "ok":
+                trace.add("phase1", ph.seconds, 0, ph.status)
+                return self.identity(Status.SOLVER_ERROR, f"Solver failed: {ph.status}.", g_low)
+            trace.add("phase1", ph.seconds, 0, f"largest feasible floor {ph.t:.4g}")
+            # t may sit up to PHASE1_TIEBREAK below the largest floor; a rung just above the
+            # true largest floor is found infeasible by the linear stage and the next one is tried
+            ladder = [g for g in _gamma_ladder(p.gamma, floor) if g <= ph.t + PHASE1_TIEBREAK] or [g_low]
+            tried = []
+            for gam in ladder:
+                init = ph.support if p.solver is None or p.solver.upper() == "HIGHS" else None
+                att = solve_general(pb, gam, max(gam, floor), a_solve, trace, init=init)
+                tried.append(gam)
+                if att.status is AttemptStatus.INFEASIBLE:
+                    continue
+                if not att.ok:
+                    return self.identity(Status.SOLVER_ERROR, f"Solver failed: {att.detail}.", gam, att.reduction)
+                why = f"Diagonal floor gamma = {gam:g}"
+                if gam < p.gamma:
+                    why += (f": the reduced problem is infeasible at gamma = {p.gamma:g} (the largest feasible "
+                            f"floor is {ph.t:.4g}), so gamma was lowered as the paper suggests.")
+                else:
+                    why += " (as requested)."
+                rep = self.verify(att.P)
+                if rep.max_risk <= alpha:
+                    return self.finish(att.P, Status.SUCCESS,
+                                       why + f" Full C1 verified; solved at alpha*(1-{margin:g}).",
+                                       gam, att.reduction, att.solver, rep)
+                last_msg = f"verification failed (max risk {rep.max_risk:.8g} > {alpha:g}) at margin {margin:g}"
+                break
+            else:
+                return self.identity(Status.INFEASIBLE,
+                                     f"No design satisfies C1 with a diagonal floor in {', '.join(f'{g:g}' for g in tried)}. "
+                                     f"{_ADVICE}", tried[-1] if tried else None)
+            margin = min(margin * 10, 0.1)
+        return self.finish(att.P, Status.UNVERIFIED, last_msg, tried[-1], att.reduction, att.solver, rep)

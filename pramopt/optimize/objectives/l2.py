@@ -1,0 +1,515 @@
+"""The exact L2 loss of a PRAM matrix (Cator, Hensbergen & Rozenholc, Section 3).
+
+The exact L2 loss of the unbiased estimator (4) is
+
+    l2(P) = (1/n^2) * sum_l ||row_l(P^-1)||^2 * (U0^T P)_l  -  1/n,
+
+which does not depend on the non-identifying variables.  Its first-order term at P = I is
+``2/n^2`` times the expected number of changed records, the linear surrogate.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import scipy.linalg as sla
+import scipy.sparse as sp
+
+
+def _dense(P) -> np.ndarray:
+    return P.toarray() if sp.issparse(P) else np.asarray(P, dtype=float)
+
+
+def expected_changes(P, counts) -> float:
+    """Expected number of records whose identifying values change: sum_m U0(m) (1 - P_mm)."""
+    diag = P.diagonal() if sp.issparse(P) else np.diag(np.asarray(P, dtype=float))
+    counts = np.asarray(counts, dtype=float)
+    return float(counts @ (1.0 - diag))
+
+
+#: Above this many cells a sparse P is handled by a sparse LU instead of dense algebra.
+DENSE_MAX = 1500
+
+
+def _sparse_lu(P):
+    import scipy.sparse.linalg as spla
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return spla.splu(sp.csc_matrix(P, dtype=float))
+        except RuntimeError:  # "Factor is exactly singular"
+            return None
+
+
+def _l2_loss_splu(P, counts) -> float:
+    """The loss of a large sparse P from a sparse LU: rows of P^-1 come in pieces from
+    solves with P^T, so neither a dense inverse nor a dense K x K LU is formed."""
+    counts = np.asarray(counts, dtype=float)
+    n = counts.sum()
+    K = P.shape[0]
+    lu = _sparse_lu(P)
+    if lu is None:
+        return float("inf")
+    w = np.asarray(sp.csr_matrix(P).T @ counts).ravel()
+    r = np.empty(K)
+    step = 512
+    for s in range(0, K, step):
+        e = np.zeros((K, min(step, K - s)))
+        e[np.arange(s, s + e.shape[1]), np.arange(e.shape[1])] = 1.0
+        Y = lu.solve(e, trans="T")  # columns of Y = rows of P^-1
+        r[s:s + e.shape[1]] = np.einsum("ij,ij->j", Y, Y)
+    if not np.all(np.isfinite(r)):
+        return float("inf")
+    return float((r @ w) / n**2 - 1.0 / n)
+
+
+def l2_loss(P, counts) -> float:
+    """Exact expected squared L2 error of the unbiased estimator (end of Section 3).
+
+    Returns ``inf`` for a singular (or numerically singular) matrix.  A sparse P with more
+    than ``DENSE_MAX`` cells goes through a sparse LU.
+    """
+    counts = np.asarray(counts, dtype=float)
+    n = counts.sum()
+    if sp.issparse(P) and P.shape[0] > DENSE_MAX:
+        return _l2_loss_splu(P, counts)
+    Pd = _dense(P)
+    try:
+        with warnings.catch_warnings():  # an exactly singular P is reported as inf, not warned
+            warnings.simplefilter("ignore", sla.LinAlgWarning)
+            lu = sla.lu_factor(Pd, check_finite=True)
+    except (ValueError, np.linalg.LinAlgError):
+        return float("inf")
+    if np.any(np.abs(np.diag(lu[0])) < 1e-14 * max(1.0, np.abs(Pd).max())):
+        return float("inf")
+    Q = sla.lu_solve(lu, np.eye(Pd.shape[0]))
+    w = counts @ Pd
+    r = np.einsum("ij,ij->i", Q, Q)
+    return float((r @ w) / n**2 - 1.0 / n)
+
+
+def l2_loss_and_grad(P, counts) -> tuple[float, np.ndarray]:
+    """Exact L2 loss and its gradient with respect to every entry of P.
+
+    With Q = P^-1, w = U0^T P and r_l = ||row_l(Q)||^2:
+    d l2 / d P = (1/n^2) * (U0 r^T - 2 Q^T diag(w) Q Q^T).
+    """
+    counts = np.asarray(counts, dtype=float)
+    n = counts.sum()
+    Pd = _dense(P)
+    Q = np.linalg.inv(Pd)
+    w = counts @ Pd
+    r = np.einsum("ij,ij->i", Q, Q)
+    f = (r @ w) / n**2 - 1.0 / n
+    M = Q.T @ (w[:, None] * Q)
+    grad = (np.outer(counts, r) - 2.0 * (M @ Q.T)) / n**2
+    return float(f), grad
+
+
+def condition_number(P) -> float:
+    """2-norm condition number of P (inf when singular).
+
+    For a sparse P with more than ``DENSE_MAX`` cells: the 1-norm condition number estimated
+    with ``scipy.sparse.linalg.onenormest`` (Higham and Tisseur's block estimator) on P and
+    on P^-1 applied through a sparse LU.
+    """
+    if sp.issparse(P) and P.shape[0] > DENSE_MAX:
+        import scipy.sparse.linalg as spla
+
+        lu = _sparse_lu(P)
+        if lu is None:
+            return float("inf")
+        K = P.shape[0]
+        inv = spla.LinearOperator((K, K), matvec=lu.solve, rmatvec=lambda y: lu.solve(y, trans="T"),
+                                  dtype=float)
+        return float(spla.onenormest(sp.csr_matrix(P)) * spla.onenormest(inv))
+    try:
+        return float(np.linalg.cond(_dense(P)))
+    except np.linalg.LinAlgError:
+        return float("inf")
+
+
+# --------------------------------------------------------------------------------------------
+# Large sparse designs: diagonal plus a few receiver columns (Woodbury / block inverse)
+# --------------------------------------------------------------------------------------------
+
+#: Default singularity threshold of :class:`SparseL2` (see there).
+SPARSE_RCOND = 1e-12
+
+# Work arrays of the gradient are processed in pieces of about this many float64 entries.
+_CHUNK = 1 << 21
+# Pairs are processed in pieces of this many.
+_PAIRS = 1 << 18
+
+
+def _rows_times_dense(A, rows, B, out):
+    """``out[:] = A[rows] @ B`` for sparse ``A``, in row blocks; dense-ish blocks use BLAS."""
+    step = max(1, _CHUNK // max(B.shape[1], 1))
+    for s in range(0, rows.size, step):
+        sub = A[rows[s:s + step]]
+        if sub.nnz > 0.05 * sub.shape[0] * sub.shape[1]:
+            np.matmul(sub.toarray(), B, out=out[s:s + step])
+        else:
+            out[s:s + step] = sub @ B
+
+
+class SparseL2:
+    r"""Exact L2 loss of a sparse PRAM matrix and its gradient, without a dense inverse.
+
+    Same quantities as :func:`l2_loss` and :func:`l2_loss_and_grad` (Cator, Hensbergen &
+    Rozenholc, end of Section 3), for matrices whose off-diagonal entries lie in a few
+    *receiver* columns ``R`` (``r = |R|`` much smaller than ``K``).  The matrix is factorised
+    once; the loss, the gradient at chosen pairs and gradient column blocks are then read off.
+
+    Method.  Let ``D'`` be diagonal with ``D'_kk = P_kk`` for ``k`` not in ``R`` and ``1`` on
+    ``R``.  Then ``P = D' + E_R S^T`` with ``E_R = (P - D')[:, R]`` and ``S = I[:, R]``, and the
+    Woodbury identity gives ``Q = P^-1 = D'^-1 - U M S^T`` with ``U = D'^-1 E_R`` and
+    ``M = (I_r + U[R, :])^-1``.  Because columns outside ``R`` carry only their diagonal
+    entry, ``P[R, not R] = 0`` and ``I_r + U[R, :] = P[R, R]``: this is block-triangular
+    inversion, ``M = P[R, R]^-1``.  Hence ``Q = Dn + QR S^T`` with
+    ``Dn = diag(1/P_kk off R, 0 on R)`` and ``QR = Q[:, R] = S - U M``, whose row ``k`` is
+    ``M[j]`` for ``k = R[j]``, ``-P[k, R] M / P_kk`` for other ``k`` sending into ``R``, and zero
+    otherwise.  Only the non-zero rows of ``QR`` (the *active* rows) are stored.  With
+    ``w = U0^T P`` and ``r_l = ||row_l(Q)||^2 = Dn_l^2 + ||QR[l]||^2``::
+
+        loss = r . w / n^2 - 1/n
+        grad = (U0 r^T - 2 Q^T W Q Q^T) / n^2,      W = diag(w)
+        Q^T W Q Q^T = A QR^T + Dn^3 W + S QR^T W Dn^2,   A = Dn W QR + S H,  H = QR^T W QR
+
+    (``Q Q^T = Dn^2 + QR QR^T`` since ``S^T Dn = 0``).  Cost: ``O(r^3 + nnz(P[:, R]) r)`` for
+    the loss, ``O(a r^2)`` more for the first gradient request (``a`` = number of active
+    rows), then ``O(r)`` per gradient entry (or ``O(a r)`` per column for columns asked for
+    by many pairs); memory ``O(a r + nnz(P))`` plus work pieces of a few MB.  No ``K x K``
+    array is ever formed; ``QR`` is kept dense (``a x r``), which bounds the sizes this
+    serves to ``a r`` in the tens of millions.
+
+    Parameters
+    ----------
+    P : scipy.sparse matrix or array_like, shape (K, K)
+        The PRAM matrix (rows: true cells, columns: released cells).  Row-stochasticity is
+        not required; the loss is the same function of the entries as :func:`l2_loss`.
+        Stored zeros are ignored.
+    counts : array_like, shape (K,)
+        ``U0``: the number of records in each cell (``n = counts.sum()`` must be positive).
+    rcond : float, optional
+        Singularity threshold.  ``P`` is treated as singular (loss ``inf``) when it has a
+        non-finite entry, when a diagonal entry outside ``R`` satisfies
+        ``|P_kk| <= rcond * max(1, max|P|)`` (the column ``k`` is then (numerically) zero), or
+        when the LAPACK estimate of the reciprocal 1-norm condition number of ``P[R, R]`` is
+        below ``rcond``.  At the default ``1e-12`` the loss of such a matrix would exceed
+        about ``1e24 / n^2`` and carry few correct digits anyway.
+
+    Attributes
+    ----------
+    loss : float
+        The exact L2 loss, ``inf`` when ``P`` is singular.
+    singular : bool
+        Whether ``P`` was found singular.
+    receivers : ndarray of int
+        The receiver columns ``R`` (sorted).
+    K, n : int, float
+        Number of cells, number of records.
+
+    Notes
+    -----
+    All gradient entries are partial derivatives of the loss as a function of the ``K^2``
+    entries of ``P`` (as in :func:`l2_loss_and_grad`), also at pairs outside the support of
+    ``P``; projecting onto row-stochastic directions is the caller's business.  Gradient
+    methods raise :class:`numpy.linalg.LinAlgError` when ``P`` is singular.
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse as sp
+    >>> P = sp.csr_matrix(np.array([[0.9, 0.1, 0.0], [0.0, 1.0, 0.0], [0.0, 0.2, 0.8]]))
+    >>> f = SparseL2(P, [5, 3, 2])
+    >>> bool(np.isclose(f.loss, l2_loss(P, [5, 3, 2])))
+    True
+    >>> f.grad_at([0, 2], [1, 1]).shape
+    (2,)
+    """
+
+    def __init__(self, P, counts, *, rcond: float = SPARSE_RCOND):
+        P = sp.csr_matrix(P, dtype=float, copy=True)
+        P.sum_duplicates()
+        P.eliminate_zeros()
+        K = P.shape[0]
+        if P.shape != (K, K):
+            raise ValueError(f"P must be square, got shape {P.shape}")
+        counts = np.asarray(counts, dtype=float).ravel()
+        if counts.shape != (K,):
+            raise ValueError(f"counts must have length {K}, got {counts.shape[0]}")
+        self.K = K
+        self.n = float(counts.sum())
+        if not self.n > 0:
+            raise ValueError("counts must sum to a positive number")
+        self._counts = counts
+        self._P = P
+        diag = P.diagonal()
+        # column k is a receiver iff it has a stored entry off the diagonal
+        inR = np.bincount(P.indices, minlength=K) > (diag != 0)
+        R = np.flatnonzero(inR)
+        r = R.size
+        self.receivers = R
+        self.singular = True
+        self.loss = float("inf")
+        self._H = None
+        if not np.all(np.isfinite(P.data)):
+            return
+        scale = max(1.0, float(np.abs(P.data).max(initial=0.0)))
+        if np.any(np.abs(diag[~inR]) <= rcond * scale):
+            return
+        Dn = np.zeros(K)
+        Dn[~inR] = 1.0 / diag[~inR]
+        # P[:, R] (K x r), then its active rows: R, then the other cells sending into R
+        keep = inR[P.indices]
+        indptr = np.concatenate([[0], np.cumsum(keep, dtype=np.int64)])[P.indptr]
+        pos = np.cumsum(inR) - 1  # column k = R[pos[k]]
+        PcR = sp.csr_matrix((P.data[keep], pos[P.indices[keep]], indptr), shape=(K, r))
+        del keep, indptr
+        senders = np.flatnonzero((np.diff(PcR.indptr) > 0) & ~inR)
+        act = np.concatenate([R, senders])
+        idx = np.full(K, act.size, dtype=np.intp)  # inactive cells -> a zero sentinel row
+        idx[act] = np.arange(act.size)
+        if r:
+            PRR = PcR[R].toarray()
+            with warnings.catch_warnings():  # exact singularity is caught by dgecon below
+                warnings.simplefilter("ignore", sla.LinAlgWarning)
+                lu, piv = sla.lu_factor(PRR, check_finite=False)
+                rc, info = sla.lapack.dgecon(lu, np.abs(PRR).sum(axis=0).max(), norm="1")
+            if info != 0 or not rc >= rcond:
+                return
+            M = sla.lu_solve((lu, piv), np.eye(r), check_finite=False)
+            QR = np.empty((act.size + 1, r))  # + a zero sentinel row for the inactive cells
+            QR[:r] = M
+            _rows_times_dense(PcR, senders, M, out=QR[r:-1])
+            QR[r:-1] *= -Dn[senders, None]
+        else:
+            QR = np.zeros((1, 0))
+        QR[-1] = 0.0
+        del PcR
+        self._act, self._idx, self._Dn = act, idx, Dn
+        self._QRx = QR
+        QR = QR[:-1]
+        w = np.asarray(P.T @ counts).ravel()
+        self._w = w
+        rr = Dn**2
+        rr[act] += np.einsum("ij,ij->i", QR, QR)
+        self._r = rr
+        self.loss = float((rr @ w) / self.n**2 - 1.0 / self.n)
+        self.singular = False
+
+    # -- gradient ---------------------------------------------------------------------------
+    def _ready(self):
+        """Raise if singular; on first use form ``H`` and the active rows of ``A`` (+ zero row)."""
+        if self.singular:
+            raise np.linalg.LinAlgError("P is singular: the L2 loss is infinite")
+        if self._H is None:
+            r = self.receivers.size
+            QR = self._QRx[:-1]
+            wa = self._w[self._act]
+            H = QR.T @ (wa[:, None] * QR)
+            A = np.empty_like(self._QRx)
+            A[:r] = H
+            s = self._act[r:]
+            A[r:-1] = (self._Dn[s] * wa[r:])[:, None] * QR[r:]
+            A[-1] = 0.0
+            self._H, self._Ax = H, A
+
+    def grad_at(self, rows, cols) -> np.ndarray:
+        """Gradient entries ``d loss / d P[rows[i], cols[i]]``.
+
+        Parameters
+        ----------
+        rows, cols : array_like of int, same shape
+            The pairs; any pairs, inside or outside the support of ``P``.
+
+        Returns
+        -------
+        ndarray of float, same shape as ``rows``
+
+        Notes
+        -----
+        The ``A QR^T`` term is non-zero only when both cells are active.  Columns asked for by
+        at least ``a / 8`` pairs (``a`` = number of active rows; e.g. the receiver columns of
+        the support) are evaluated as matrix products against all active rows, in column
+        blocks of about 2M entries; the other pairs by row-wise dot products of length ``r``.
+        Pairs are processed in pieces, so the extra memory is ``O(a r)`` plus a few MB.  For
+        many pairs in many columns outside the support, :meth:`grad_columns` is cheaper.
+        """
+        self._ready()
+        rows = np.asarray(rows)
+        cols = np.asarray(cols)
+        if rows.shape != cols.shape:
+            raise ValueError("rows and cols must have the same shape")
+        shape = rows.shape
+        rows, cols = rows.ravel(), cols.ravel()
+        if rows.size and not (np.issubdtype(rows.dtype, np.integer) and np.issubdtype(cols.dtype, np.integer)):
+            raise TypeError("rows and cols must be integer arrays")
+        if rows.size and (min(rows.min(), cols.min()) < 0 or max(rows.max(), cols.max()) >= self.K):
+            raise IndexError("pair index out of range")
+        Dn, w, a, r = self._Dn, self._w, self._act.size, self.receivers.size
+        idx, QRx, Ax = self._idx, self._QRx, self._Ax
+        steps = [(s, min(s + _PAIRS, rows.size)) for s in range(0, rows.size, _PAIRS)]
+        # heavy columns: evaluated as column blocks of A QR^T
+        per_col = np.zeros(a + 1, dtype=np.intp)
+        for lo, hi in steps:
+            ir, ic = idx[rows[lo:hi]], idx[cols[lo:hi]]
+            per_col += np.bincount(ic[ir < a], minlength=a + 1)
+        heavy = np.flatnonzero(per_col[:a] * 8 >= max(a, 1))
+        slot = np.full(a + 1, -1, dtype=np.intp)
+        slot[heavy] = np.arange(heavy.size)
+        bstep = max(1, _CHUNK // max(a, 1))
+        T = np.zeros(rows.size)  # [Q^T W Q Q^T] at the pairs
+        for lo, hi in steps:
+            rw, cl = rows[lo:hi], cols[lo:hi]
+            ir, ic = idx[rw], idx[cl]
+            t = T[lo:hi]
+            p = np.flatnonzero(rw == cl)  # Dn^3 W
+            t[p] = Dn[cl[p]] ** 3 * w[cl[p]]
+            p = np.flatnonzero(ir < r)  # S QR^T W Dn^2: rows in R
+            c = cl[p]
+            t[p] += QRx[ic[p], ir[p]] * (w[c] * Dn[c] ** 2)
+            p = np.flatnonzero((ir < a) & (ic < a) & (slot[ic] < 0))  # A QR^T, light columns
+            dstep = max(1, _CHUNK // max(r, 1))
+            for s in range(0, p.size, dstep):
+                q = p[s:s + dstep]
+                t[q] += np.einsum("ij,ij->i", Ax[ir[q]], QRx[ic[q]])
+        for b in range(0, heavy.size, bstep):  # A QR^T, heavy columns
+            B = Ax[:-1] @ QRx[heavy[b:b + bstep]].T  # a x block
+            for lo, hi in steps:
+                ir, sl = idx[rows[lo:hi]], slot[idx[cols[lo:hi]]] - b
+                p = np.flatnonzero((ir < a) & (sl >= 0) & (sl < B.shape[1]))
+                T[lo + p] += B[ir[p], sl[p]]
+        for lo, hi in steps:
+            t = T[lo:hi]
+            t *= -2.0
+            t += self._counts[rows[lo:hi]] * self._r[cols[lo:hi]]
+            t /= self.n**2
+        return T.reshape(shape)
+
+    def grad_columns(self, cols) -> np.ndarray:
+        """Gradient block ``d loss / d P[:, cols]`` for all rows.
+
+        Parameters
+        ----------
+        cols : array_like of int, shape (c,)
+            Columns, e.g. candidate receiver columns in column generation.  The block is dense
+            (``8 K c`` bytes) and costs ``O(a r c)``: ask for columns in batches.
+
+        Returns
+        -------
+        ndarray of float, shape (K, c)
+        """
+        self._ready()
+        cols = np.atleast_1d(np.asarray(cols, dtype=np.intp))
+        if cols.ndim != 1:
+            raise ValueError("cols must be one-dimensional")
+        if cols.size and (cols.min() < 0 or cols.max() >= self.K):
+            raise IndexError("column index out of range")
+        K = self.K
+        Dn, w = self._Dn, self._w
+        Qc = self._QRx[self._idx[cols]]  # len(cols) x r
+        T = np.zeros((K, cols.size))
+        T[self._act] = self._Ax[:-1] @ Qc.T
+        T[self.receivers] += (Qc * (w[cols] * Dn[cols] ** 2)[:, None]).T
+        T[cols, np.arange(cols.size)] += Dn[cols] ** 3 * w[cols]
+        return (np.outer(self._counts, self._r[cols]) - 2.0 * T) / self.n**2
+
+    def grad_support(self) -> sp.csr_matrix:
+        """The gradient on the stored non-zeros of ``P``.
+
+        Returns
+        -------
+        scipy.sparse.csr_matrix, shape (K, K)
+            Same pattern as ``P`` (duplicates summed, stored zeros dropped).
+        """
+        self._ready()
+        G = self._P.copy()
+        rows = np.repeat(np.arange(self.K), np.diff(G.indptr))
+        G.data = self.grad_at(rows, G.indices)
+        return G
+
+
+def l2_loss_sparse(P, counts, *, rcond: float = SPARSE_RCOND) -> float:
+    """Exact L2 loss of a sparse PRAM matrix, ``inf`` when singular (see :class:`SparseL2`).
+
+    Equal to :func:`l2_loss` up to rounding, in ``O(r^3 + nnz(P[:, R]) r)`` time for ``r``
+    receiver columns instead of ``O(K^3)``.
+    """
+    return SparseL2(P, counts, rcond=rcond).loss
+
+
+def l2_loss_and_grad_sparse(P, counts, rows, cols, *, rcond: float = SPARSE_RCOND
+                            ) -> tuple[float, np.ndarray]:
+    """Exact L2 loss and its gradient at the pairs ``(rows[i], cols[i])`` (see :class:`SparseL2`).
+
+    Equal to ``(f, G[rows, cols])`` with ``f, G = l2_loss_and_grad(P, counts)`` up to rounding.
+    Raises :class:`numpy.linalg.LinAlgError` when ``P`` is singular (as the dense version does).
+    """
+    s = SparseL2(P, counts, rcond=rcond)
+    return s.loss, s.grad_at(rows, cols)
+
+
+# --------------------------------------------------------------------------------------------
+# The objective of the designer
+# --------------------------------------------------------------------------------------------
+
+class L2Loss:
+    """The exact L2 loss as an :class:`~pramopt.optimize.objectives.Objective`."""
+
+    name = "l2"
+
+    def value(self, P, counts) -> float:
+        return l2_loss(P, counts)
+
+    def on_support(self, support, counts, sparse: bool):
+        counts = np.asarray(counts, dtype=float)
+        if not sparse:
+            def dense(x):
+                f, G = l2_loss_and_grad(support.to_matrix(x).toarray(), counts)
+                return f, G[support.rows, support.cols], (lambda cols: G[:, cols])
+            return dense
+
+        def woodbury(x):  # no dense K x K inverse (see SparseL2)
+            s = SparseL2(support.to_matrix(x), counts)
+            if s.singular:
+                return float("inf"), None, None
+            return s.loss, s.grad_at(support.rows, support.cols), s.grad_columns
+        return woodbury
+
+    def on_blocks(self, model, counts):
+        counts = np.asarray(counts, dtype=float)
+
+        def evaluate(z):
+            f, g = block_loss_and_grad(model, z, counts)
+            return f, g, None
+        return evaluate
+
+
+def block_loss_and_grad(model, z, counts) -> tuple[float, np.ndarray]:
+    """Exact L2 loss of a block design and its gradient in z = (lambda, v), in O(K).
+
+    In a block b, P_b = lambda I + 1 v^T and P_b^-1 = (I - 1 v^T)/lambda, so
+    ||row_l(P^-1)||^2 = (1 - 2 v_l + |v_b|^2)/lambda^2 and w_l = (U0^T P)_l = lambda U0_l + v_l n_b,
+    where n_b is the block's number of records.
+    """
+    counts = np.asarray(counts, dtype=float)
+    n = counts.sum()
+    lam, v = model.split(np.asarray(z, dtype=float))
+    b = model.block_of
+    B = model.B
+    nb = np.bincount(b, weights=counts, minlength=B)
+    v2 = np.bincount(b, weights=v * v, minlength=B)
+    lamk = lam[b]
+    w = lamk * counts + v * nb[b]
+    r = (1.0 - 2.0 * v + v2[b]) / lamk**2
+    f = float(r @ w) / n**2 - 1.0 / n
+    A = np.bincount(b, weights=w, minlength=B)           # sum of w over the block
+    g_lam = np.bincount(b, weights=-2.0 * r * w / lamk + r * counts, minlength=B)
+    g_v = (-2.0 * w + 2.0 * v * A[b]) / lamk**2 + r * nb[b]
+    return f, np.concatenate([g_lam, g_v]) / n**2
+
+
+#: The exact L2 loss, the designer's objective.
+L2 = L2Loss()

@@ -1,0 +1,106 @@
+"""Column generation: the reduced cost of every transition outside the support.
+
+When pricing finds no transition with a negative reduced cost, the solution of the restricted
+program is optimal for the full K x K program too, so starting from a small support
+(:mod:`pramopt.optimize.support`) costs nothing in the linear stage; in the refinement the same
+pricing uses the gradient of the exact loss.
+
+Pricing a candidate (m, k), m != k, in a program of :mod:`pramopt.optimize.program`
+(reduced cost = c - A^T y): the column has coefficient 1 in row-sum row m, U0(m) in invariance
+row k, and what C1's rows charge it (:func:`pramopt.optimize.constraints.c1.c1_prices`).
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from .backends import Duals
+from .constraints.c1 import C1Block, Groups, c1_prices
+from .support import Support
+
+__all__ = ["Pricer"]
+
+
+class Pricer:
+    """Reduced costs of transitions outside the support, from the duals of one solve.
+
+    Parameters
+    ----------
+    support, groups, counts, block
+        The program that was solved.
+    duals : Duals
+        Row duals of the last optimal solve (:meth:`pramopt.optimize.backends.Loaded.duals`).
+    allowed : callable, optional
+        ``allowed(rows, cols) -> bool array``: transitions the design permits at all (kept
+        cells, strata of fixed variables).
+    """
+
+    def __init__(self, support: Support, groups: Groups, counts, block: C1Block, duals: Duals,
+                 allowed=None, mem: sp.csr_matrix | None = None):
+        self.support = support
+        self.counts = np.asarray(counts, dtype=float)
+        self.y_rows = duals.rows
+        # per column k: C1's denominator duals (and the invariance dual, with the same U0(m))
+        self.sB, self.NT = c1_prices(groups, block, duals.B, duals.N, mem)
+        if duals.inv is not None:
+            self.sB = self.sB + duals.inv
+        self.allowed = allowed
+
+    def reduced_costs(self, cols: np.ndarray, cost: np.ndarray | None = None) -> np.ndarray:
+        """K x len(cols) reduced costs of P[:, cols] (``cost``: their objective coefficients)."""
+        cols = np.asarray(cols, dtype=np.int64)
+        d = -self.y_rows[:, None] - self.counts[:, None] * self.sB[cols][None, :]
+        d -= self.NT[:, cols].toarray()
+        if cost is not None:
+            d += cost
+        return d
+
+    def candidates(self, cost_fn=None, tol: float = 1e-9, max_add: int = 100_000,
+                   chunk: int = 256) -> tuple[np.ndarray, np.ndarray, float]:
+        """Transitions outside the support with reduced cost below ``-tol``, most negative first.
+
+        ``cost_fn(cols)`` gives the K x len(cols) objective coefficients (None: zero, as in
+        the linear stage, where only diagonal entries have a cost).
+
+        Returns
+        -------
+        rows, cols : ndarray
+            At most ``max_add`` transitions to add.
+        bound : float
+            The Lagrangian bound (<= 0) on what the whole K x K program can still gain: each row
+            of P sums to one, so no feasible point beats the current objective by more than
+            the sum over rows of the row's most negative reduced cost.
+        """
+        K = self.support.K
+        in_sup = self.support.to_matrix(np.ones(self.support.size)).tocsc()
+        keep_r, keep_c, keep_d = [], [], []
+        rowmin = np.zeros(K)
+        for start in range(0, K, chunk):
+            cols = np.arange(start, min(K, start + chunk))
+            d = self.reduced_costs(cols, None if cost_fn is None else cost_fn(cols))
+            d[in_sup[:, cols].toarray() > 0] = np.inf      # already in the support (and the diagonal)
+            r, c = np.nonzero(d < -tol)
+            if r.size == 0:
+                continue
+            c = cols[c]
+            if self.allowed is not None:
+                ok = self.allowed(r, c)
+                r, c = r[ok], c[ok]
+            if r.size == 0:
+                continue
+            dv = d[r, c - start]
+            np.minimum.at(rowmin, r, dv)
+            if dv.size > max_add:
+                top = np.argpartition(dv, max_add)[:max_add]
+                r, c, dv = r[top], c[top], dv[top]
+            keep_r.append(r)
+            keep_c.append(c)
+            keep_d.append(dv)
+        if not keep_r:
+            return np.empty(0, np.int64), np.empty(0, np.int64), 0.0
+        bound = float(rowmin.sum())
+        r, c, dv = np.concatenate(keep_r), np.concatenate(keep_c), np.concatenate(keep_d)
+        if dv.size > max_add:
+            top = np.argpartition(dv, max_add)[:max_add]
+            r, c = r[top], c[top]
+        return r, c, bound

@@ -1,0 +1,145 @@
+"""What one design is about: the data, Π, the options, and a trace of the work done.
+
+:class:`DesignProblem` replaces long argument lists: every strategy takes the problem (and
+the few numbers that change between attempts, such as the floor and the margin).
+:class:`Trace` collects the stages' times and forwards progress to the caller's callback.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..errors import InvalidParameterError
+from ..frequency.table import FrequencyTable, cells_of
+from ..params import DesignParams
+from ..result import Stage
+from .constraints.c1 import Groups, build_groups
+from .objectives import Objective, default_objective
+
+__all__ = ["DesignProblem", "Trace", "ProgressFn"]
+
+#: ``progress(stage, iteration, loss, radius_or_violations)``, called during long work.
+ProgressFn = Callable[[str, int, float, float], None]
+
+
+@dataclass(frozen=True)
+class DesignProblem:
+    """The frequency table, Π, the validated parameters and what follows from them.
+
+    Attributes
+    ----------
+    table : FrequencyTable
+    combos : tuple of tuples of int
+        Π as indices into ``table.qi``.
+    params : DesignParams
+    groups : Groups
+        The (π, k0) groups reachable from present cells.
+    fixed_idx : tuple of int
+        Indices of the variables that never change.
+    keep_rows : ndarray of int
+        Cells whose records stay as they are.
+    objective : Objective
+        What the design minimises (the exact L2 loss).
+    """
+
+    table: FrequencyTable
+    combos: tuple
+    params: DesignParams
+    groups: Groups
+    fixed_idx: tuple = ()
+    keep_rows: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    objective: Objective = field(default_factory=default_objective)
+
+    @staticmethod
+    def build(table: FrequencyTable, combos, params: DesignParams, owner: str = "design") -> "DesignProblem":
+        """Check the options against the table and group its cells (no solving)."""
+        qi = list(table.qi)
+        fixed = list(params.fixed or ())
+        bad = [f for f in fixed if f not in qi]
+        if bad:
+            raise InvalidParameterError(
+                f"The 'fixed' parameter of {owner} must name identifying variables {qi!r}; got {bad!r}.")
+        keep = _keep_rows(table, params.keep_cells, owner)
+        return DesignProblem(table=table, combos=tuple(tuple(c) for c in combos), params=params,
+                             groups=build_groups(table, combos), fixed_idx=tuple(qi.index(f) for f in fixed),
+                             keep_rows=keep)
+
+    @property
+    def K(self) -> int:
+        return self.table.n_cells
+
+    @property
+    def n(self) -> int:
+        return self.table.n
+
+    @property
+    def alpha(self) -> float:
+        return self.params.alpha
+
+    @property
+    def counts(self) -> np.ndarray:
+        return self.table.counts.astype(float)
+
+    @property
+    def kept(self) -> np.ndarray:
+        """Boolean mask of the cells whose records stay as they are."""
+        k = np.zeros(self.K, dtype=bool)
+        k[self.keep_rows] = True
+        return k
+
+    def allowed(self, r, c) -> np.ndarray:
+        """Transitions the options permit: not out of a kept cell, never across fixed strata."""
+        r, c = np.asarray(r), np.asarray(c)
+        ok = ~self.kept[r]
+        if self.fixed_idx:
+            codes = self.table.codes[:, list(self.fixed_idx)]
+            ok &= np.all(codes[r] == codes[c], axis=1)
+        return ok
+
+
+def _keep_rows(table: FrequencyTable, keep_cells, owner: str) -> np.ndarray:
+    if not keep_cells:
+        return np.empty(0, dtype=np.int64)
+    import pandas as pd
+
+    kc = pd.DataFrame([dict(r) for r in keep_cells])
+    missing = [q for q in table.qi if q not in kc.columns]
+    if missing:
+        raise InvalidParameterError(
+            f"The 'keep_cells' parameter of {owner} must give a value of every identifying variable; "
+            f"{missing!r} missing.")
+    idx = cells_of(kc, table)
+    if (idx < 0).any():
+        raise InvalidParameterError(
+            f"The 'keep_cells' parameter of {owner} must list cells present in the data; "
+            f"{kc[idx < 0].to_dict('records')!r} are not.")
+    return np.unique(idx)
+
+
+class Trace:
+    """The stages of one design (name, seconds, iterations, detail) and its progress callback."""
+
+    def __init__(self, progress: ProgressFn | None = None):
+        self.stages: list[Stage] = []
+        self._progress = progress
+
+    def add(self, name: str, seconds: float, iterations: int = 0, detail: str = "") -> None:
+        self.stages.append(Stage(name, float(seconds), int(iterations), detail))
+
+    @contextlib.contextmanager
+    def stage(self, name: str):
+        """Time a block; the block may set ``info["iterations"]`` and ``info["detail"]``."""
+        info = {"iterations": 0, "detail": ""}
+        t0 = time.perf_counter()
+        try:
+            yield info
+        finally:
+            self.add(name, time.perf_counter() - t0, info["iterations"], info["detail"])
+
+    def progress(self, stage: str, iteration: int, loss: float, worst: float) -> None:
+        if self._progress is not None:
+            self._progress(stage, iteration, loss, worst)

@@ -1,0 +1,137 @@
+"""The linear programs of a design, as data that any backend can solve.
+
+Every stage solves linear programs of one shape over the support of P::
+
+    minimise  c . x  (+ fixed costs of the auxiliary columns)
+    subject to  R x = 1                     (rows of P sum to one)
+                C1's rows                   (:func:`pramopt.optimize.constraints.c1.c1_rows`)
+                x_mm - t >= 0               (phase one only: t is the common diagonal floor)
+                C x = U0                    (only for an invariant design)
+                lo <= x <= hi               (floor, kept cells, trust region)
+
+Only ``c``, ``lo`` and ``hi`` of the ``x`` columns change between the solves of one stage, so
+a backend loads the program once and re-solves it cheaply.  With ``param`` the ``x`` columns
+are parameters ``z`` and the support entries are ``x = T z`` (the block designs).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from .constraints.c1 import C1Block, c1_rows
+from .support import Support
+
+__all__ = ["LinearProgram", "build_program", "row_sum_matrix", "column_mass_matrix"]
+
+
+def row_sum_matrix(support: Support) -> sp.csr_matrix:
+    """R with (R x)_m = sum_k P[m, k]."""
+    return sp.csr_matrix((np.ones(support.size), (support.rows, np.arange(support.size))),
+                         shape=(support.K, support.size))
+
+
+def column_mass_matrix(support: Support, counts) -> sp.csr_matrix:
+    """C with (C x)_k = (U0^T P)_k, for the invariance constraint U0^T P = U0^T."""
+    counts = np.asarray(counts, dtype=float)
+    return sp.csr_matrix((counts[support.rows], (support.cols, np.arange(support.size))),
+                         shape=(support.K, support.size))
+
+
+@dataclass(frozen=True)
+class LinearProgram:
+    """A program ``min cost . y  s.t.  row_lo <= A y <= row_hi, col_lo <= y <= col_hi``.
+
+    The first ``n_x`` columns are the ``x`` (or ``z``) columns whose costs and bounds each
+    solve sets; ``cols`` and ``rows`` name the slices of the other column and row blocks
+    (``D``, ``s``, ``t``; ``rows``, ``B``, ``N``, ``floor``, ``inv``).  ``scale_costs`` says
+    whether a backend may rescale the ``x`` costs (not when fixed costs of other columns set
+    the scale, as in phase one).
+    """
+
+    A: sp.csc_matrix
+    row_lo: np.ndarray
+    row_hi: np.ndarray
+    col_lo: np.ndarray
+    col_hi: np.ndarray
+    cost: np.ndarray
+    n_x: int
+    cols: dict
+    rows: dict
+    support: Support
+    block: C1Block
+    scale_costs: bool = True
+
+    @property
+    def n_cols(self) -> int:
+        return int(self.A.shape[1])
+
+
+def build_program(support: Support, counts, block: C1Block, a_solve: float, *, invariant: bool = False,
+                  max_floor: bool = False, elastic: float | None = None,
+                  param: sp.spmatrix | None = None) -> LinearProgram:
+    """Assemble the program over ``support`` with the C1 rows of ``block`` at level ``a_solve``.
+
+    Parameters
+    ----------
+    max_floor : bool
+        Phase one: maximise a common lower bound t on the diagonal (cost -1 on t).
+    elastic : float, optional
+        Give every C1 row a slack s >= 0 with this cost per unit, so that a restricted support
+        is never infeasible and column generation can price what it lacks.
+    param : sparse matrix, optional
+        ``x = param @ z``: the columns are the parameters ``z``.
+    """
+    K = support.K
+    T = None if param is None else sp.csr_matrix(param)
+    n_x = support.size if T is None else T.shape[1]
+    counts = np.asarray(counts, dtype=float)
+    c1, aux = c1_rows(block, a_solve, elastic is not None)
+    widths = {"x": n_x, "D": aux["D"], "s": aux["s"], "t": 1 if max_floor else 0}
+    order = ("x", "D", "t", "s")
+    starts = np.cumsum([0] + [widths[k] for k in order])
+    cols = {k: slice(int(starts[i]), int(starts[i + 1])) for i, k in enumerate(order)}
+
+    blocks, lower, upper, rows = [], [], [], {}
+
+    def add(name, mats, lo, hi):
+        nrow = len(lo)
+        parts = []
+        for k in order:
+            if not widths[k]:
+                continue
+            m = mats.get(k)
+            if m is None:
+                parts.append(sp.csr_matrix((nrow, widths[k])))
+            else:
+                m = sp.csr_matrix(m)
+                parts.append(m @ T if (k == "x" and T is not None) else m)
+        start = sum(b.shape[0] for b in blocks)
+        blocks.append(sp.hstack(parts, format="csr"))
+        rows[name] = slice(start, start + nrow)
+        lower.append(np.asarray(lo, dtype=float))
+        upper.append(np.asarray(hi, dtype=float))
+
+    add("rows", {"x": row_sum_matrix(support)}, np.ones(K), np.ones(K))
+    for name, mats, lo, hi in c1:
+        add(name, mats, lo, hi)
+    if max_floor:
+        dsel = sp.csr_matrix((np.ones(K), (np.arange(K), support.diag)), shape=(K, support.size))
+        add("floor", {"x": dsel, "t": -np.ones((K, 1))}, np.zeros(K), np.full(K, np.inf))
+    if invariant:
+        add("inv", {"x": column_mass_matrix(support, counts)}, counts, counts)
+    A = sp.vstack(blocks, format="csc")
+    cost = np.zeros(A.shape[1])
+    col_lo = np.zeros(A.shape[1])
+    col_hi = np.ones(A.shape[1])
+    col_hi[cols["D"]] = np.inf
+    col_lo[cols["t"]], col_hi[cols["t"]] = -np.inf, 1.0
+    col_hi[cols["s"]] = np.inf
+    if max_floor:
+        cost[cols["t"]] = -1.0
+    if elastic is not None:
+        cost[cols["s"]] = float(elastic)
+    return LinearProgram(A=A, row_lo=np.concatenate(lower), row_hi=np.concatenate(upper), col_lo=col_lo,
+                         col_hi=col_hi, cost=cost, n_x=n_x, cols=cols, rows=rows, support=support, block=block,
+                         scale_costs=not max_floor)

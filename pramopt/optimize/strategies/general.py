@@ -1,0 +1,370 @@
+"""The general design at one diagonal floor: linear stage, then refinement of the exact loss.
+
+At a floor ``gamma`` the reducer (:func:`~pramopt.optimize.constraints.c1.reduce_constraints`)
+leaves a small working set of C1 rows.  The linear stage minimises the expected number of
+changed records (the loss's first-order term) over a support of transitions, adding every C1
+row the full check finds violated (lazy rows) and every transition the duals price below zero
+(column generation), until neither is left.  The refinement then improves the exact loss by
+trust-region SLP (:mod:`.refine`), pricing transitions with the loss's gradient between chunks
+of iterations.  Phase one (:mod:`.phase_one`) runs the same loop with another objective.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import scipy.sparse as sp
+
+from ...result import Reduction
+from ..backends import chain
+from ..constraints.c1 import WorkingSet, membership, reduce_constraints
+from ..objectives.l2 import SparseL2, expected_changes
+from ..pricing import Pricer
+from ..problem import DesignProblem, Trace
+from ..program import build_program
+from ..support import DENSE_SUPPORT_MAX, Support, clean, initial_support, rows_into
+from . import Attempt, AttemptStatus
+from .refine import refine
+
+__all__ = ["solve_general", "ColumnGeneration", "MAX_PRICING_ROUNDS", "LP_GAP_RTOL", "REFINE_CHUNK",
+           "REFINE_SUPPORT_MAX"]
+
+#: Rounds of column generation in one stage before giving up widening (the result stays
+#: verified; only optimality over the full support is then not proven).
+MAX_PRICING_ROUNDS = 60
+#: Column generation stops once the Lagrangian bound puts the restricted linear stage within
+#: this relative distance of the full K x K program's optimum.
+LP_GAP_RTOL = 1e-4
+#: The refinement prices new transitions after every this many iterations.
+REFINE_CHUNK = 10
+#: Largest initial refinement support beyond the linear stage's transitions (see _refine_pairs).
+REFINE_SUPPORT_MAX = 100_000
+
+
+def _has_duals(solver: str | None) -> bool:
+    """Only the direct HiGHS backend gives the duals column generation needs."""
+    return solver is None or solver.upper() == "HIGHS"
+
+
+class ColumnGeneration:
+    """The state of one general solve at floor ``gamma``: support, working set, pricing.
+
+    Parameters
+    ----------
+    problem : DesignProblem
+    gamma : float
+        The floor the reduction relies on.
+    floor : float
+        The floor imposed on every diagonal entry (``max(gamma, min_diagonal)``).
+    a_solve : float
+        The level alpha * (1 - margin) the solver works at.
+    phase_one : bool
+        Maximise a common floor t instead of minimising expected changes (elastic C1 rows).
+    init : Support, optional
+        Transitions to start from besides the initial support (phase one's).
+    """
+
+    def __init__(self, problem: DesignProblem, gamma: float, floor: float, a_solve: float,
+                 phase_one: bool = False, init: Support | None = None):
+        p = problem.params
+        self.problem, self.gamma, self.floor, self.a_solve, self.phase_one = problem, gamma, floor, a_solve, phase_one
+        self.counts = problem.counts
+        K = problem.K
+        duals = _has_duals(p.solver)
+        mode = p.support if p.support != "auto" else (
+            "dense" if K <= DENSE_SUPPORT_MAX else ("cover" if duals else "targets"))
+        if mode == "cover" and not duals:  # a cover needs pricing to be widened
+            mode = "targets"
+        self.mode = mode
+        self.widen = duals and mode != "dense"
+        t0 = time.perf_counter()
+        self.red = reduce_constraints(problem.table, problem.groups, problem.alpha, gamma, lazy_outside=True)
+        sup = initial_support(problem, gamma, mode)
+        if init is not None:
+            sup = sup.union(init.rows, init.cols)
+        self.sup = sup
+        self.reduce_seconds = time.perf_counter() - t0
+        self.ws = WorkingSet(self.red.m, self.red.g, problem.table, problem.groups, problem.combos, a_solve)
+        self.mem = membership(problem.groups)
+        self.added_cols = 0
+        self.lp_gap = 0.0
+
+    # -- shared pieces ------------------------------------------------------------------------
+    def pending(self, sup: Support, x) -> list:
+        """Rows of the full C1 violated at the solve level and missing from the working set."""
+        return self.ws.missing(sup.to_matrix(x))
+
+    def bounds(self, sup: Support) -> tuple[np.ndarray, np.ndarray]:
+        diag = sup.rows == sup.cols
+        kept = self.problem.kept
+        lo = np.where(diag, np.where(kept[sup.rows], 1.0, self.floor), 0.0)
+        return lo, np.ones(sup.size)
+
+    def load(self, sup: Support, *, phase_one: bool = False):
+        prog = build_program(sup, self.counts, self.ws.block(sup), self.a_solve,
+                             invariant=self.problem.params.invariant, max_floor=phase_one,
+                             elastic=PHASE1_ELASTIC if phase_one else None)
+        return chain(prog, self.problem.params.solver)
+
+    def price(self, lp, duals, cost_fn=None, tol: float = 1e-7):
+        return Pricer(lp.program.support, self.problem.groups, self.counts, lp.program.block, duals,
+                      self.problem.allowed, self.mem).candidates(
+            cost_fn=cost_fn, tol=tol, max_add=max(2000, 2 * self.problem.K))
+
+    # -- the restricted linear programs ---------------------------------------------------------
+    def linear(self, trace: Trace):
+        """Solve the restricted program until no C1 row is missing and pricing adds nothing.
+
+        Returns ``(status, solution, x, lp, rounds)``; ``status`` is ``"ok"``, ``"infeasible"``
+        (phase one: no floor of at least ``gamma``) or the solver's status.
+        """
+        K = self.problem.K
+        counts = self.counts
+        phase_one = self.phase_one
+        rounds = 0
+        lp = None
+        prev_E = np.inf
+        while True:
+            rounds += 1
+            if lp is None:
+                lp = self.load(self.sup, phase_one=phase_one)
+            sup = self.sup
+            c, lo, hi = self._vectors(sup)
+            out = lp.solve(c, lo, hi)
+            if out.x is None:
+                return out.status, out, None, lp, rounds
+            x = clean(sup, out.x)
+            new = self.pending(sup, x)
+            trace.progress("phase1" if phase_one else "linear", rounds, expected_changes(sup.to_matrix(x), counts),
+                           len(new))
+            if new and phase_one:
+                # An upper bound on every feasible floor, before imposing the rest of the rows (on
+                # rare-heavy data dozens of rounds of ~1,000 rows each): more rows only lower t, and
+                # transitions outside the support can raise the objective by at most the Lagrangian
+                # bound (each row sums to one; priced below -tol, so K * tol more).  The objective
+                # is -t - tie-break + slack cost, so -objective - bound >= t for every feasible P.
+                r = np.empty(0, dtype=np.int64)
+                bound = 0.0
+                duals = lp.duals() if self.widen else None
+                if duals is not None:
+                    tol = 1e-7
+                    r, cc, bound = self.price(lp, duals, tol=tol)
+                    bound -= K * tol
+                if -out.objective - bound < self.gamma - 1e-9:
+                    return "infeasible", out, x, lp, rounds
+                if r.size:
+                    self.sup = self.sup.union(r, cc)
+                    self.added_cols += r.size
+            if new:
+                self.ws.add(new)
+                lp = None
+                continue
+            duals = lp.duals() if (self.widen and rounds < MAX_PRICING_ROUNDS) else None
+            if duals is not None:
+                r, cc, bound = self.price(lp, duals, tol=1e-7 * out.scale)
+                # stop when the Lagrangian bound certifies the restricted optimum to be within
+                # LP_GAP_RTOL of the full program's (degenerate tails add columns for nothing)
+                E = expected_changes(sup.to_matrix(x), counts)
+                obj = float(c @ out.x)
+                self.lp_gap = -bound / max(abs(obj) if phase_one else E, 1e-12)
+                # ... or when a round gained less than that (the bound sums a worst case over every
+                # row and can stay loose while the objective has stalled; it is reported as is)
+                stalled = not phase_one and prev_E - E <= LP_GAP_RTOL * max(E, 1e-12)
+                prev_E = E
+                if self.lp_gap <= LP_GAP_RTOL or stalled:
+                    r = r[:0]
+                # Phase one only has to bound the floor from below: once the restricted program is
+                # feasible (no slack) after a few rounds, a floor from the ladder below its t is
+                # safe, and the linear stage prices to optimality at that floor anyway.
+                settled = (phase_one and rounds >= PHASE1_PRICING_ROUNDS
+                           and float(out.slack.max(initial=0.0)) <= 1e-9)
+                if r.size and not settled:
+                    # a rebuilt model is solved with presolve, which beats HiGHS's warm start from
+                    # the old basis once thousands of columns are added (measured on 5,577 cells)
+                    self.sup = self.sup.union(r, cc)
+                    lp = None
+                    self.added_cols += r.size
+                    continue
+            return "ok", out, x, lp, rounds
+
+    def _vectors(self, sup: Support):
+        """Cost and bounds of the x columns (support order)."""
+        diag = sup.rows == sup.cols
+        counts = self.counts
+        if self.phase_one:
+            # a tie-break towards keeping records: t alone leaves the LP free to move records
+            # anywhere, and every needless move violates C1 rows that are only checked lazily
+            # (on 400 rare-heavy cells, ~900 rows per round for 10+ rounds); it costs t at most
+            # PHASE1_TIEBREAK, since sum_m U0(m) P_mm / n <= 1
+            cost = np.where(diag, -PHASE1_TIEBREAK * counts[sup.rows] / counts.sum(), 0.0)
+        else:
+            cost = np.where(diag, -counts[sup.rows], 0.0)  # minimise sum U0 (1 - P_mm)
+        lo, hi = self.bounds(sup)
+        return cost, lo, hi
+
+    # -- the refinement ---------------------------------------------------------------------------
+    def refine(self, x, trace: Trace):
+        """Trust-region SLP on the exact loss from the linear stage's ``x`` (on ``self.sup``)."""
+        problem = self.problem
+        p = problem.params
+        K = problem.K
+        counts = self.counts
+        sup = self.sup
+        if self.widen:
+            # Refine over every row x the cells that received records in the linear stage
+            # (Section 4: a good P moves records into a few covering cells); pricing with the
+            # exact loss's gradient adds whatever else would help.
+            Px = sup.to_matrix(x).tocoo()
+            off = (Px.row != Px.col) & (Px.data > 0)
+            rr, cc = _refine_pairs(Px, off, counts, problem.allowed)
+            small = Support.from_pairs(np.concatenate([rr, Px.row[off]]), np.concatenate([cc, Px.col[off]]), K)
+            x = small.from_matrix(sup.to_matrix(x))
+            sup = small
+        elif self.mode != "dense":
+            # without pricing: every row x the receivers of the linear stage
+            P_lin = sup.to_matrix(x).tolil()
+            P_lin.setdiag(0)
+            recv = np.flatnonzero(np.asarray(P_lin.tocsr().sum(axis=0)).ravel() > 0)
+            new_sup = rows_into(problem, recv).union(*sup.to_matrix(x).nonzero())
+            x = new_sup.from_matrix(sup.to_matrix(x))
+            sup = new_sup
+        its = 0
+        info = None
+        lp = None
+        radius, hist = 0.05, ()
+        dropped = np.empty(0, dtype=np.int64)  # keys row * K + col dropped once: never again
+        idle = 0  # chunks in a row without an accepted step
+        stop = None
+        while its < p.max_iter:
+            if lp is None:
+                lp = self.load(sup)
+            lo, hi = self.bounds(sup)
+            evaluate = problem.objective.on_support(sup, counts, sparse=self.mode != "dense")
+            # in chunks, so that pricing can widen the support while the refinement runs
+            x, info = refine(lp, x, lo, hi, evaluate, check=lambda z: self.pending(sup, z), rtol=p.rtol,
+                             max_iter=min(REFINE_CHUNK if self.widen else p.max_iter, p.max_iter - its),
+                             progress=trace.progress, radius=radius, history=hist, want_duals=self.widen)
+            its += info.iterations
+            radius, hist = info.radius, info.history
+            if info.stop_reason == "constraints":
+                self.ws.add(info.added_constraints)
+                lp = None
+                continue
+            if info.stop_reason.startswith("subproblem"):
+                break
+            # priced columns that the trust region cannot turn into a decrease twice in a row:
+            # the linear model is exhausted there
+            idle = idle + 1 if info.accepted == 0 else 0
+            if idle >= 2:
+                stop = "stalled (no accepted step after pricing)"
+                break
+            r = np.empty(0)
+            drop = np.zeros(sup.size, dtype=bool)
+            if self.widen and info.duals is not None:
+                # price transitions outside the support with the exact loss's gradient
+                tol = p.rtol * 1e-3 * info.grad_scale
+                r, cc, _ = self.price(lp, info.duals, cost_fn=info.grad_columns, tol=tol)
+                # ... and drop unused transitions that the same prices call unattractive, so that
+                # the trust-region LP stays small (pricing brings them back if that changes);
+                # each transition is dropped at most once, so that dropping and pricing cannot cycle
+                keys = sup.rows * K + sup.cols
+                drop = ((x <= 0.0) & (sup.rows != sup.cols) & (info.duals.cols > tol)
+                        & ~np.isin(keys, dropped))
+            if r.size or drop.sum() > sup.size // 10:
+                base = sup
+                if drop.any():
+                    dropped = np.union1d(dropped, keys[drop])
+                    base = Support.from_pairs(sup.rows[~drop], sup.cols[~drop], K)
+                sup_new = base.union(r, cc) if r.size else base
+                x = sup_new.from_matrix(sup.to_matrix(x))
+                sup = sup_new
+                self.added_cols += r.size
+                lp = None
+                radius, hist = max(radius, 0.0125), ()
+            elif info.stop_reason != "max_iter":
+                break
+        self.sup = sup
+        return x, its, info, stop
+
+
+#: Pricing rounds of phase one once its restricted program is feasible (see ColumnGeneration).
+PHASE1_PRICING_ROUNDS = 5
+#: Weight of the expected-changes tie-break in phase one (relative to the floor t).
+PHASE1_TIEBREAK = 1e-4
+#: Cost per unit of the elastic slack of phase one's C1 rows.
+PHASE1_ELASTIC = 1e3
+
+
+def solve_general(problem: DesignProblem, gamma: float, floor: float, a_solve: float, trace: Trace,
+                  init: Support | None = None) -> Attempt:
+    """Reduce at floor ``gamma``, solve the linear stage with lazy rows and column generation,
+    then refine the exact loss (unless ``refine_loss`` is off)."""
+    p = problem.params
+    cg = ColumnGeneration(problem, gamma, floor, a_solve, init=init)
+    trace.add(f"reduce@{gamma:g}", cg.reduce_seconds, 0, f"{cg.red.m.size} rows, support {cg.sup.size} ({cg.mode})")
+    t_lin = time.perf_counter()
+    status, out, x, lp, rounds = cg.linear(trace)
+    if status != "ok":
+        trace.add(f"linear@{gamma:g}", time.perf_counter() - t_lin, rounds, status)
+        kind = AttemptStatus.INFEASIBLE if status == "infeasible" else AttemptStatus.SOLVER_ERROR
+        return Attempt(kind, reduction=_reduction(cg), detail=status)
+    solver_used = out.solver
+    trace.add(f"linear@{gamma:g}", time.perf_counter() - t_lin, rounds,
+              f"{solver_used}, support {cg.sup.size} (+{cg.added_cols} priced, gap to full <= {cg.lp_gap:.1e}), "
+              f"expected changes {expected_changes(cg.sup.to_matrix(x), cg.counts):.4g}")
+    if p.refine_loss and p.max_iter > 0:
+        t_ref = time.perf_counter()
+        x, its, info, stop = cg.refine(x, trace)
+        trace.add("refine", time.perf_counter() - t_ref, its,
+                  f"support {cg.sup.size}, stop: {stop or info.stop_reason}, loss {info.loss_end:.4g}")
+    return Attempt(AttemptStatus.OK, P=cg.sup.to_matrix(x), reduction=_reduction(cg, final=True), solver=solver_used)
+
+
+def _reduction(cg: ColumnGeneration, final: bool = False) -> Reduction:
+    extra = {}
+    if final:
+        extra = dict(final_working_set=int(cg.ws.m.size), lazy_added=int(cg.ws.added), support=int(cg.sup.size),
+                     support_mode=cg.mode, priced_transitions=int(cg.added_cols), linear_gap_bound=float(cg.lp_gap))
+    return Reduction(structure="general", **cg.red.counts(), **extra)
+
+
+def _refine_pairs(Px: sp.coo_matrix, off: np.ndarray, counts: np.ndarray, allowed) -> tuple:
+    """Candidate transitions for the refinement: movers x receivers of the linear stage.
+
+    When every mover may go to every receiver within REFINE_SUPPORT_MAX entries, that is the
+    support.  Otherwise (thousands of cells, almost all of them movers) each mover keeps the
+    receivers where the exact loss's gradient at the linear-stage design is smallest -- within a
+    row, moving mass from the diagonal to column c changes the loss at rate G[m, c] - G[m, m] --
+    and the pricing between refinement chunks adds whatever else would help.  On 5,577 cells
+    the full product has 1.9M entries and one trust-region LP over it takes about 100 s.
+    """
+    K = Px.shape[0]
+    recv = np.unique(Px.col[off])
+    movers = np.unique(np.concatenate([Px.row[off], recv]))
+    if movers.size * recv.size <= REFINE_SUPPORT_MAX:
+        rr, cc = np.meshgrid(movers, recv, indexing="ij")
+        rr, cc = rr.ravel(), cc.ravel()
+        ok = allowed(rr, cc)
+        return rr[ok], cc[ok]
+    k = max(1, REFINE_SUPPORT_MAX // movers.size)
+    s = SparseL2(sp.csr_matrix(Px), counts)
+    if s.singular:  # cannot happen above the 0.51 floor; keep the linear stage's own pairs
+        return np.empty(0, dtype=np.intp), np.empty(0, dtype=np.intp)
+    step = max(1, 4_000_000 // K)  # gradient blocks of at most 4M entries (32 MB)
+    best_val = np.full((movers.size, 0), np.inf)
+    best_col = np.zeros((movers.size, 0), dtype=np.intp)
+    for a in range(0, recv.size, step):
+        cols = recv[a:a + step]
+        G = s.grad_columns(cols)[movers]
+        rr, cc = np.meshgrid(movers, cols, indexing="ij")
+        G[~allowed(rr.ravel(), cc.ravel()).reshape(G.shape)] = np.inf
+        G[rr == cc] = np.inf  # the diagonal is always in the support
+        vals = np.concatenate([best_val, G], axis=1)
+        idx = np.concatenate([best_col, np.broadcast_to(cols, G.shape)], axis=1)
+        keep = np.argsort(vals, axis=1, kind="stable")[:, :k]
+        best_val = np.take_along_axis(vals, keep, axis=1)
+        best_col = np.take_along_axis(idx, keep, axis=1)
+    ok = np.isfinite(best_val)
+    out_r = np.broadcast_to(movers[:, None], best_val.shape)[ok]
+    out_c = best_col[ok]
+    return out_r, out_c

@@ -1,0 +1,76 @@
+"""From a matrix to a verified :class:`~pramopt.DesignResult`: the last step of every design.
+
+:func:`finish` is shared by :func:`pramopt.design` and every baseline: the independent check
+(:func:`pramopt.verify.c1_risk`) decides success, whatever the producer of the matrix claims,
+and the summary figures (loss, expected changes, condition number, binding rows) are computed
+the same way for every method, from the sparse matrix (a sparse LU beyond ``DENSE_MAX`` cells).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+import numpy as np
+import scipy.sparse as sp
+
+from .frequency.table import FrequencyTable
+from .optimize.objectives.l2 import DENSE_MAX, condition_number, expected_changes, l2_loss
+from .result import DesignResult, Reduction, Stage, Status
+from .verify import C1Report, c1_risk
+
+__all__ = ["finish", "binding_rows", "verify_stage"]
+
+
+def verify_stage(P, table: FrequencyTable, combos, name: str = "verify") -> tuple[C1Report, Stage]:
+    """The full, unreduced C1 check of ``P``, timed."""
+    t0 = time.perf_counter()
+    rep = c1_risk(P, table.codes, table.counts, combos)
+    return rep, Stage(name, time.perf_counter() - t0)
+
+
+def binding_rows(rep: C1Report, table: FrequencyTable, combos, alpha: float) -> list[tuple]:
+    """C1 groups whose worst row is within 1e-4 (relative) of alpha, worst first."""
+    rows = []
+    for ci, (risk, k0s) in enumerate(zip(rep.risk_by_group, rep.groups_by_combination)):
+        for g in np.flatnonzero(risk >= alpha * (1 - 1e-4)):
+            names = ",".join(str(table.qi[i]) for i in combos[ci])
+            vals = tuple(table.categories[i][k0s[g, j]] for j, i in enumerate(combos[ci]))
+            rows.append((names, vals, float(risk[g])))
+    rows.sort(key=lambda r: -r[2])
+    return rows
+
+
+def finish(P, table: FrequencyTable, combos, alpha: float, status: Status, message: str, *,
+           stages=(), gamma: float | None = None, reduction: Reduction | None = None,
+           solver: str | None = None, report: C1Report | None = None, method: str = "optimal",
+           params: Mapping | None = None, details: Mapping | None = None,
+           loss: float | None = None) -> DesignResult:
+    """Verify ``P`` against the full C1 and build the result.
+
+    A ``SUCCESS`` claimed by the caller becomes ``UNVERIFIED`` unless the independent check
+    gives ``max_risk <= alpha`` (a NaN risk never passes).  ``report`` is a check already made
+    of this very ``P`` (it is not made twice); ``loss``, when the caller has it, saves the
+    summary's loss computation.
+    """
+    stages = list(stages)
+    K = table.n_cells
+    P = sp.csr_array(P, dtype=float)
+    if report is None:
+        report, st = verify_stage(P, table, combos)
+        stages.append(st)
+    if status is Status.SUCCESS and not report.max_risk <= alpha:
+        status = Status.UNVERIFIED
+    t0 = time.perf_counter()
+    # large designs are summarised from the sparse matrix (sparse LU, no dense inverse)
+    Ps = sp.csr_matrix(P) if K > DENSE_MAX else P.toarray()
+    f = l2_loss(Ps, table.counts) if loss is None else float(loss)
+    cond = condition_number(Ps)
+    stages.append(Stage("summary", time.perf_counter() - t0, 0, "loss and condition number"))
+    qi = tuple(table.qi)
+    return DesignResult(
+        matrix=P, status=status, loss=f, expected_changes=expected_changes(P, table.counts),
+        max_risk=float(report.max_risk), min_diagonal=float(np.min(P.diagonal())) if K else float("nan"),
+        gamma=gamma, binding_rows=binding_rows(report, table, combos, alpha), reduction=reduction,
+        solver=solver, stages=tuple(stages), condition_number=cond, message=message, alpha=float(alpha),
+        qi=qi, combinations=tuple(tuple(qi[i] for i in c) for c in combos), table=table, method=method,
+        params=dict(params or {}), details=dict(details or {}))

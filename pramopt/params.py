@@ -1,0 +1,336 @@
+"""The designer's parameters, declared once.
+
+Each parameter of :func:`pramopt.design` is one field of :class:`DesignParams`, with its
+default, its check and its documentation.  Everything else is derived from these fields:
+
+* the ``Parameters`` section of :func:`pramopt.design`'s docstring and its signature;
+* the flags of ``pramopt design`` (:func:`add_cli_flags`, :func:`from_cli`);
+* the keys a design spec's ``[design]`` table may hold (:data:`SPEC_KEYS`);
+* ``DesignResult.params``, which holds the validated values, so that
+  ``pramopt.design(table, **result.params.to_dict())`` makes the same design again.
+
+A new parameter is one new field here (and its use in the optimiser).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+import json
+import textwrap
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Callable
+
+import pandas as pd
+
+from ._plain import plain
+from ._validation import check_choice, check_int, check_real, fail
+from .frequency.table import MAX_CATEGORIES
+
+__all__ = ["DesignParams", "SPEC_KEYS", "add_cli_flags", "from_cli", "parameters_doc", "signature"]
+
+# ---------------------------------------------------------------------------------------------
+# Checks: each takes (value, name, owner) and returns the normalised value
+# ---------------------------------------------------------------------------------------------
+
+def _real(low=None, high=None, low_open=True, high_open=True, optional=False):
+    def check(v, name, owner):
+        if optional and v is None:
+            return None
+        return check_real(v, name, owner, low=low, high=high, low_open=low_open, high_open=high_open)
+    return check
+
+
+def _int(low=None, high=None):
+    return lambda v, name, owner: check_int(v, name, owner, low=low, high=high)
+
+
+def _choice(*choices):
+    return lambda v, name, owner: check_choice(v, name, owner, list(choices))
+
+
+def _bool(v, name, owner):
+    if not isinstance(v, bool):
+        fail(name, owner, "True or False", v)
+    return v
+
+
+def _names(v, name, owner):
+    if v is None:
+        return None
+    if isinstance(v, str):
+        v = [v]
+    if not isinstance(v, Sequence) or not all(isinstance(x, str) for x in v):
+        fail(name, owner, "a list of identifying variable names", v)
+    return tuple(v)
+
+
+def _combinations(v, name, owner):
+    if v is None:
+        return None
+    if isinstance(v, str) or not isinstance(v, Sequence):
+        fail(name, owner, "a list of lists of identifying variable names", v)
+    out = []
+    for c in v:
+        c = [c] if isinstance(c, str) else c
+        if not isinstance(c, Sequence) or not all(isinstance(x, str) for x in c):
+            fail(name, owner, "a list of lists of identifying variable names", v)
+        out.append(tuple(c))
+    return tuple(out)
+
+
+def _cells(v, name, owner):
+    if v is None:
+        return None
+    try:
+        records = pd.DataFrame(v).to_dict("records")
+    except (TypeError, ValueError):
+        fail(name, owner, "a DataFrame or a list of dicts (one value per identifying variable)", v)
+    return tuple(MappingProxyType(dict(r)) for r in records)
+
+
+def _domains(v, name, owner):
+    if v is None:
+        return None
+    if not isinstance(v, Mapping):
+        fail(name, owner, "a mapping from identifying variables to lists of categories", v)
+    return MappingProxyType({k: tuple(c) for k, c in v.items()})
+
+
+def _solver(v, name, owner):
+    if v is None:
+        return None
+    if not isinstance(v, str):
+        fail(name, owner, "the name of a cvxpy solver", v)
+    from .optimize.backends import known_solvers  # lazy: only when a solver is named
+    return check_choice(v.upper(), name, owner, known_solvers())
+
+
+# ---------------------------------------------------------------------------------------------
+# The declaration
+# ---------------------------------------------------------------------------------------------
+
+def _param(default, check: Callable, kind: str, doc: str, cli: dict | None = None,
+           flags: Sequence[str] = (), own_flag: bool = True) -> Any:
+    """A field of :class:`DesignParams`.
+
+    ``kind`` is the numpydoc type; ``doc`` the description; ``cli`` the argparse options of its
+    flag (``None``: not on the command line, spec and Python only); ``flags`` other spellings;
+    ``own_flag=False`` leaves out the flag named after the parameter (``--min-diagonal``).
+    """
+    meta = {"check": check, "kind": kind, "doc": doc, "cli": cli, "flags": tuple(flags), "own_flag": own_flag}
+    if isinstance(default, (list, dict)):  # pragma: no cover - defaults are immutable
+        raise TypeError("mutable default")
+    return field(default=default, metadata=meta)
+
+
+def _csv_list(s: str) -> list[str]:
+    out = [x.strip() for x in s.split(",") if x.strip()]
+    if not out:
+        raise argparse.ArgumentTypeError("expected a comma-separated list of column names")
+    return out
+
+
+def _cells_file(s: str):
+    from .io.tables import read_table
+    from .errors import InvalidParameterError
+    try:
+        return read_table(s).to_dict("records")
+    except InvalidParameterError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _json_mapping(s: str):
+    try:
+        v = json.loads(s)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected JSON: {e}") from None
+    if not isinstance(v, dict):
+        raise argparse.ArgumentTypeError('expected a JSON object such as {"sex": [1, 2]}')
+    return v
+
+
+@dataclass(frozen=True)
+class DesignParams:
+    """The validated parameters of one design (see :func:`pramopt.design`)."""
+
+    alpha: float = _param(
+        0.1, _real(0, 1), "float in (0, 1)",
+        "Security level of C1: no present cell may be identified with posterior > alpha.",
+        cli={"type": float, "metavar": "A"})
+    combinations: tuple | None = _param(
+        None, _combinations, "list of lists of str, optional",
+        "Explicit set Π of combinations of identifying variables.  Default: every subset of "
+        "``combination_size`` variables.",
+        cli={"type": _csv_list, "action": "append", "metavar": "A,B", "dest": "combinations",
+             "help": "one combination of Π (repeat the flag for more)"},
+        flags=("--combination",), own_flag=False)
+    combination_size: int = _param(
+        3, _int(low=1), "int, default 3",
+        "Size of the subsets in Π (the CBS rule is 3; all variables when there are fewer).",
+        cli={"type": int, "metavar": "SIZE"}, flags=("--combinations",))
+    gamma: float = _param(
+        0.95, _real(0, 1, high_open=False), "float in (0, 1], default 0.95",
+        "Diagonal floor P_kk >= gamma that the paper's reduction relies on.  Lowered along "
+        "0.9, 0.8, 0.7, 0.6, 0.51 when the reduced problem is infeasible.",
+        cli={"type": float})
+    min_diagonal: float | None = _param(
+        None, _real(0, 1, low_open=False, optional=True), "float in [0, 1), optional",
+        "A hard floor on every diagonal entry that is never lowered.",
+        cli={"type": float})
+    fixed: tuple | None = _param(
+        None, _names, "list of str, optional",
+        "Identifying variables that must never change (PRAM within their strata).",
+        cli={"type": _csv_list, "metavar": "A,B"})
+    keep_cells: tuple | None = _param(
+        None, _cells, "DataFrame or list of dicts, optional",
+        "Cells (a value of every identifying variable) whose records must stay as they are.",
+        cli={"type": _cells_file, "metavar": "FILE",
+             "help": "CSV or Parquet file of cells (a column per identifying variable) whose records stay"})
+    invariant: bool = _param(
+        False, _bool, "bool, default False",
+        "Require U0^T P = U0^T (expected released frequencies equal the original ones).",
+        cli={"action": "store_true"})
+    domains: Mapping | None = _param(
+        None, _domains, "dict, optional",
+        "Categories per variable when they should not be taken from the data.",
+        cli={"type": _json_mapping, "metavar": "JSON"})
+    max_categories: int = _param(
+        MAX_CATEGORIES, _int(low=1), f"int, default {MAX_CATEGORIES}",
+        "Refuse identifying variables with more categories than this (bin them first).",
+        cli={"type": int})
+    solver: str | None = _param(
+        None, _solver, "str, optional",
+        "A cvxpy solver name for the linear programs.  Default: HiGHS directly, falling back to "
+        "CLARABEL, ECOS and SCS through cvxpy when HiGHS fails.",
+        cli={"metavar": "NAME"})
+    refine_loss: bool = _param(
+        True, _bool, "bool, default True",
+        "Improve the linear-surrogate solution on the exact (non-convex) L2 loss.",
+        cli={"action": "store_false", "help": "keep the linear stage's design (minimum expected changes)"},
+        flags=("--no-refine-loss",), own_flag=False)
+    support: str = _param(
+        "auto", _choice("auto", "dense", "targets", "cover"), '{"auto", "dense", "targets", "cover"}',
+        "Allowed transitions of a general design; 'auto' is dense up to 300 cells, else a cover of "
+        "the problem groups that column generation widens.",
+        cli={"choices": ["auto", "dense", "targets", "cover"]})
+    structure: str = _param(
+        "auto", _choice("auto", "general", "blocks"), '{"auto", "general", "blocks"}',
+        "'general': any row-stochastic P with every diagonal entry above 1/2 (invertible by strict "
+        "diagonal dominance).  'blocks': block-diagonal retention-replacement blocks, invertible for "
+        "any diagonal, for data where most cells are rare or unique.  'auto': general, and blocks "
+        "when no general design can exist (the counting bound or phase one says so).",
+        cli={"choices": ["auto", "general", "blocks"]})
+    margin: float = _param(
+        1e-5, _real(0, 0.1, low_open=False), "float in [0, 0.1), default 1e-5",
+        "Relative margin inside alpha at which the solver works; grown tenfold (at most twice) if "
+        "the independent verification ever fails.",
+        cli={"type": float})
+    rtol: float = _param(
+        1e-4, _real(0, low_open=False), "float >= 0, default 1e-4",
+        "The refinement stops when the loss improved by less than rtol (relative) over its last 10 "
+        "iterations or the predicted decrease is below rtol * loss.",
+        cli={"type": float})
+    max_iter: int = _param(
+        100, _int(low=0), "int >= 0, default 100",
+        "Most iterations of the refinement.",
+        cli={"type": int})
+
+    def __post_init__(self):
+        # fields are checked in declaration order; a check may normalise its value
+        for f in dataclasses.fields(self):
+            value = f.metadata["check"](getattr(self, f.name), f.name, "design")
+            object.__setattr__(self, f.name, value)
+
+    @classmethod
+    def from_options(cls, owner: str = "design", **options) -> "DesignParams":
+        """Validated parameters from keyword arguments; unknown names are refused."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            from .errors import InvalidParameterError
+            raise InvalidParameterError(
+                f"{owner} got unknown parameters {unknown!r}; its parameters are {sorted(known)!r}.")
+        return cls(**options)
+
+    def to_dict(self) -> dict:
+        """Every parameter as plain Python values (lists, dicts), as ``design.json`` stores them."""
+        out = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name == "keep_cells" and v is not None:
+                v = [dict(r) for r in v]
+            elif f.name == "domains" and v is not None:
+                v = {k: list(c) for k, c in v.items()}
+            elif isinstance(v, tuple):
+                v = [list(c) if isinstance(c, tuple) else c for c in v]
+            out[f.name] = v
+        return out
+
+    def to_json(self) -> dict:
+        """:meth:`to_dict` with JSON-safe values (NaN categories become null)."""
+        return plain(self.to_dict())
+
+
+#: Keys a spec's ``[design]`` table may hold: every parameter.
+SPEC_KEYS = tuple(f.name for f in dataclasses.fields(DesignParams))
+
+
+def parameters_doc(indent: int = 4) -> str:
+    """The numpydoc ``Parameters`` entries of every design parameter."""
+    pad = " " * indent
+    lines = []
+    for f in dataclasses.fields(DesignParams):
+        lines.append(f"{pad}{f.name} : {f.metadata['kind']}")
+        lines += textwrap.wrap(f.metadata["doc"], 96 - indent - 4, initial_indent=pad + "    ",
+                               subsequent_indent=pad + "    ")
+    return "\n".join(lines)
+
+
+def signature(fn, before: Sequence[inspect.Parameter], after: Sequence[inspect.Parameter] = ()) -> inspect.Signature:
+    """``fn``'s signature with every design parameter as a keyword argument with its default."""
+    params = list(before)
+    names = {p.name for p in params}
+    for f in dataclasses.fields(DesignParams):
+        if f.name not in names:
+            params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default))
+    params += list(after)
+    return inspect.Signature(params, return_annotation=inspect.signature(fn).return_annotation)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_cli_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per design parameter (defaults None: a flag given overrides a spec's value)."""
+    for f in dataclasses.fields(DesignParams):
+        cli = f.metadata["cli"]
+        if cli is None:
+            continue
+        opts = dict(cli)
+        opts.setdefault("help", _cli_help(f))
+        opts.setdefault("dest", f.name)
+        opts["default"] = None
+        flags = list(f.metadata["flags"])
+        if f.metadata["own_flag"]:
+            flags.insert(0, _flag(f.name))
+        parser.add_argument(*flags, **opts)
+
+
+def _cli_help(f) -> str:
+    text = f.metadata["doc"].split(". ")[0].rstrip(".")
+    if f.default is not None and f.default is not False:
+        text += f" (default {f.default})"
+    return text.replace("%", "%%")
+
+
+def from_cli(args: argparse.Namespace) -> dict:
+    """The design parameters given on the command line (flags left out are not in the dict)."""
+    out = {}
+    for f in dataclasses.fields(DesignParams):
+        if f.metadata["cli"] is not None and getattr(args, f.name, None) is not None:
+            out[f.name] = getattr(args, f.name)
+    return out

@@ -1,0 +1,87 @@
+"""Beyond one machine: releasing a Dask DataFrame, partition by partition.
+
+:func:`release_dask` gives the same records as :func:`pramopt.release` on ``ddf.compute()``
+with the same seed: record ``i`` of the frame takes its uniform from block ``i // BLOCK`` of
+the seed's stream, and every partition knows the position of its first record (from the
+partition sizes counted while checking the data against the design).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .._validation import InvalidParameterError
+from ..errors import DesignMismatchError
+from ..frequency.distributed import _check_frame, _partition_counts, _table
+from ..frequency.table import FrequencyTable, check_qi_names
+from .frame import releasable_table, release_frame
+from .sampling import Sampler, UniformStream, seed_entropy
+
+__all__ = ["release_dask"]
+
+
+class _PartitionRelease:
+    """Release of one partition, whose first record is record ``offsets[number]`` of the frame."""
+
+    def __init__(self, table: FrequencyTable, sampler: Sampler, entropy: int, offsets: np.ndarray):
+        self.table, self.sampler, self.entropy, self.offsets = table, sampler, entropy, offsets
+
+    def __call__(self, part: pd.DataFrame, partition_info=None) -> pd.DataFrame:
+        if partition_info is None:
+            raise RuntimeError("release_dask needs Dask to pass partition_info to map_partitions.")
+        start = int(self.offsets[partition_info["number"]])
+        if len(part) == 0:
+            return part.copy()
+        return release_frame(part, self.table, self.sampler, UniformStream(self.entropy), start, "release_dask")
+
+
+def release_dask(ddf, result, seed=None, *, allow_unverified: bool = False):
+    """Perturb the identifying columns of a Dask DataFrame with the design's matrix.
+
+    The data are checked against the design first (one pass: every value known to the design
+    and the cell counts equal to the design's), which also gives the size of every partition;
+    the release itself is lazy (``map_partitions``).
+
+    Parameters
+    ----------
+    ddf : dask.dataframe.DataFrame
+        The microdata the design was made for.
+    result : DesignResult
+    seed : int or numpy.random.Generator, optional
+        Seed for a reproducible draw; without it 128 bits of entropy come from ``secrets``
+        once, when this function is called (so computing the result twice gives the same
+        records).  The same seed gives the same records as :func:`pramopt.release` on
+        ``ddf.compute()`` and :func:`pramopt.stream.release_file`.
+    allow_unverified : bool
+        Release even with a design that failed verification (never do this for publication).
+
+    Returns
+    -------
+    dask.dataframe.DataFrame
+        Same partitions, columns and dtypes as ``ddf``.
+
+    Raises
+    ------
+    DesignMismatchError
+        For a design that did not pass verification, or data it was not made for.
+    """
+    owner = "release_dask"
+    table = releasable_table(result, owner, allow_unverified)
+    _check_frame(ddf, owner)
+    qi = check_qi_names(ddf.columns, table.qi, owner)
+    entropy = seed_entropy(seed, owner)
+    parts, (count, part) = _partition_counts(ddf, qi)
+    domains = {q: list(c) for q, c in zip(table.qi, table.categories)}
+    try:
+        got = _table(parts, count, qi, domains, max(max(len(c) for c in table.categories), 1), "release")
+    except InvalidParameterError as e:
+        raise DesignMismatchError(f"The data do not match the design: {e}") from None
+    if got.checksum() != table.checksum():
+        raise DesignMismatchError(
+            f"The design was made for other data: the cells or counts over {', '.join(map(str, qi))} differ "
+            f"(n = {got.n} vs {table.n}, {got.n_cells} vs {table.n_cells} cells).")
+    sizes = (parts.groupby(part)[count].sum()
+             .reindex(range(ddf.npartitions), fill_value=0).to_numpy(dtype=np.int64))
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    fn = _PartitionRelease(table, Sampler(result.matrix), entropy, offsets)
+    return ddf.map_partitions(fn, meta=ddf._meta)

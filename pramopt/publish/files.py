@@ -1,0 +1,405 @@
+"""Release CSV or Parquet files larger than memory, in record batches.
+
+:func:`release_file` applies a design to a file read in record batches, so that its memory
+depends on the batch size and on the number of distinct values and cells, never on the number
+of records.
+
+Split-invariant release
+    Record ``i`` of the file takes its uniform from block ``i // BLOCK`` of a random stream
+    spawned from the seed (:class:`pramopt.publish.sampling.UniformStream`), so a given seed
+    gives the same released file whatever the batch size, and the same records as
+    :func:`pramopt.release` on the whole frame and the Dask release.
+
+What is written
+    A CSV is written as CSV and a Parquet file as Parquet.  CSV: the non-identifying fields
+    are copied as they were read (their text, re-quoted only where a field holds a comma, a
+    quote or a line break); each identifying field is the released category written as
+    ``pandas.DataFrame.to_csv`` writes it.  Parquet: the non-identifying columns are copied
+    as Arrow arrays, the identifying ones keep their Arrow type, the schema (with pandas'
+    metadata) and the compression codec are the source's, and the row groups have a fixed
+    size (``ROW_GROUP_SIZE`` records), so that the output does not depend on the batch size.
+    ``pd.read_csv(dst)`` (``pd.read_parquet``) then equals ``release(pd.read_csv(src), result,
+    seed)``.  The output is written to a temporary file next to ``dst`` and renamed only once
+    every record has been released and the counts of the source have been checked against
+    the design; on any failure no ``dst`` is left.
+
+Memory
+    A release holds one batch, one output row group (Parquet) and, for a CSV, the blocks
+    pyarrow's reader keeps in flight (a few dozen blocks of about ``batch_size`` records).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .._validation import InvalidParameterError, check_int
+from ..errors import DesignMismatchError
+from ..frequency.files import (
+    DEFAULT_BATCH_SIZE, PARQUET_SUFFIXES, _Counter, _parse_csv_texts, _Source,
+)
+from ..frequency.table import CellLookup, FrequencyTable, check_qi_names
+from ..io.atomic import atomic_write, check_out_file
+from .sampling import Sampler, UniformStream, seed_entropy
+from .frame import releasable_table
+
+__all__ = ["release_file", "FileRelease", "ROW_GROUP_SIZE"]
+
+#: Records per row group of a released Parquet file (fixed, so that the file does not depend
+#: on the batch size; the memory of a Parquet release grows with it).
+ROW_GROUP_SIZE = 1 << 17
+
+
+@dataclass(frozen=True)
+class FileRelease:
+    """What :func:`release_file` wrote.
+
+    Attributes
+    ----------
+    path : Path
+        The released file.
+    n : int
+        Records released.
+    changed : int
+        Records whose identifying values changed.
+    batches : int
+        Record batches processed.
+    format : str
+        ``"csv"`` or ``"parquet"``.
+    """
+
+    path: Path
+    n: int
+    changed: int
+    batches: int
+    format: str
+
+
+def _lookup(values: pd.Series, cats: pd.Index) -> np.ndarray:
+    """Code of each value among the design's categories (-1: not a category)."""
+    try:
+        codes = np.asarray(cats.get_indexer(values), dtype=np.int64)
+    except (TypeError, ValueError):
+        codes = np.asarray(pd.Index(list(cats), dtype=object).get_indexer(values.astype(object)), dtype=np.int64)
+    na = values.isna().to_numpy()
+    if na.any():
+        nan_pos = np.flatnonzero(cats.isna())
+        codes[na] = int(nan_pos[0]) if len(nan_pos) else -1
+    return codes
+
+
+def _all_strings(cats: pd.Index) -> bool:
+    vals = [c for c in cats if not _isna(c)]
+    return pd.api.types.is_string_dtype(cats.dtype) and all(isinstance(c, str) for c in vals)
+
+
+def _isna(x) -> bool:
+    try:
+        return bool(pd.isna(x))
+    except (TypeError, ValueError):
+        return False
+
+
+def _csv_text(x) -> str:
+    """A category as ``DataFrame.to_csv`` writes it (before quoting)."""
+    if _isna(x):
+        return ""
+    if isinstance(x, (bool, np.bool_)):
+        return str(bool(x))
+    if isinstance(x, (int, np.integer)):
+        return str(int(x))
+    if isinstance(x, (float, np.floating)):
+        return repr(float(x))
+    return str(x)
+
+
+_NEEDS_QUOTES = r'[",\r\n]'
+
+
+def _may_need_quotes(arr: pa.Array) -> bool:
+    """False when no value can need quotes: a fast byte scan of the array's whole data buffer."""
+    bufs = arr.buffers()
+    if len(bufs) < 3 or bufs[2] is None:
+        return False
+    raw = bufs[2].to_pybytes()  # a copy, but searched at memchr speed
+    return any(ch in raw for ch in (b'"', b",", b"\n", b"\r"))
+
+
+def _quote(arr: pa.Array, quote_empty: bool = False) -> pa.Array:
+    """Minimal CSV quoting (as Python's csv.QUOTE_MINIMAL): only fields with , " or line breaks."""
+    if not quote_empty and not _may_need_quotes(arr):
+        return arr
+    need = pc.match_substring_regex(arr, _NEEDS_QUOTES)
+    if quote_empty:  # a one-column file must not have empty lines
+        need = pc.or_(need, pc.equal(pc.utf8_length(arr), 0))
+    if not pc.any(need).as_py():
+        return arr
+    q, empty = pa.scalar('"', arr.type), pa.scalar("", arr.type)
+    quoted = pc.binary_join_element_wise(q, pc.replace_substring(arr, '"', '""'), q, empty)
+    return pc.if_else(need, quoted, arr)
+
+
+def _csv_bytes(columns: list[pa.Array]) -> memoryview:
+    """The CSV lines of already quoted text columns, as one buffer."""
+    L = pa.large_string()
+    columns = [c if c.type == L else c.cast(L) for c in columns]
+    row = columns[0] if len(columns) == 1 else pc.binary_join_element_wise(*columns, pa.scalar(",", L))
+    lines = pc.binary_join_element_wise(row, pa.scalar("", L), pa.scalar("\n", L))
+    _, offsets, data = lines.buffers()
+    off = np.frombuffer(offsets, dtype=np.int64)
+    lo, hi = int(off[lines.offset]), int(off[lines.offset + len(lines)])
+    return memoryview(data)[lo:hi]
+
+
+class _CsvSink:
+    def __init__(self, fh, names: list[str]):
+        self.fh = fh
+        header = _quote(pa.array(names, type=pa.large_string()), quote_empty=len(names) == 1)
+        self.fh.write(_csv_bytes([header[i:i + 1] for i in range(len(names))]))
+
+    def write(self, columns: list[pa.Array]) -> None:
+        if len(columns[0]):
+            self.fh.write(_csv_bytes(columns))
+
+    def close(self) -> None:
+        pass
+
+
+class _ParquetSink:
+    """Writes row groups of exactly ``ROW_GROUP_SIZE`` records, whatever the batches it is given.
+
+    The row groups (and so the file's bytes) do not depend on the batch size; each one is made
+    contiguous before it is written, so that the writer sees the same arrays however the
+    records arrived.
+    """
+
+    def __init__(self, fh, schema: pa.Schema, compression: str, size: int):
+        self.writer = pq.ParquetWriter(fh, schema, compression=compression)
+        self.schema = schema
+        self.size = size
+        self.buf: list[pa.RecordBatch] = []
+        self.rows = 0
+
+    def _flush(self, size: int) -> None:
+        t = pa.Table.from_batches(self.buf, schema=self.schema)
+        self.writer.write_table(t.slice(0, size).combine_chunks(), row_group_size=max(size, 1))
+        rest = t.slice(size)
+        self.buf = rest.to_batches() if rest.num_rows else []
+        self.rows -= size
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        self.buf.append(batch)
+        self.rows += batch.num_rows
+        while self.rows >= self.size:
+            self._flush(self.size)
+
+    def close(self) -> None:
+        if self.rows:
+            self._flush(self.rows)
+        self.writer.close()
+
+
+def _arrow_labels(field: pa.Field, cats: pd.Index) -> pa.Array:
+    """The design's categories as an Arrow array of the column's (value) type; NaN -> null."""
+    typ = field.type.value_type if pa.types.is_dictionary(field.type) else field.type
+    vals = [None if _isna(c) else c for c in cats]
+    try:
+        return pa.array(vals, type=typ)
+    except (pa.ArrowException, TypeError, ValueError):
+        return pa.array(vals).cast(typ)
+
+
+def _as_dictionary(plain: pa.Array, like: pa.Array, typ: pa.DictionaryType) -> pa.Array:
+    """Encode released values against the source batch's dictionary (keeps its category order)."""
+    dictionary = like.dictionary
+    pos = pc.index_in(plain, value_set=dictionary)
+    missing = pc.and_(pc.is_null(pos), pc.is_valid(plain))
+    if pc.any(missing).as_py():
+        extra = pc.unique(plain.filter(missing))
+        dictionary = pa.concat_arrays([dictionary, extra])
+        pos = pc.index_in(plain, value_set=dictionary)
+    return pa.DictionaryArray.from_arrays(pos.cast(typ.index_type), dictionary, ordered=typ.ordered)
+
+
+class _Releaser:
+    """Per-column mapping from raw values to the design's categories, and released labels."""
+
+    def __init__(self, src: _Source, table: FrequencyTable, counter: _Counter):
+        self.src, self.table, self.counter = src, table, counter
+        self.luts = [np.empty(0, dtype=np.int64) for _ in table.qi]
+        self.as_str = [src.format == "csv" and _all_strings(c) for c in table.categories]
+        if src.format == "csv":
+            self.labels = [_quote(pa.array([_csv_text(c) for c in cats], type=pa.large_string()),
+                                  quote_empty=len(src.names) == 1)
+                           for cats in table.categories]
+        else:
+            self.labels = [_arrow_labels(src.schema.field(q), cats) for q, cats in zip(table.qi, table.categories)]
+
+    def _interpret(self, j: int, start: int) -> np.ndarray:
+        """Design codes of the raw values with ids >= start of column j (-1: not a category)."""
+        q, cats = self.table.qi[j], self.table.categories[j]
+        raw = self.counter.cols[j].values(start)
+        codes = _lookup(self.src.to_pandas(q, raw, as_str=self.as_str[j]), cats)
+        if self.src.format == "csv" and not self.as_str[j] and (codes < 0).any():
+            # typed one value at a time where typing them together failed (mixed-type categories)
+            texts = raw.to_pylist()
+            for i in np.flatnonzero(codes < 0)[:100]:
+                codes[i] = _lookup(_parse_csv_texts([texts[i]]), cats)[0]
+        return codes
+
+    def codes(self, ids: list[np.ndarray]) -> np.ndarray:
+        out = np.empty((len(ids[0]), len(ids)), dtype=np.int64)
+        for j, col in enumerate(self.counter.cols):
+            have = len(self.luts[j])
+            if col.size > have:
+                self.luts[j] = np.concatenate([self.luts[j], self._interpret(j, have)])
+            out[:, j] = self.luts[j][ids[j]]
+        return out
+
+
+def _describe_bad(batch: pa.RecordBatch, qi, rows: np.ndarray) -> list[dict]:
+    take = pa.array(rows[:3], type=pa.int64())
+    return batch.select(list(qi)).take(take).to_pylist()
+
+
+def release_file(
+    src,
+    dst,
+    result,
+    *,
+    seed=None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    format: str | None = None,
+    allow_unverified: bool = False,
+) -> FileRelease:
+    """Release a CSV or Parquet file with a design, streaming it in record batches.
+
+    Every record's identifying values are replaced by a draw from its cell's row of the
+    design's matrix; every other column is copied untouched.  The source is checked against
+    the design in the same pass (every record in one of the design's cells, and the cell
+    counts equal to the design's), and the output is written to a temporary file next to
+    ``dst`` that replaces ``dst`` only when every check has passed.
+
+    Parameters
+    ----------
+    src : str or Path
+        The microdata the design was made for: ``.csv``, ``.parquet`` or ``.pq``.
+    dst : str or Path
+        The released file, in the same format as ``src`` (``.csv``; ``.parquet`` or ``.pq``).
+    result : DesignResult
+        A design that passed verification.
+    seed : int or numpy.random.Generator, optional
+        Seed for a reproducible draw; without it the entropy comes from ``secrets``.  The same
+        seed gives the same file whatever ``batch_size``, and the same records as
+        :func:`pramopt.release` of the whole frame.
+    batch_size : int, default ``DEFAULT_BATCH_SIZE``
+        Records per batch.
+    format : {"csv", "parquet"}, optional
+        The format of ``src`` (and so of ``dst``); by default from the extension of ``src``.
+    allow_unverified : bool
+        Release even with a design that failed verification (never do this for publication).
+
+    Returns
+    -------
+    FileRelease
+        The path written, the number of records and of records changed.
+
+    Raises
+    ------
+    InvalidParameterError
+        For bad parameters, a missing or unreadable ``src``, a ``dst`` in another format or
+        folder that does not exist, or ``dst`` equal to ``src``.
+    DesignMismatchError
+        For a design that did not pass verification, or data it was not made for (a value or
+        cell the design does not have, other counts).  Nothing is written then.
+    """
+    owner = "release_file"
+    table = releasable_table(result, owner, allow_unverified)
+    batch_size = check_int(batch_size, "batch_size", owner, low=1)
+    entropy = seed_entropy(seed, owner)
+    source = _Source(src, format, owner, param="src")
+    out = _check_dst(dst, source, owner)
+    qi = check_qi_names(source.names, table.qi, owner)
+    counter = _Counter(source, qi, owner)
+    releaser = _Releaser(source, table, counter)
+    sampler = Sampler(result.matrix)
+    lookup = CellLookup(table)
+    uniforms = UniformStream(entropy)
+    positions = [source.names.index(q) for q in qi]
+    offset = changed = batches = 0
+    with atomic_write(out) as fh:
+        sink = (_CsvSink(fh, source.names) if source.format == "csv"
+                else _ParquetSink(fh, source.schema, source.compression, ROW_GROUP_SIZE))
+        for batch in source.batches(None, batch_size):
+            m = batch.num_rows
+            ids = counter.add(batch)
+            codes = releaser.codes(ids)
+            unknown = (codes < 0).any(axis=1)
+            if unknown.any():
+                raise DesignMismatchError(
+                    f"The data do not match the design: {int(unknown.sum())} records of this batch have "
+                    f"values the design does not know (for example {_describe_bad(batch, qi, np.flatnonzero(unknown))}).")
+            cells = lookup(codes)
+            if (cells < 0).any():
+                raise DesignMismatchError(
+                    f"{int((cells < 0).sum())} records of the data fall in cells the design does not have "
+                    f"(for example {_describe_bad(batch, qi, np.flatnonzero(cells < 0))}); the design was made "
+                    "for other data.")
+            new = sampler.draw(cells, uniforms(offset, offset + m))
+            changed += int((new != cells).sum())
+            columns = list(batch.columns)
+            for j, p in enumerate(positions):
+                rel = releaser.labels[j].take(pa.array(table.codes[new, j]))
+                if source.format == "parquet" and pa.types.is_dictionary(source.schema.field(qi[j]).type):
+                    rel = _as_dictionary(rel, batch.column(p), source.schema.field(qi[j]).type)
+                columns[p] = rel
+            if source.format == "csv":
+                for p in range(len(columns)):
+                    if p not in positions:
+                        columns[p] = _quote(columns[p].cast(pa.large_string()), quote_empty=len(columns) == 1)
+                sink.write(columns)
+            else:
+                sink.write(pa.RecordBatch.from_arrays(columns, schema=source.schema))
+            offset += m
+            batches += 1
+        _check_counts(counter, table, releaser, source, qi)
+        sink.close()
+    return FileRelease(path=out, n=offset, changed=changed, batches=batches, format=source.format)
+
+
+def _check_dst(dst, source: _Source, owner: str) -> Path:
+    out = check_out_file(dst)
+    fmt = "parquet" if out.suffix.lower() in PARQUET_SUFFIXES else "csv"
+    if fmt != source.format:
+        raise InvalidParameterError(
+            f"The 'dst' parameter of {owner} must be a {source.format} file like its source; got {str(out)!r} "
+            f"(to change format, read the released file with pandas and write it again).")
+    if out.exists() and os.path.samefile(out, source.path):
+        raise InvalidParameterError(f"The 'dst' parameter of {owner} must not be the source file; got {str(out)!r}.")
+    return out
+
+
+def _check_counts(counter: _Counter, table: FrequencyTable, releaser: _Releaser, source: _Source, qi) -> None:
+    """The source's table, coded with the design's categories, must be the design's table."""
+    domains = {q: list(c) for q, c in zip(table.qi, table.categories)}
+    limits = [max(len(c), 1) for c in table.categories]
+    try:
+        got, luts = counter.table(domains, limits, "release")
+    except InvalidParameterError as e:
+        raise DesignMismatchError(f"The data do not match the design: {e}") from None
+    if got.checksum() != table.checksum():
+        raise DesignMismatchError(
+            f"The design was made for other data: the cells or counts of {str(source.path)!r} over "
+            f"{', '.join(map(str, qi))} differ (n = {got.n} vs {table.n}, {got.n_cells} vs {table.n_cells} cells).")
+    for j, q in enumerate(qi):
+        seen = luts[j] >= 0
+        if not np.array_equal(luts[j][seen], releaser.luts[j][:len(luts[j])][seen]):
+            raise DesignMismatchError(
+                f"The values of {q!r} were typed differently batch by batch than over the whole file; "
+                "release this file in memory (pramopt.release) instead.")

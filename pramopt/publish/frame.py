@@ -1,0 +1,179 @@
+"""Release a data frame with a design (apply PRAM) and estimate from released data (eq. (4)).
+
+Every release path -- :func:`release`, :func:`pramopt.release_file`, :func:`pramopt.release_dask`
+-- starts with :func:`releasable_table`, which checks the design's matrix again against the
+full C1 with the independent verifier, and ends its check of the data with
+:func:`check_same_table`, so that no file or frame is written from a design that is unsafe or
+made for other data.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+
+from .._validation import InvalidParameterError
+from ..errors import DesignMismatchError
+from ..frequency.table import FrequencyTable, cells_of, check_qi
+from ..verify import c1_risk
+from .sampling import Sampler, UniformStream, seed_entropy
+
+__all__ = ["release", "estimate", "releasable_table", "check_same_table", "record_cells", "release_frame"]
+
+
+def _table_of(result) -> FrequencyTable:
+    table = getattr(result, "table", None)
+    if table is None:
+        raise InvalidParameterError("The 'result' parameter must carry its frequency table (a DesignResult).")
+    return table
+
+
+def releasable_table(result, owner: str, allow_unverified: bool = False) -> FrequencyTable:
+    """The design's frequency table, after checking that the design is safe to release with.
+
+    A design whose status is not success is refused, and so is one whose matrix does not pass
+    the full C1 when :func:`pramopt.verify.c1_risk` checks it again here on the design's own
+    cells and counts (a result changed after it was made, or read from a file made
+    elsewhere): a release never trusts the ``success`` flag alone.  ``allow_unverified``
+    skips both checks (never do this for publication).
+    """
+    table = _table_of(result)
+    P = result.matrix
+    if P.shape != (table.n_cells, table.n_cells):
+        raise DesignMismatchError(f"The design's matrix is {P.shape} for {table.n_cells} cells.")
+    if allow_unverified:
+        return table
+    if not getattr(result, "success", False):
+        raise DesignMismatchError(
+            f"The design's status is {getattr(result.status, 'value', result.status)!r}: it did not pass "
+            "the C1 verification, so it is not safe to release with.")
+    rep = c1_risk(P, table.codes, table.counts, result.combination_indices)
+    if not rep.max_risk <= result.alpha:
+        raise DesignMismatchError(
+            f"The design fails C1 when checked again (max risk {rep.max_risk:.6g} > alpha {result.alpha:g}); "
+            "refusing to release with it.")
+    return table
+
+
+def check_same_table(got: FrequencyTable, table: FrequencyTable, source: str = "the data") -> None:
+    """Refuse data whose cells or counts over the identifying variables are not the design's."""
+    if got.checksum() != table.checksum():
+        raise DesignMismatchError(
+            f"The design was made for other data: the cells or counts of {source} over "
+            f"{', '.join(map(str, table.qi))} differ (n = {got.n} vs {table.n}, {got.n_cells} vs "
+            f"{table.n_cells} cells).")
+
+
+def record_cells(df: pd.DataFrame, table: FrequencyTable, owner: str) -> np.ndarray:
+    """Index of each record's cell among the design's cells; error if a record has another cell."""
+    qi = check_qi(df, table.qi, owner)
+    idx = cells_of(df, table)
+    if (idx < 0).any():
+        bad = df.loc[idx < 0, list(qi)].head(3).to_dict("records")
+        raise DesignMismatchError(
+            f"{int((idx < 0).sum())} records of the data fall in cells the design does not have "
+            f"(for example {bad}); the design was made for other data.")
+    return idx
+
+
+def release_frame(df: pd.DataFrame, table: FrequencyTable, sampler: Sampler, uniforms: UniformStream,
+                  offset: int, owner: str = "release") -> pd.DataFrame:
+    """Release the records of ``df``, which are records ``offset, offset + 1, ...`` of the data.
+
+    Shared by :func:`release` (offset 0) and the Dask release (one call per partition).
+    """
+    cells = record_cells(df, table, owner)
+    new = sampler.draw(cells, uniforms(offset, offset + len(df)))
+    out = df.copy()
+    for j, q in enumerate(table.qi):
+        vals = pd.Series(np.asarray(table.categories[j].take(table.codes[new, j]), dtype=object), index=df.index)
+        try:  # keep the column's dtype (categorical, integer, float with NaN, string)
+            vals = vals.astype(df[q].dtype)
+        except (TypeError, ValueError):
+            pass
+        out[q] = vals
+    return out
+
+
+def release(df: pd.DataFrame, result, seed=None, *, allow_unverified: bool = False) -> pd.DataFrame:
+    """Perturb the identifying columns of ``df`` with the design's matrix.
+
+    Each record's identifying values are drawn from its cell's row of P, independently; every
+    other column is returned untouched.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        The microdata the design was made for.
+    result : DesignResult
+    seed : int or numpy.random.Generator, optional
+        Seed for a reproducible draw.  Without it the entropy comes from ``secrets``.  Record
+        ``i`` takes its uniform from block ``i // BLOCK`` of a stream spawned from the seed
+        (:class:`UniformStream`), so the same seed gives the same release here, with
+        :func:`pramopt.release_file` (any batch size) and with the Dask release.
+    allow_unverified : bool
+        Release even with a design that failed verification (never do this for publication).
+    """
+    table = releasable_table(result, "release", allow_unverified)
+    cells = record_cells(df, table, "release")
+    if not np.array_equal(np.bincount(cells, minlength=table.n_cells), table.counts):
+        raise DesignMismatchError(
+            f"The design was made for other data: the cell counts of the frame over {', '.join(map(str, table.qi))} "
+            "differ from the design's.")
+    return release_frame(df, table, Sampler(result.matrix), UniformStream(seed_entropy(seed, "release")), 0)
+
+
+def _factor(P):
+    """Sparse LU of P (no dense inverse); a singular P cannot be inverted by the estimator."""
+    try:
+        return spla.splu(sp.csc_matrix(P, dtype=float))
+    except RuntimeError:
+        raise DesignMismatchError("The design's matrix is singular: the estimator (4) needs P^-1.") from None
+
+
+def estimate(released: pd.DataFrame, result, by=None) -> pd.DataFrame:
+    """Unbiased estimate of the original cell frequencies (Cator et al., eq. (4)).
+
+    ``mu_hat(k; y) = (1/n) sum_l (P^-1)_{lk} U(l; y)``; returned on the count scale
+    (``n * mu_hat``) for every cell, jointly with the categorical columns ``by`` if given.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The cell values (and ``by`` values), ``observed`` released counts U and ``estimate``.
+    """
+    table = _table_of(result)
+    cells = record_cells(released, table, "estimate")
+    K = table.n_cells
+    lu = _factor(result.matrix)
+    labels = result.cells.reset_index(drop=True)
+    if by is None:
+        U = np.bincount(cells, minlength=K).astype(float)
+        out = labels.copy()
+        out["observed"] = U
+        out["estimate"] = lu.solve(U, trans="T")  # P^-T U
+        return out
+    by = [by] if isinstance(by, str) else list(by)
+    missing = [b for b in by if b not in released.columns]
+    if missing:
+        raise InvalidParameterError(f"The 'by' parameter of estimate must name columns of the data; {missing!r} are not.")
+    clash = [b for b in by if b in table.qi]
+    if clash:
+        raise InvalidParameterError(f"The 'by' parameter of estimate must not name identifying variables; got {clash!r}.")
+    ycode, yvals = pd.MultiIndex.from_frame(released[by]).factorize() if len(by) > 1 else pd.factorize(released[by[0]])
+    ycode = np.asarray(ycode)
+    Y = int(ycode.max()) + 1 if ycode.size else 0
+    U = np.zeros((Y, K))
+    np.add.at(U, (ycode, cells), 1.0)
+    est = lu.solve(np.ascontiguousarray(U.T), trans="T").T if Y else U  # row y: P^-T U(.; y)
+    frames = []
+    for y in range(Y):
+        f = labels.copy()
+        yv = yvals[y] if len(by) > 1 else (yvals[y],)
+        for b, v in zip(by, yv):
+            f[b] = v
+        f["observed"] = U[y]
+        f["estimate"] = est[y]
+        frames.append(f)
+    return pd.concat(frames, ignore_index=True)
