@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from .errors import InvalidParameterError, PramoptError  # noqa: F401  (re-exported for callers)
+from .errors import InvalidParameterError
 
 
 def fail(name: str, owner: str, allowed: str, value: Any) -> None:

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..errors import InvalidParameterError
 from ..io.atomic import PARQUET_SUFFIXES, atomic_write, check_out_file
 from ..tables.rules import DEFAULT_CELL, DEFAULT_TOL, DEFAULT_VALUE, _check_params, _compute, _raise
 

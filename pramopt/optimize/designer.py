@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import inspect
 
-import numpy as np
 import scipy.sparse as sp
 
 from ..frequency.combinations import resolve_combinations

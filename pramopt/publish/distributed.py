@@ -14,7 +14,7 @@ from .._validation import InvalidParameterError
 from ..errors import DesignMismatchError
 from ..frequency.distributed import _check_frame, _partition_counts, _table
 from ..frequency.table import FrequencyTable, check_qi_names
-from .frame import releasable_table, release_frame
+from .frame import check_same_table, releasable_table, release_frame
 from .sampling import Sampler, UniformStream, seed_entropy
 
 __all__ = ["release_dask"]
@@ -76,10 +76,7 @@ def release_dask(ddf, result, seed=None, *, allow_unverified: bool = False):
         got = _table(parts, count, qi, domains, max(max(len(c) for c in table.categories), 1), "release")
     except InvalidParameterError as e:
         raise DesignMismatchError(f"The data do not match the design: {e}") from None
-    if got.checksum() != table.checksum():
-        raise DesignMismatchError(
-            f"The design was made for other data: the cells or counts over {', '.join(map(str, qi))} differ "
-            f"(n = {got.n} vs {table.n}, {got.n_cells} vs {table.n_cells} cells).")
+    check_same_table(got, table, "the Dask frame")
     sizes = (parts.groupby(part)[count].sum()
              .reindex(range(ddf.npartitions), fill_value=0).to_numpy(dtype=np.int64))
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)

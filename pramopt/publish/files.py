@@ -44,10 +44,10 @@ from ..errors import DesignMismatchError
 from ..frequency.files import (
     DEFAULT_BATCH_SIZE, PARQUET_SUFFIXES, _Counter, _parse_csv_texts, _Source,
 )
-from ..frequency.table import CellLookup, FrequencyTable, check_qi_names
+from ..frequency.table import CellLookup, FrequencyTable, category_codes, check_qi_names
 from ..io.atomic import atomic_write, check_out_file
 from .sampling import Sampler, UniformStream, seed_entropy
-from .frame import releasable_table
+from .frame import check_same_table, releasable_table
 
 __all__ = ["release_file", "FileRelease", "ROW_GROUP_SIZE"]
 
@@ -79,19 +79,6 @@ class FileRelease:
     changed: int
     batches: int
     format: str
-
-
-def _lookup(values: pd.Series, cats: pd.Index) -> np.ndarray:
-    """Code of each value among the design's categories (-1: not a category)."""
-    try:
-        codes = np.asarray(cats.get_indexer(values), dtype=np.int64)
-    except (TypeError, ValueError):
-        codes = np.asarray(pd.Index(list(cats), dtype=object).get_indexer(values.astype(object)), dtype=np.int64)
-    na = values.isna().to_numpy()
-    if na.any():
-        nan_pos = np.flatnonzero(cats.isna())
-        codes[na] = int(nan_pos[0]) if len(nan_pos) else -1
-    return codes
 
 
 def _all_strings(cats: pd.Index) -> bool:
@@ -245,12 +232,12 @@ class _Releaser:
         """Design codes of the raw values with ids >= start of column j (-1: not a category)."""
         q, cats = self.table.qi[j], self.table.categories[j]
         raw = self.counter.cols[j].values(start)
-        codes = _lookup(self.src.to_pandas(q, raw, as_str=self.as_str[j]), cats)
+        codes = category_codes(self.src.to_pandas(q, raw, as_str=self.as_str[j]), cats)
         if self.src.format == "csv" and not self.as_str[j] and (codes < 0).any():
             # typed one value at a time where typing them together failed (mixed-type categories)
             texts = raw.to_pylist()
             for i in np.flatnonzero(codes < 0)[:100]:
-                codes[i] = _lookup(_parse_csv_texts([texts[i]]), cats)[0]
+                codes[i] = category_codes(_parse_csv_texts([texts[i]]), cats)[0]
         return codes
 
     def codes(self, ids: list[np.ndarray]) -> np.ndarray:
@@ -393,10 +380,7 @@ def _check_counts(counter: _Counter, table: FrequencyTable, releaser: _Releaser,
         got, luts = counter.table(domains, limits, "release")
     except InvalidParameterError as e:
         raise DesignMismatchError(f"The data do not match the design: {e}") from None
-    if got.checksum() != table.checksum():
-        raise DesignMismatchError(
-            f"The design was made for other data: the cells or counts of {str(source.path)!r} over "
-            f"{', '.join(map(str, qi))} differ (n = {got.n} vs {table.n}, {got.n_cells} vs {table.n_cells} cells).")
+    check_same_table(got, table, repr(str(source.path)))
     for j, q in enumerate(qi):
         seen = luts[j] >= 0
         if not np.array_equal(luts[j][seen], releaser.luts[j][:len(luts[j])][seen]):
