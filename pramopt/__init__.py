@@ -23,9 +23,8 @@ from .frequency import FrequencyTable, count_dask, count_file, frequency_table, 
 from .io import load_design, read_matrix, read_table, save_design, write_table
 from .optimize.constraints.c1 import floor_upper_bound
 from .optimize.designer import design
-from .optimize.objectives.l2 import (
-    SparseL2, condition_number, expected_changes, l2_loss, l2_loss_and_grad, l2_loss_sparse,
-)
+from .loss import condition_number, expected_changes, l2_loss
+from .optimize.objectives.l2 import SparseL2, l2_loss_and_grad, l2_loss_sparse
 from .params import DesignParams
 from .publish import FileRelease, estimate, release, release_dask, release_file
 from .result import DesignResult, Reduction, Stage, Status

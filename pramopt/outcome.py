@@ -14,7 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .frequency.table import FrequencyTable
-from .optimize.objectives.l2 import DENSE_MAX, condition_number, expected_changes, l2_loss
+from .loss import DENSE_MAX, condition_number, expected_changes, l2_loss
 from .result import DesignResult, Reduction, Stage, Status
 from .verify import C1Report, c1_risk
 

@@ -100,12 +100,12 @@ def _domains(v, name, owner):
 
 
 def _solver(v, name, owner):
+    # the name is checked against the solvers installed here by the designer, before any work
     if v is None:
         return None
-    if not isinstance(v, str):
-        fail(name, owner, "the name of a cvxpy solver", v)
-    from .optimize.backends import known_solvers  # lazy: only when a solver is named
-    return check_choice(v.upper(), name, owner, known_solvers())
+    if not isinstance(v, str) or not v.strip():
+        fail(name, owner, "the name of an LP solver (HIGHS or a cvxpy solver)", v)
+    return v.strip().upper()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from pramopt.baselines.retention import retention_matrix
 from pramopt.baselines.sdcmicro import sdcmicro_invariant_matrix
 from pramopt.frequency.combinations import resolve_combinations
 from pramopt.frequency.table import frequency_table
-from pramopt.optimize.objectives.l2 import l2_loss
+from pramopt.loss import l2_loss
 from pramopt.verify import c1_risk
 
 KEYS = ["urbrur", "roof", "walls", "water", "electcon", "relat", "sex"]

@@ -12,14 +12,8 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pramopt.optimize.objectives.l2 import (
-    SparseL2,
-    expected_changes,
-    l2_loss,
-    l2_loss_and_grad,
-    l2_loss_and_grad_sparse,
-    l2_loss_sparse,
-)
+from pramopt.loss import expected_changes, l2_loss
+from pramopt.optimize.objectives.l2 import SparseL2, l2_loss_and_grad, l2_loss_and_grad_sparse, l2_loss_sparse
 
 
 def exact_expected_loss(P, xi, y):

@@ -20,7 +20,8 @@ from pramopt.frequency.table import frequency_table
 from pramopt.optimize.constraints.c1 import floor_upper_bound
 from pramopt.optimize.strategies.general import LP_GAP_RTOL
 from pramopt.example import EXAMPLE_QI
-from pramopt.optimize.objectives.l2 import _l2_loss_splu, l2_loss, l2_loss_and_grad
+from pramopt.loss import _l2_loss_splu, l2_loss
+from pramopt.optimize.objectives.l2 import l2_loss_and_grad
 from pramopt.optimize.constraints.c1 import build_groups, c1_block
 from pramopt.optimize.support import Support
 from pramopt.optimize.constraints.c1 import reduce_constraints
@@ -177,7 +178,7 @@ def test_sparse_lu_loss_and_condition_estimate(monkeypatch):
     # the sparse-LU loss equals the dense formula; the 1-norm condition estimate is within the
     # documented factor of the exact 1-norm condition number (onenormest is exact or a lower
     # bound, usually exact on small matrices)
-    import pramopt.optimize.objectives.l2 as L
+    import pramopt.loss as L
 
     rng = np.random.default_rng(1)
     K = 60

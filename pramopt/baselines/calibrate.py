@@ -30,7 +30,7 @@ import scipy.sparse as sp
 from .._plain import plain
 from .._validation import InvalidParameterError, check_int, check_real
 from ..frequency.table import FrequencyTable
-from ..optimize.objectives.l2 import l2_loss as _l2_loss
+from ..loss import l2_loss as _l2_loss
 from ..outcome import finish
 from ..result import DesignResult, Stage, Status
 from ..verify import c1_risk

@@ -16,7 +16,7 @@ import pandas as pd
 from .._validation import InvalidParameterError, as_transition_matrix, check_real
 from ..frequency.combinations import resolve_combinations
 from ..frequency.table import FrequencyTable, category_codes, frequency_table
-from ..optimize.objectives.l2 import condition_number, expected_changes, l2_loss
+from ..loss import condition_number, expected_changes, l2_loss
 from ..verify import c1_risk
 from .correct_match import correct_match_risks
 from .privacy import dp_epsilon, pk_anonymity

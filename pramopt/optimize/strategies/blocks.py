@@ -27,7 +27,7 @@ from ...frequency.table import FrequencyTable
 from ...result import Reduction
 from ..backends import chain
 from ..constraints.c1 import WorkingSet
-from ..objectives.l2 import expected_changes
+from ...loss import expected_changes
 from ..problem import DesignProblem, Trace
 from ..program import build_program
 from ..support import Support

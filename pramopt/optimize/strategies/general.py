@@ -18,16 +18,23 @@ import scipy.sparse as sp
 from ...result import Reduction
 from ..backends import chain
 from ..constraints.c1 import WorkingSet, membership, reduce_constraints
-from ..objectives.l2 import SparseL2, expected_changes
+from ...loss import expected_changes
+from ..objectives.l2 import SparseL2
 from ..pricing import Pricer
 from ..problem import DesignProblem, Trace
 from ..program import build_program
-from ..support import DENSE_SUPPORT_MAX, Support, clean, initial_support, rows_into
+from ..support import Support, clean, greedy_cover
 from . import Attempt, AttemptStatus
 from .refine import refine
 
-__all__ = ["solve_general", "ColumnGeneration", "MAX_PRICING_ROUNDS", "LP_GAP_RTOL", "REFINE_CHUNK",
-           "REFINE_SUPPORT_MAX"]
+__all__ = ["solve_general", "ColumnGeneration", "initial_support", "MAX_PRICING_ROUNDS", "LP_GAP_RTOL",
+           "REFINE_CHUNK", "REFINE_SUPPORT_MAX", "DENSE_SUPPORT_MAX", "COVER_BUDGET"]
+
+#: Up to this many cells the support of P is dense (every pair of cells).
+DENSE_SUPPORT_MAX = 300
+#: Sources of the initial cover support: at most this many support entries from the largest
+#: cells into the cover (column generation adds whatever else helps).
+COVER_BUDGET = 200_000
 
 #: Rounds of column generation in one stage before giving up widening (the result stays
 #: verified; only optimality over the full support is then not proven).
@@ -44,6 +51,45 @@ REFINE_SUPPORT_MAX = 100_000
 def _has_duals(solver: str | None) -> bool:
     """Only the direct HiGHS backend gives the duals column generation needs."""
     return solver is None or solver.upper() == "HIGHS"
+
+
+def rows_into(problem: DesignProblem, cols) -> Support:
+    """Every row except the kept ones may move into ``cols`` (within the strata of ``fixed``)."""
+    K = problem.K
+    rr, cc = np.meshgrid(np.arange(K), np.asarray(cols, dtype=np.int64), indexing="ij")
+    rr, cc = rr.ravel(), cc.ravel()
+    ok = problem.allowed(rr, cc)
+    return Support.from_pairs(rr[ok], cc[ok], K)
+
+
+def problem_groups(problem: DesignProblem, gamma: float) -> np.ndarray:
+    """Groups that need protection at diagonal floor ``gamma``: U_π(k0) < 1/(gamma alpha)."""
+    return problem.groups.size < 1.0 / (max(gamma, 1e-12) * problem.alpha)
+
+
+def initial_support(problem: DesignProblem, gamma: float, mode: str) -> Support:
+    """The support a general design starts from.
+
+    * ``dense``: every pair of cells (up to ``DENSE_SUPPORT_MAX`` cells);
+    * ``targets``: every row into the cells of the (π, k0) groups that need protection -- the
+      only columns whose inflow raises a C1 denominator;
+    * ``cover``: the diagonal plus transitions from the largest cells into a greedy cover of
+      those groups (Cator et al., Section 4: a good P moves records from frequent cells into the
+      few cells that cover the problem combinations), which column generation widens where the
+      duals say a transition would help.
+    """
+    if mode == "dense":
+        return rows_into(problem, np.arange(problem.K))
+    need = problem_groups(problem, gamma)
+    if mode == "targets":
+        return rows_into(problem, np.flatnonzero(need[problem.groups.member].any(axis=1)))
+    cover = greedy_cover(problem.groups, need, problem.counts)
+    n_src = int(min(problem.K, max(20, COVER_BUDGET // max(1, cover.size))))
+    sources = np.argsort(-problem.counts, kind="stable")[:n_src]
+    rr, cc = np.meshgrid(np.setdiff1d(sources, problem.keep_rows), cover, indexing="ij")
+    rr, cc = rr.ravel(), cc.ravel()
+    ok = problem.allowed(rr, cc)
+    return Support.from_pairs(rr[ok], cc[ok], problem.K)
 
 
 class ColumnGeneration:
