@@ -1,4 +1,4 @@
-"""Study: many cells (issue 5).  Each case runs in a fresh process (``--case NAME``) so that its
+"""Study: many cells.  Each case runs in a fresh process (``--case NAME``) so that its
 peak resident memory is its own.
 
 * ``testdata7``: sdcMicro's testdata, 7 key variables, alpha = 0.1 (target: verified < 60 s).
@@ -102,13 +102,13 @@ def run(out: Path, quick: bool = False, log=print):
                    "min_diagonal", "gamma", "condition_number", "structure", "support", "priced", "peak_rss_mb",
                    "rss_after_import_mb", "stages"]
     write_table(df.loc[~gap, [c for c in design_cols if c in df]], out, "cells_quick" if quick else "cells",
-                "Many cells (issue 5)", notes=notes + [
+                "Many cells", notes=notes + [
                     "design_s: pramopt.design on the frequency table (wall clock, one run); stages: where it went."])
     if gap.any():
         gap_cols = ["case", "K", "n"] + [f"{s}_{f}" for s in ("dense", "cover")
                                          for f in ("s", "loss", "changes", "success", "support")]
         write_table(df.loc[gap, [c for c in gap_cols + ["loss_ratio_cover_over_dense", "peak_rss_mb"] if c in df]],
-                    out, "cells_gap", "Restricted (cover) against full (dense) support (issue 5)", notes=notes + [
+                    out, "cells_gap", "Restricted (cover) against full (dense) support", notes=notes + [
                         "support='dense': every pair of cells; support='cover': the diagonal plus the greedy cover "
                         "of the problem groups, widened by column generation on the LP duals and on the exact "
                         "loss's gradient. *_s: wall clock of each design, one run."])

@@ -1,4 +1,4 @@
-"""Study 5 (issue 5, "many records"): streamed counting and release of files of 1M-30M records.
+"""Study 5 ("many records"): streamed counting and release of files of 1M-30M records.
 
 Synthetic files (``write_records``: 3 identifying columns with 12, 10 and 2 categories -- an
 integer region, a text age band, a text sex -- and 3 other columns: an integer id, a float
@@ -168,7 +168,7 @@ def pipeline_point(path: str, design_dir: str, out: str, batch_size: int, repeat
 
 
 def _old_frequency_table(df: pd.DataFrame, qi):
-    """The counting of pramopt before issue 5: per-record codes, then np.unique(axis=0)."""
+    """The counting of pramopt before streaming: per-record codes, then np.unique(axis=0)."""
     from pramopt.frequency.table import FrequencyTable, record_codes
 
     codes, cats = record_codes(df, qi)
@@ -305,7 +305,7 @@ def run(out: Path, quick: bool = False, sizes=None, batch_sizes=None, formats=("
         "count_peak_rss_mb is read right after counting (before the design).",
     ])
     write_table(pdf, out, "records_pipeline", "Count and release of one file in one process", notes=common + [
-        "count_release_s: count_file + release_file in the same process (the issue's target: 10 million records "
+        "count_release_s: count_file + release_file in the same process (the target: 10 million records "
         "counted and released in under 30 s); the design between them is the one the count point made (loaded, "
         "not timed: see design_s in records.md)."])
     if len(bdf):
@@ -315,7 +315,7 @@ def run(out: Path, quick: bool = False, sizes=None, batch_sizes=None, formats=("
                                     "in flight. A Parquet release also holds one output row group (2**17 records)."])
     write_table(mdf, out, "records_inmemory", "In-memory counting before and after the integer-key change",
                 notes=common + [
-                    "count_old_s: per-record codes then np.unique(codes, axis=0) (pramopt before issue 5, re-created in "
+                    "count_old_s: per-record codes then np.unique(codes, axis=0) (pramopt before streaming, re-created in "
                     "benchmarks/records.py); count_new_s: pramopt.frequency_table (mixed-radix int64 keys, np.bincount "
                     "here); same_checksum: both tables have the same checksum; release_inmemory_s: pramopt.release on "
                     "the whole frame; peak_rss_mb includes the frame (rss_with_data_mb)."])

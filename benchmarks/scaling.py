@@ -74,7 +74,7 @@ def run(out: Path, quick: bool = False, cells=None, records=None, timeout: float
         log=print) -> tuple[pd.DataFrame, pd.DataFrame]:
     cells = cells or ((30, 60, 120) if quick else CELLS)
     records = records or ((1_000, 10_000, 100_000) if quick else RECORDS)
-    timeout = timeout or (60.0 if quick else 600.0)  # the 10-minute target per design
+    timeout = timeout or (60.0 if quick else 600.0)  # a 10-minute target per design
     rows, stopped = [], None
     for K in cells:
         log(f"[scaling] K={K}")
