@@ -123,7 +123,7 @@ def _sdcmicro_uniforms(table: FrequencyTable, seed) -> list[np.ndarray]:
 def sdcmicro_on_cells(table: FrequencyTable, pd=0.8, alpha=0.5, seed=0) -> np.ndarray:
     """sdcMicro-style invariant PRAM of every variable (re-implementation), restricted to the cells.
 
-    See :mod:`pramopt.closed_form.sdcmicro`; one ``pd`` and ``alpha`` for all variables (as
+    See :mod:`pramopt.baselines.sdcmicro`; one ``pd`` and ``alpha`` for all variables (as
     sdcMicro recycles them), an independent seeded diagonal per variable.
     """
     u = _sdcmicro_uniforms(table, seed)

@@ -20,6 +20,7 @@ from ..frequency.table import FrequencyTable, frequency_table
 from ..outcome import finish, verify_stage
 from ..params import DesignParams, parameters_doc, signature
 from ..result import DesignResult, Status
+from .backends import gives_duals
 from .constraints.c1 import floor_upper_bound
 from .problem import DesignProblem, ProgressFn, Trace
 from .strategies import AttemptStatus
@@ -168,7 +169,7 @@ class _Designer:
             ladder = [g for g in _gamma_ladder(p.gamma, floor) if g <= ph.t + PHASE1_TIEBREAK] or [g_low]
             tried = []
             for gam in ladder:
-                init = ph.support if p.solver is None or p.solver.upper() == "HIGHS" else None
+                init = ph.support if gives_duals(p.solver) else None  # a priced support
                 att = solve_general(pb, gam, max(gam, floor), a_solve, trace, init=init)
                 tried.append(gam)
                 if att.status is AttemptStatus.INFEASIBLE:

@@ -51,7 +51,7 @@ def release_dask(ddf, result, seed=None, *, allow_unverified: bool = False):
         Seed for a reproducible draw; without it 128 bits of entropy come from ``secrets``
         once, when this function is called (so computing the result twice gives the same
         records).  The same seed gives the same records as :func:`pramopt.release` on
-        ``ddf.compute()`` and :func:`pramopt.stream.release_file`.
+        ``ddf.compute()`` and :func:`pramopt.release_file`.
     allow_unverified : bool
         Release even with a design that failed verification (never do this for publication).
 

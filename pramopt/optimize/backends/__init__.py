@@ -24,7 +24,7 @@ import numpy as np
 
 from ..program import LinearProgram
 
-__all__ = ["Outcome", "LPSolution", "Duals", "Loaded", "chain", "solver_names", "known_solvers",
+__all__ = ["Outcome", "LPSolution", "Duals", "Loaded", "chain", "solver_names", "known_solvers", "gives_duals",
            "FALLBACK_SOLVERS"]
 
 #: cvxpy solvers tried, in this order, when HiGHS fails (measured on C1-shaped LPs; README).
@@ -103,6 +103,11 @@ def solver_names(solver: str | None) -> list[str]:
     if solver is None:
         return ["HIGHS", *FALLBACK_SOLVERS]
     return [solver.upper()]
+
+
+def gives_duals(solver: str | None) -> bool:
+    """Whether the chain for ``solver=`` starts with a backend that gives duals (HiGHS direct)."""
+    return solver_names(solver)[0] == "HIGHS"
 
 
 class _Chain:

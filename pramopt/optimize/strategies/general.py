@@ -16,7 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ...result import Reduction
-from ..backends import chain
+from ..backends import chain, gives_duals
 from ..constraints.c1 import WorkingSet, membership, reduce_constraints
 from ...loss import expected_changes
 from ..objectives.l2 import SparseL2
@@ -46,11 +46,6 @@ LP_GAP_RTOL = 1e-4
 REFINE_CHUNK = 10
 #: Largest initial refinement support beyond the linear stage's transitions (see _refine_pairs).
 REFINE_SUPPORT_MAX = 100_000
-
-
-def _has_duals(solver: str | None) -> bool:
-    """Only the direct HiGHS backend gives the duals column generation needs."""
-    return solver is None or solver.upper() == "HIGHS"
 
 
 def rows_into(problem: DesignProblem, cols) -> Support:
@@ -116,7 +111,7 @@ class ColumnGeneration:
         self.problem, self.gamma, self.floor, self.a_solve, self.phase_one = problem, gamma, floor, a_solve, phase_one
         self.counts = problem.counts
         K = problem.K
-        duals = _has_duals(p.solver)
+        duals = gives_duals(p.solver)  # column generation needs them
         mode = p.support if p.support != "auto" else (
             "dense" if K <= DENSE_SUPPORT_MAX else ("cover" if duals else "targets"))
         if mode == "cover" and not duals:  # a cover needs pricing to be widened
