@@ -222,7 +222,10 @@ class DesignParams:
         "diagonal dominance).  'blocks': block-diagonal retention-replacement blocks, invertible for "
         "any diagonal, for data where most cells are rare or unique.  'auto': general, and blocks "
         "when no general design can exist (the counting bound or phase one says so).",
-        cli={"choices": ["auto", "general", "blocks"]})
+        cli={"choices": ["auto", "general", "blocks"],
+             "help": "general: any P with every diagonal entry above 1/2; blocks: block-diagonal "
+                     "retention-replacement blocks, for data where most cells are rare; auto: general, and "
+                     "blocks when no general design can exist (default auto)"})
     margin: float = _param(
         1e-5, _real(0, 0.1, low_open=False), "float in [0, 0.1), default 1e-5",
         "Relative margin inside alpha at which the solver works; grown tenfold (at most twice) if "

@@ -486,6 +486,7 @@ def baseline(data, qi=None, family: str = "rr", alpha: float = 0.1, *, combinati
 
     owner = "baseline"
     check_choice(family, "family", owner, ["rr", "ifpr", "sdcmicro"])
+    alpha = check_real(alpha, "alpha", owner, low=0.0, high=1.0)
     table = data if isinstance(data, FrequencyTable) else frequency_table(data, qi, owner=owner)
     combos = resolve_combinations(table.qi, combination_size, combinations, owner)
     fn = {"rr": calibrate_retention, "ifpr": calibrate_ifpr, "sdcmicro": calibrate_sdcmicro}[family]

@@ -17,8 +17,8 @@ def add_parser(sub):
         "design", formatter_class=formatter, help=HELP,
         description="Design a PRAM matrix of minimal exact L2 loss under C1 and write it, with a report, "
                     "to a folder.\nWith no arguments it designs the built-in example (Section 4 of "
-                    "Cator et al.).  Every parameter of pramopt.design has a flag; a flag given overrides\n"
-                    "the spec's value.",
+                    "Cator et al.).  Every parameter of pramopt.design has a flag, which overrides the\n"
+                    "spec's value of that parameter.",
         epilog="examples:\n"
                "  pramopt design --out example-design\n"
                "  pramopt design models/testdata4.toml --out td4\n"
