@@ -33,10 +33,10 @@ import pramopt
 from pramopt.optimize.backends.cvx import CvxpyProgram, _options as _solver_options
 from pramopt.optimize.backends.highs import load as load_highs
 from pramopt.optimize.constraints.c1 import c1_block, reduce_constraints
-from pramopt.optimize.designer import GAMMA_LADDER
+from pramopt.params import DENSE_SUPPORT_MAX, GAMMA_LADDER
 from pramopt.optimize.problem import DesignProblem
 from pramopt.optimize.program import build_program, row_sum_matrix
-from pramopt.optimize.strategies.general import DENSE_SUPPORT_MAX, initial_support
+from pramopt.optimize.strategies.general import initial_support
 from pramopt.optimize.support import clean
 from pramopt.params import DesignParams
 from pramopt.verify import c1_risk

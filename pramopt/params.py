@@ -4,7 +4,8 @@ Each parameter of :func:`pramopt.design` is one field of :class:`DesignParams`, 
 default, its check and its documentation.  Everything else is derived from these fields:
 
 * the ``Parameters`` section of :func:`pramopt.design`'s docstring and its signature;
-* the flags of ``pramopt design`` (:func:`add_cli_flags`, :func:`from_cli`);
+* the flags of ``pramopt design`` (:mod:`pramopt.cli.design`: one flag per field whose
+  ``cli`` metadata holds its argparse options; ``"type"`` names a converter there);
 * the keys a design spec's ``[design]`` table may hold (:data:`SPEC_KEYS`);
 * ``DesignResult.params``, which holds the validated values, so that
   ``pramopt.design(table, **result.params.to_dict())`` makes the same design again.
@@ -13,23 +14,28 @@ A new parameter is one new field here (and its use in the optimiser).
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import inspect
-import json
 import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable
 
+import numpy as np
 import pandas as pd
 
-from ._plain import plain
 from ._validation import check_choice, check_int, check_real, fail
 from .frequency.table import MAX_CATEGORIES
 
-__all__ = ["DesignParams", "SPEC_KEYS", "add_cli_flags", "from_cli", "parameters_doc", "signature"]
+__all__ = ["DesignParams", "SPEC_KEYS", "parameters_doc", "signature", "GAMMA_LADDER", "DENSE_SUPPORT_MAX"]
+
+#: Floors tried in turn when the reduced problem is infeasible at the requested gamma.  They
+#: stay above 1/2: a strictly diagonally dominant P is invertible, which the estimator (4) and
+#: the loss need (a minimum-changes solution without a floor can be singular).
+GAMMA_LADDER = (0.95, 0.9, 0.8, 0.7, 0.6, 0.51)
+#: Up to this many cells the support of a general design is dense (every pair of cells).
+DENSE_SUPPORT_MAX = 300
 
 # ---------------------------------------------------------------------------------------------
 # Checks: each takes (value, name, owner) and returns the normalised value
@@ -52,9 +58,9 @@ def _choice(*choices):
 
 
 def _bool(v, name, owner):
-    if not isinstance(v, bool):
+    if not isinstance(v, (bool, np.bool_)):
         fail(name, owner, "True or False", v)
-    return v
+    return bool(v)
 
 
 def _names(v, name, owner):
@@ -84,6 +90,8 @@ def _combinations(v, name, owner):
 def _cells(v, name, owner):
     if v is None:
         return None
+    if isinstance(v, (list, tuple)) and all(isinstance(r, Mapping) for r in v):
+        v = [dict(r) for r in v]
     try:
         records = pd.DataFrame(v).to_dict("records")
     except (TypeError, ValueError):
@@ -117,39 +125,14 @@ def _param(default, check: Callable, kind: str, doc: str, cli: dict | None = Non
     """A field of :class:`DesignParams`.
 
     ``kind`` is the numpydoc type; ``doc`` the description; ``cli`` the argparse options of its
-    flag (``None``: not on the command line, spec and Python only); ``flags`` other spellings;
+    flag (``None``: not on the command line, spec and Python only; a ``"type"`` given as a
+    string names a converter of :mod:`pramopt.cli.design`); ``flags`` other spellings;
     ``own_flag=False`` leaves out the flag named after the parameter (``--min-diagonal``).
     """
     meta = {"check": check, "kind": kind, "doc": doc, "cli": cli, "flags": tuple(flags), "own_flag": own_flag}
     if isinstance(default, (list, dict)):  # pragma: no cover - defaults are immutable
         raise TypeError("mutable default")
     return field(default=default, metadata=meta)
-
-
-def _csv_list(s: str) -> list[str]:
-    out = [x.strip() for x in s.split(",") if x.strip()]
-    if not out:
-        raise argparse.ArgumentTypeError("expected a comma-separated list of column names")
-    return out
-
-
-def _cells_file(s: str):
-    from .io.tables import read_table
-    from .errors import InvalidParameterError
-    try:
-        return read_table(s).to_dict("records")
-    except InvalidParameterError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def _json_mapping(s: str):
-    try:
-        v = json.loads(s)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"expected JSON: {e}") from None
-    if not isinstance(v, dict):
-        raise argparse.ArgumentTypeError('expected a JSON object such as {"sex": [1, 2]}')
-    return v
 
 
 @dataclass(frozen=True)
@@ -164,7 +147,7 @@ class DesignParams:
         None, _combinations, "list of lists of str, optional",
         "Explicit set Π of combinations of identifying variables.  Default: every subset of "
         "``combination_size`` variables.",
-        cli={"type": _csv_list, "action": "append", "metavar": "A,B", "dest": "combinations",
+        cli={"type": "names", "action": "append", "metavar": "A,B", "dest": "combinations",
              "help": "one combination of Π (repeat the flag for more)"},
         flags=("--combination",), own_flag=False)
     combination_size: int = _param(
@@ -174,7 +157,7 @@ class DesignParams:
     gamma: float = _param(
         0.95, _real(0, 1, high_open=False), "float in (0, 1], default 0.95",
         "Diagonal floor P_kk >= gamma that the paper's reduction relies on.  Lowered along "
-        "0.9, 0.8, 0.7, 0.6, 0.51 when the reduced problem is infeasible.",
+        f"{', '.join(map(str, GAMMA_LADDER[1:]))} when the reduced problem is infeasible.",
         cli={"type": float})
     min_diagonal: float | None = _param(
         None, _real(0, 1, low_open=False, optional=True), "float in [0, 1), optional",
@@ -183,11 +166,11 @@ class DesignParams:
     fixed: tuple | None = _param(
         None, _names, "list of str, optional",
         "Identifying variables that must never change (PRAM within their strata).",
-        cli={"type": _csv_list, "metavar": "A,B"})
+        cli={"type": "names", "metavar": "A,B"})
     keep_cells: tuple | None = _param(
         None, _cells, "DataFrame or list of dicts, optional",
         "Cells (a value of every identifying variable) whose records must stay as they are.",
-        cli={"type": _cells_file, "metavar": "FILE",
+        cli={"type": "cells_file", "metavar": "FILE",
              "help": "CSV or Parquet file of cells (a column per identifying variable) whose records stay"})
     invariant: bool = _param(
         False, _bool, "bool, default False",
@@ -196,15 +179,16 @@ class DesignParams:
     domains: Mapping | None = _param(
         None, _domains, "dict, optional",
         "Categories per variable when they should not be taken from the data.",
-        cli={"type": _json_mapping, "metavar": "JSON"})
+        cli={"type": "json", "metavar": "JSON"})
     max_categories: int = _param(
         MAX_CATEGORIES, _int(low=1), f"int, default {MAX_CATEGORIES}",
         "Refuse identifying variables with more categories than this (bin them first).",
         cli={"type": int})
     solver: str | None = _param(
         None, _solver, "str, optional",
-        "A cvxpy solver name for the linear programs.  Default: HiGHS directly, falling back to "
-        "CLARABEL, ECOS and SCS through cvxpy when HiGHS fails.",
+        "An LP solver for the general design's programs: HIGHS or a cvxpy solver name.  Default: "
+        "HiGHS directly, falling back to CLARABEL, ECOS and SCS through cvxpy when HiGHS fails (block "
+        "designs always use that default chain).",
         cli={"metavar": "NAME"})
     refine_loss: bool = _param(
         True, _bool, "bool, default True",
@@ -213,8 +197,8 @@ class DesignParams:
         flags=("--no-refine-loss",), own_flag=False)
     support: str = _param(
         "auto", _choice("auto", "dense", "targets", "cover"), '{"auto", "dense", "targets", "cover"}',
-        "Allowed transitions of a general design; 'auto' is dense up to 300 cells, else a cover of "
-        "the problem groups that column generation widens.",
+        f"Allowed transitions of a general design; 'auto' is dense up to {DENSE_SUPPORT_MAX} cells, else a "
+        "cover of the problem groups that column generation widens.",
         cli={"choices": ["auto", "dense", "targets", "cover"]})
     structure: str = _param(
         "auto", _choice("auto", "general", "blocks"), '{"auto", "general", "blocks"}',
@@ -272,10 +256,6 @@ class DesignParams:
             out[f.name] = v
         return out
 
-    def to_json(self) -> dict:
-        """:meth:`to_dict` with JSON-safe values (NaN categories become null)."""
-        return plain(self.to_dict())
-
 
 #: Keys a spec's ``[design]`` table may hold: every parameter.
 SPEC_KEYS = tuple(f.name for f in dataclasses.fields(DesignParams))
@@ -301,39 +281,3 @@ def signature(fn, before: Sequence[inspect.Parameter], after: Sequence[inspect.P
             params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default))
     params += list(after)
     return inspect.Signature(params, return_annotation=inspect.signature(fn).return_annotation)
-
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def add_cli_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per design parameter (defaults None: a flag given overrides a spec's value)."""
-    for f in dataclasses.fields(DesignParams):
-        cli = f.metadata["cli"]
-        if cli is None:
-            continue
-        opts = dict(cli)
-        opts.setdefault("help", _cli_help(f))
-        opts.setdefault("dest", f.name)
-        opts["default"] = None
-        flags = list(f.metadata["flags"])
-        if f.metadata["own_flag"]:
-            flags.insert(0, _flag(f.name))
-        parser.add_argument(*flags, **opts)
-
-
-def _cli_help(f) -> str:
-    text = f.metadata["doc"].split(". ")[0].rstrip(".")
-    if f.default is not None and f.default is not False:
-        text += f" (default {f.default})"
-    return text.replace("%", "%%")
-
-
-def from_cli(args: argparse.Namespace) -> dict:
-    """The design parameters given on the command line (flags left out are not in the dict)."""
-    out = {}
-    for f in dataclasses.fields(DesignParams):
-        if f.metadata["cli"] is not None and getattr(args, f.name, None) is not None:
-            out[f.name] = getattr(args, f.name)
-    return out

@@ -19,7 +19,8 @@ import scipy.sparse as sp
 
 from .frequency.table import FrequencyTable
 
-__all__ = ["Status", "Stage", "Reduction", "DesignResult", "frozen_matrix", "frozen_array", "matrix_long", "entries"]
+__all__ = ["Status", "Stage", "Reduction", "DesignResult", "ReadOnlyCSR", "frozen_matrix", "frozen_array",
+           "matrix_long", "entries"]
 
 
 class Status(enum.Enum):
@@ -104,14 +105,60 @@ def frozen_array(a, dtype=None) -> np.ndarray:
     return out
 
 
-def frozen_matrix(P) -> sp.csr_array:
+class ReadOnlyCSR(sp.csr_array):
+    """A CSR array whose entries, structure and shape cannot change once it is frozen.
+
+    Its arrays are read-only, and assigning ``data``, ``indices``, ``indptr`` or the shape, or
+    resizing it, raises; every operation that makes a new array (``copy``, ``toarray``,
+    arithmetic, slicing) works as usual and returns an ordinary, writable result.
+    """
+
+    _frozen = False
+    _GUARDED = frozenset({"data", "indices", "indptr", "_shape"})
+
+    def __setattr__(self, name, value):
+        if self._frozen and name in self._GUARDED:
+            raise AttributeError("a design's matrix is read-only; use .copy() or to_dense() for one to change")
+        super().__setattr__(name, value)
+
+    def resize(self, *shape):
+        if self._frozen:
+            raise AttributeError("a design's matrix is read-only; use .copy() for one to resize")
+        return super().resize(*shape)
+
+    def copy(self):
+        return sp.csr_array((self.data.copy(), self.indices.copy(), self.indptr.copy()), shape=self.shape)
+
+
+def frozen_matrix(P) -> ReadOnlyCSR:
     """A read-only CSR copy of ``P`` (sparse or dense), explicit zeros removed."""
     M = sp.csr_array(P, dtype=float, copy=True)
     M.eliminate_zeros()
     M.sort_indices()
     for a in (M.data, M.indices, M.indptr):
         a.setflags(write=False)
-    return M
+    out = ReadOnlyCSR((M.data, M.indices, M.indptr), shape=M.shape)
+    out.has_sorted_indices = True
+    out._frozen = True
+    return out
+
+
+def frozen_value(x):
+    """``x`` with every list made a tuple and every mapping a read-only mapping, recursively."""
+    if isinstance(x, Mapping):
+        return MappingProxyType({k: frozen_value(v) for k, v in x.items()})
+    if isinstance(x, (list, tuple)):
+        return tuple(frozen_value(v) for v in x)
+    if isinstance(x, np.ndarray):
+        return frozen_array(x)
+    return x
+
+
+def frozen_table(table: FrequencyTable) -> FrequencyTable:
+    """A copy of ``table`` whose codes and counts are read-only."""
+    if not table.codes.flags.writeable and not table.counts.flags.writeable:
+        return table
+    return dataclasses.replace(table, codes=frozen_array(table.codes), counts=frozen_array(table.counts))
 
 
 @dataclass(frozen=True)
@@ -121,7 +168,8 @@ class DesignResult:
     Attributes
     ----------
     matrix : scipy.sparse.csr_array of shape (K, K), read-only
-        P on the present cells (row: original cell, column: released cell).
+        P on the present cells (row: original cell, column: released cell); its entries,
+        structure and shape cannot be changed (:class:`ReadOnlyCSR`).
     status : Status
     success : bool
         True only when the full, unreduced C1 holds with ``max_risk <= alpha``, checked by
@@ -155,7 +203,7 @@ class DesignResult:
     details : mapping
         Method-specific figures (a baseline's tuned parameters, its number of evaluations).
     table : FrequencyTable
-        The cells and counts the design was made for.
+        The cells and counts the design was made for (a read-only copy).
     """
 
     matrix: sp.csr_array
@@ -180,9 +228,11 @@ class DesignResult:
     details: Mapping = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self):
-        object.__setattr__(self, "matrix", frozen_matrix(self.matrix))
-        object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
-        object.__setattr__(self, "details", MappingProxyType(dict(self.details)))
+        if not isinstance(self.matrix, ReadOnlyCSR):
+            object.__setattr__(self, "matrix", frozen_matrix(self.matrix))
+        object.__setattr__(self, "table", frozen_table(self.table))
+        object.__setattr__(self, "params", frozen_value(dict(self.params)))
+        object.__setattr__(self, "details", frozen_value(dict(self.details)))
         object.__setattr__(self, "stages", tuple(self.stages))
         object.__setattr__(self, "binding_rows", tuple(tuple(r) for r in self.binding_rows))
 
@@ -192,8 +242,8 @@ class DesignResult:
 
     @property
     def counts(self) -> np.ndarray:
-        """U0, the frequency of each cell (a read-only array)."""
-        return frozen_array(self.table.counts)
+        """U0, the frequency of each cell (read-only)."""
+        return self.table.counts
 
     @property
     def cells(self) -> pd.DataFrame:

@@ -84,7 +84,8 @@ def c1_risk(
     -------
     C1Report
         ``max_risk`` is NaN -- which no ``max_risk <= alpha`` test passes -- when P has a NaN,
-        infinite or negative entry: the check fails closed.
+        infinite or negative entry, or when Π is empty (nothing would be checked): the check
+        fails closed.
     """
     codes = np.asarray(codes)
     cols = codes if col_codes is None else np.asarray(col_codes)
@@ -93,7 +94,7 @@ def c1_risk(
     Pm = _as_csr(P)
     if Pm.shape != (K, Kc):
         raise ValueError(f"P has shape {Pm.shape}, expected {(K, Kc)}")
-    if not (np.all(np.isfinite(Pm.data)) and np.all(Pm.data >= 0)):
+    if not (np.all(np.isfinite(Pm.data)) and np.all(Pm.data >= 0)) or len(combinations) == 0:
         return C1Report(max_risk=float("nan"), argmax=(), risk_by_group=[], groups_by_combination=[],
                         denominators=[])
     best = -np.inf

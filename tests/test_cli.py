@@ -158,10 +158,26 @@ def test_release_refuses_tampered_design(example):
         for a in (np.arange(K, dtype="<i8"), np.arange(K, dtype="<i8"), np.ones(K, dtype="<f8")):
             h.update(a.tobytes())
         rec["matrix_sha256"] = h.hexdigest()
+        guarded = ("format", "method", "table_checksum", "matrix_sha256", "status", "alpha", "combinations")
+        text = json.dumps({k: rec.get(k) for k in guarded}, sort_keys=True, separators=(",", ":"))
+        rec["record_sha256"] = hashlib.sha256(text.encode()).hexdigest()
     d = _tampered(example["dir"], tmp / "t2", identity)
     code, _, err = run_main("release", "--design", d, "--data", tmp / "data.csv", "--out", tmp / "x.csv")
     assert code == 2 and "fails C1" in err
     assert not (tmp / "x.csv").exists()
+
+
+def test_release_refuses_edited_status_alpha_or_combinations(example):
+    # the fields that decide whether a release is safe are checksummed like the matrix
+    tmp = example["tmp"]
+    edits = {"status": lambda rec: rec.update(status="unverified"),
+             "alpha": lambda rec: rec.update(alpha=0.99),
+             "combinations": lambda rec: rec.update(combinations=[])}
+    for name, edit in edits.items():
+        d = _tampered(example["dir"], tmp / f"e-{name}", edit)
+        code, _, err = run_main("release", "--design", d, "--data", tmp / "data.csv", "--out", tmp / "x.csv")
+        assert code == 2 and "modified" in err, (name, err)
+        assert not (tmp / "x.csv").exists()
 
 
 def test_release_refuses_other_data(example):

@@ -21,6 +21,7 @@ import pytest
 import scipy.sparse as sp
 
 import pramopt
+from pramopt._plain import plain
 from pramopt.errors import DesignMismatchError
 
 ALPHA = 0.2
@@ -106,7 +107,7 @@ def test_save_load_round_trip(produced, tmp_path):
     assert (back.matrix != res.matrix).nnz == 0
     assert back.status is res.status and back.method == res.method
     assert back.figures() == pytest.approx(res.figures(), nan_ok=True)
-    assert dict(back.params) == pramopt.io.design_file._plain(dict(res.params))
+    assert plain(back.params) == plain(res.params)
     assert back.reduction == res.reduction
     assert back.binding_rows == tuple((c, tuple(k), r) for c, k, r in res.binding_rows)
 
@@ -156,7 +157,7 @@ def test_fallback_chain_solves_with_cvxpy_when_highs_fails(data, monkeypatch):
     monkeypatch.setattr(highs.HighsProgram, "solve", broken)
     res = pramopt.design(data, QI, alpha=ALPHA, max_iter=5)
     assert calls, "HiGHS was not tried first"
-    assert res.success and "cvxpy" in res.solver
+    assert res.success and res.solver == "CLARABEL"
     assert brute_force_risk(res, data, QI) <= ALPHA
 
 
@@ -214,3 +215,17 @@ def test_c1_check_fails_closed(bad):
     rep = pramopt.c1_risk(P, codes, counts, [(0, 1)])
     assert not rep.max_risk <= 0.99
     assert not pramopt.c1_risk(np.full((4, 4), np.nan), codes, counts, [(0,)]).max_risk <= 0.99
+
+
+def test_result_cannot_be_changed_in_place(data):
+    res = pramopt.design(data, QI, alpha=ALPHA, max_iter=3, combinations=[["a", "b", "c"], ["b", "c", "d"]])
+    assert isinstance(res.params["combinations"], tuple)
+    M = res.matrix
+    for attempt in (lambda: setattr(M, "data", np.zeros_like(M.data)), lambda: M.resize((2, 2)),
+                    lambda: M.data.__setitem__(0, 0.0), lambda: res.table.counts.__setitem__(0, 99),
+                    lambda: res.params["combinations"].append(("a",))):
+        with pytest.raises((AttributeError, ValueError, TypeError)):
+            attempt()
+    copy = M.copy()  # a copy is an ordinary array to change at will
+    copy.data[:] = 0.0
+    assert M.data.max() > 0

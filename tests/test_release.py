@@ -7,7 +7,7 @@ import pytest
 
 import pramopt
 from pramopt.example import EXAMPLE_QI
-from pramopt.publish.sampling import draw_cells, make_rng
+from pramopt.publish.sampling import Sampler, UniformStream, seed_entropy
 
 QI = list(EXAMPLE_QI)
 
@@ -19,7 +19,7 @@ def test_draws_follow_rows_of_P():
     P = np.vstack([P, [0.0, 0.0, 0.5, 0.5]])
     R = 200_000
     cells = np.repeat(np.arange(4), R)
-    out = draw_cells(cells, P, make_rng(1))
+    out = Sampler(P).draw(cells, UniformStream(seed_entropy(1))(0, len(cells)))  # as release draws
     for a in range(4):
         freq = np.bincount(out[cells == a], minlength=4) / R
         se = np.sqrt(P[a] * (1 - P[a]) / R)

@@ -32,6 +32,7 @@ from .._validation import InvalidParameterError, check_int, check_real
 from ..frequency.table import FrequencyTable
 from ..loss import l2_loss as _l2_loss
 from ..outcome import finish
+from ..params import DesignParams
 from ..result import DesignResult, Stage, Status
 from ..verify import c1_risk
 from .ifpr import ifpr_design
@@ -251,7 +252,7 @@ def calibrate_retention(table: FrequencyTable, combinations, alpha, *, per_attri
     ----------
     table : FrequencyTable
     combinations : sequence of tuples of int
-        Π (see :func:`pramopt.combinations.resolve_combinations`).
+        Π (see :func:`pramopt.resolve_combinations`).
     alpha : float in (0, 1)
     per_attribute : bool
     tol : float
@@ -454,8 +455,8 @@ def calibrate_all(table: FrequencyTable, combinations, alpha, *, seed=0) -> dict
     }
 
 
-def baseline(data, qi=None, family: str = "rr", alpha: float = 0.1, *, combinations=None, combination_size: int = 3,
-             **options) -> DesignResult:
+def baseline(data, qi=None, family: str = "rr", alpha: float = DesignParams.alpha, *, combinations=None,
+             combination_size: int = DesignParams.combination_size, **options) -> DesignResult:
     """A closed-form family calibrated to just meet C1 at ``alpha`` on a data set.
 
     Parameters

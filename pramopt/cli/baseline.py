@@ -40,7 +40,8 @@ def run(args) -> int:
     family = FAMILY[args.family]
     options = {"per_attribute": args.per_attribute} if family == "rr" else (
         {"seed": args.seed} if family == "sdcmicro" else {})
-    result = baseline(df, args.qi, family, 0.1 if args.alpha is None else args.alpha, **combos_kw(args), **options)
+    alpha = {} if args.alpha is None else {"alpha": args.alpha}
+    result = baseline(df, args.qi, family, **alpha, **combos_kw(args), **options)
     write_outputs(args.out, result, f"pramopt baseline: {result.method}", kind=f"baseline-{result.method}")
     say(args, result.summary(), f"written to {args.out}/")
     return 0 if result.success else 1

@@ -4,10 +4,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .. import params as P
+import argparse
+import dataclasses
+import json
+
 from ..errors import InvalidParameterError
 from ..io.atomic import check_out_dir
-from ._common import PROG, Progress, add_quiet, formatter, say, write_outputs
+from ..params import DesignParams
+from ._common import PROG, Progress, add_quiet, csv_list, formatter, say, write_outputs
 
 HELP = "design an optimal PRAM matrix"
 
@@ -27,8 +31,8 @@ def add_parser(sub):
                "(from_*, to_*, probability), report.html and report.md.")
     p.add_argument("spec", nargs="?", metavar="SPEC.toml", help="a design spec (see models/)")
     p.add_argument("--data", metavar="FILE", help="microdata: .csv, .parquet or .pq")
-    p.add_argument("--qi", type=_csv, metavar="A,B,C", help="identifying variables, comma-separated")
-    P.add_cli_flags(p)
+    p.add_argument("--qi", type=csv_list, metavar="A,B,C", help="identifying variables, comma-separated")
+    add_parameter_flags(p)
     p.add_argument("--out", metavar="DIR", default=None, help="output folder (default: design-NAME)")
     p.add_argument("--check", action="store_true",
                    help="with a spec: exit 1 if the spec's expected figures are missed")
@@ -37,9 +41,60 @@ def add_parser(sub):
     return p
 
 
-def _csv(s):
-    from ._common import csv_list
-    return csv_list(s)
+def _cells_file(s: str):
+    from ..io.tables import read_table
+    try:
+        return read_table(s).to_dict("records")
+    except InvalidParameterError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _json_mapping(s: str):
+    try:
+        v = json.loads(s)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected JSON: {e}") from None
+    if not isinstance(v, dict):
+        raise argparse.ArgumentTypeError('expected a JSON object such as {"sex": [1, 2]}')
+    return v
+
+
+#: Converters named by the ``"type"`` of a parameter's ``cli`` metadata.
+CONVERTERS = {"names": csv_list, "cells_file": _cells_file, "json": _json_mapping}
+
+
+def add_parameter_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per parameter of :class:`~pramopt.params.DesignParams` that has ``cli`` metadata.
+
+    Defaults are None, so that a flag given overrides a spec's value and one left out does not.
+    """
+    for f in dataclasses.fields(DesignParams):
+        cli = f.metadata["cli"]
+        if cli is None:
+            continue
+        opts = dict(cli)
+        if isinstance(opts.get("type"), str):
+            opts["type"] = CONVERTERS[opts["type"]]
+        opts.setdefault("help", _help(f))
+        opts.setdefault("dest", f.name)
+        opts["default"] = None
+        flags = list(f.metadata["flags"])
+        if f.metadata["own_flag"]:
+            flags.insert(0, "--" + f.name.replace("_", "-"))
+        parser.add_argument(*flags, **opts)
+
+
+def _help(f) -> str:
+    text = f.metadata["doc"].split(". ")[0].rstrip(".")
+    if f.default is not None and f.default is not False:
+        text += f" (default {f.default})"
+    return text.replace("%", "%%")
+
+
+def parameters_given(args: argparse.Namespace) -> dict:
+    """The design parameters given on the command line (flags left out are not in the dict)."""
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(DesignParams)
+            if f.metadata["cli"] is not None and getattr(args, f.name, None) is not None}
 
 
 def run(args) -> int:
@@ -49,7 +104,7 @@ def run(args) -> int:
     from ..spec import check_expected, design_kwargs, load_spec
 
     spec = None
-    given = P.from_cli(args)
+    given = parameters_given(args)
     if args.spec is not None:
         if args.data is not None:
             raise InvalidParameterError("Give either a spec or --data, not both.")
@@ -70,7 +125,7 @@ def run(args) -> int:
         kw.pop("combinations", None)
         kw.pop("combination_size", None)
     kw.update(given)
-    params = P.DesignParams.from_options("design", **kw)  # every parameter checked before any work
+    params = DesignParams.from_options("design", **kw)  # every parameter checked before any work
     out = Path(args.out if args.out is not None else f"design-{name}")
     check_out_dir(out)
     if data is None:

@@ -64,13 +64,14 @@ class FrequencyTable:
         h = hashlib.sha256()
         h.update(repr(self.qi).encode())
         for cats in self.categories:
-            h.update(repr([None if _isna(c) else str(c) for c in cats]).encode())
+            h.update(repr([None if is_missing(c) else str(c) for c in cats]).encode())
         h.update(np.ascontiguousarray(self.codes, dtype=np.int64).tobytes())
         h.update(np.ascontiguousarray(self.counts, dtype=np.int64).tobytes())
         return h.hexdigest()
 
 
-def _isna(x) -> bool:
+def is_missing(x) -> bool:
+    """Whether one value is missing (NaN, None, pandas.NA); False for values pandas cannot judge."""
     try:
         return bool(pd.isna(x))
     except (TypeError, ValueError):

@@ -48,16 +48,37 @@ def matrix_sha256(P) -> str:
 
 
 def _dense_sha256(shape, r, c, v) -> str:
-    """The checksum of format 1 (the dense matrix's bytes), for design files written before."""
-    A = np.zeros(shape)
-    A[r, c] = v
-    h = hashlib.sha256(repr(A.shape).encode())
-    h.update(np.ascontiguousarray(A, dtype=np.float64).tobytes())
+    """The checksum of format 1 (the dense matrix's bytes), for design files written before.
+
+    The dense rows are hashed in blocks, so no K x K array is made.
+    """
+    M = sp.csr_array((v, (r, c)), shape=shape)
+    h = hashlib.sha256(repr(tuple(shape)).encode())
+    step = max(1, (1 << 22) // max(shape[1], 1))
+    for s in range(0, shape[0], step):
+        h.update(np.ascontiguousarray(M[s:s + step].toarray(), dtype=np.float64).tobytes())
     return h.hexdigest()
+
+
+#: The fields of ``design.json`` that decide whether a release is safe; ``record_sha256`` covers them,
+#: so that editing one (a status, alpha, Π) is detected like an edited matrix.
+GUARDED = ("format", "method", "table_checksum", "matrix_sha256", "status", "alpha", "combinations")
+
+
+def record_sha256(rec: dict) -> str:
+    """SHA-256 of the guarded fields of a design record (canonical JSON)."""
+    text = json.dumps({k: rec.get(k) for k in GUARDED}, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def design_record(result: DesignResult, *, kind: str = "design", extra: dict | None = None) -> dict:
     """The content of ``design.json`` for a result (plain JSON values)."""
+    rec = _record(result, kind, extra)
+    rec["record_sha256"] = record_sha256(rec)
+    return rec
+
+
+def _record(result: DesignResult, kind: str, extra: dict | None) -> dict:
     table = result.table
     r, c, v = _entries(result.matrix)
     return {
@@ -154,6 +175,9 @@ def load_design(path) -> DesignResult:
     expected = matrix_sha256(P) if rec["format"] == FORMAT else _dense_sha256(shape, r, c, v)
     if expected != rec.get("matrix_sha256"):
         raise DesignFileError(f"The design {str(p)!r} was modified: its matrix does not match its checksum.")
+    if rec["format"] == FORMAT and record_sha256(rec) != rec.get("record_sha256"):
+        raise DesignFileError(
+            f"The design {str(p)!r} was modified: its status, alpha or combinations do not match their checksum.")
     if P.shape != (table.n_cells, table.n_cells):
         raise DesignFileError(f"The design {str(p)!r} is malformed: matrix {P.shape} for {table.n_cells} cells.")
     red = rec.get("reduction")

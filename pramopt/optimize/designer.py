@@ -15,10 +15,11 @@ import inspect
 
 import scipy.sparse as sp
 
+from .._validation import check_choice
 from ..frequency.combinations import resolve_combinations
 from ..frequency.table import FrequencyTable, frequency_table
 from ..outcome import finish, verify_stage
-from ..params import DesignParams, parameters_doc, signature
+from ..params import GAMMA_LADDER, DesignParams, parameters_doc, signature
 from ..result import DesignResult, Status
 from .backends import gives_duals
 from .constraints.c1 import floor_upper_bound
@@ -30,10 +31,6 @@ from .strategies.phase_one import PHASE1_TIEBREAK, largest_floor
 
 __all__ = ["design", "GAMMA_LADDER"]
 
-#: Floors tried in turn when the reduced problem is infeasible at the requested gamma.  They
-#: stay above 1/2: a strictly diagonally dominant P is invertible, which the estimator (4) and
-#: the loss need (a minimum-changes solution without a floor can be singular).
-GAMMA_LADDER = (0.95, 0.9, 0.8, 0.7, 0.6, 0.51)
 
 _ADVICE = "Coarsen the identifying variables, use fewer combinations or a larger alpha."
 
@@ -66,6 +63,9 @@ def design(data, qi=None, alpha: float = DesignParams.alpha, *, progress: Progre
     """
     owner = "design"
     params = DesignParams.from_options(owner, alpha=alpha, **options)
+    if params.solver is not None and params.solver != "HIGHS":
+        from .backends import known_solvers  # imports cvxpy: only when a cvxpy solver is named
+        check_choice(params.solver, "solver", owner, known_solvers())
     if isinstance(data, FrequencyTable):
         table = data
     else:

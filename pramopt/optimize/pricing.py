@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from .backends import Duals
 from .constraints.c1 import C1Block, Groups, c1_prices
+from .program import Duals
 from .support import Support
 
 __all__ = ["Pricer"]

@@ -13,7 +13,6 @@ from typing import Callable
 
 import numpy as np
 
-from .._validation import check_choice
 from ..errors import InvalidParameterError
 from ..frequency.table import FrequencyTable, cells_of
 from ..params import DesignParams
@@ -65,9 +64,6 @@ class DesignProblem:
             raise InvalidParameterError(
                 f"The 'fixed' parameter of {owner} must name identifying variables {qi!r}; got {bad!r}.")
         keep = _keep_rows(table, params.keep_cells, owner)
-        if params.solver is not None:
-            from .backends import known_solvers  # imports cvxpy: only when a solver is named
-            check_choice(params.solver, "solver", owner, known_solvers())
         return DesignProblem(table=table, combos=tuple(tuple(c) for c in combos), params=params,
                              groups=build_groups(table, combos), fixed_idx=tuple(qi.index(f) for f in fixed),
                              keep_rows=keep)

@@ -23,7 +23,7 @@ import scipy.sparse as sp
 from .constraints.c1 import C1Block, c1_rows
 from .support import Support
 
-__all__ = ["LinearProgram", "build_program", "row_sum_matrix", "column_mass_matrix"]
+__all__ = ["LinearProgram", "Duals", "build_program", "row_sum_matrix", "column_mass_matrix"]
 
 
 def row_sum_matrix(support: Support) -> sp.csr_matrix:
@@ -135,3 +135,17 @@ def build_program(support: Support, counts, block: C1Block, a_solve: float, *, i
     return LinearProgram(A=A, row_lo=np.concatenate(lower), row_hi=np.concatenate(upper), col_lo=col_lo,
                          col_hi=col_hi, cost=cost, n_x=n_x, cols=cols, rows=rows, support=support, block=block,
                          scale_costs=not max_floor)
+
+
+@dataclass(frozen=True)
+class Duals:
+    """Row duals (reduced cost = c - A^T y) by row block, and the reduced costs of the x columns.
+
+    All on the scale of the costs passed to a backend's ``solve``.
+    """
+
+    rows: np.ndarray
+    B: np.ndarray
+    N: np.ndarray
+    inv: np.ndarray | None
+    cols: np.ndarray

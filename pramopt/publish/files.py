@@ -44,7 +44,7 @@ from ..errors import DesignMismatchError
 from ..frequency.files import (
     DEFAULT_BATCH_SIZE, PARQUET_SUFFIXES, _Counter, _parse_csv_texts, _Source,
 )
-from ..frequency.table import CellLookup, FrequencyTable, category_codes, check_qi_names
+from ..frequency.table import CellLookup, FrequencyTable, category_codes, check_qi_names, is_missing
 from ..io.atomic import atomic_write, check_out_file
 from .sampling import Sampler, UniformStream, seed_entropy
 from .frame import check_same_table, releasable_table
@@ -82,20 +82,13 @@ class FileRelease:
 
 
 def _all_strings(cats: pd.Index) -> bool:
-    vals = [c for c in cats if not _isna(c)]
+    vals = [c for c in cats if not is_missing(c)]
     return pd.api.types.is_string_dtype(cats.dtype) and all(isinstance(c, str) for c in vals)
-
-
-def _isna(x) -> bool:
-    try:
-        return bool(pd.isna(x))
-    except (TypeError, ValueError):
-        return False
 
 
 def _csv_text(x) -> str:
     """A category as ``DataFrame.to_csv`` writes it (before quoting)."""
-    if _isna(x):
+    if is_missing(x):
         return ""
     if isinstance(x, (bool, np.bool_)):
         return str(bool(x))
@@ -195,7 +188,7 @@ class _ParquetSink:
 def _arrow_labels(field: pa.Field, cats: pd.Index) -> pa.Array:
     """The design's categories as an Arrow array of the column's (value) type; NaN -> null."""
     typ = field.type.value_type if pa.types.is_dictionary(field.type) else field.type
-    vals = [None if _isna(c) else c for c in cats]
+    vals = [None if is_missing(c) else c for c in cats]
     try:
         return pa.array(vals, type=typ)
     except (pa.ArrowException, TypeError, ValueError):
@@ -325,39 +318,49 @@ def release_file(
                 else _ParquetSink(fh, source.schema, source.compression, ROW_GROUP_SIZE))
         for batch in source.batches(None, batch_size):
             m = batch.num_rows
-            ids = counter.add(batch)
-            codes = releaser.codes(ids)
-            unknown = (codes < 0).any(axis=1)
-            if unknown.any():
-                raise DesignMismatchError(
-                    f"The data do not match the design: {int(unknown.sum())} records of this batch have "
-                    f"values the design does not know (for example {_describe_bad(batch, qi, np.flatnonzero(unknown))}).")
-            cells = lookup(codes)
-            if (cells < 0).any():
-                raise DesignMismatchError(
-                    f"{int((cells < 0).sum())} records of the data fall in cells the design does not have "
-                    f"(for example {_describe_bad(batch, qi, np.flatnonzero(cells < 0))}); the design was made "
-                    "for other data.")
+            cells = _batch_cells(batch, releaser.codes(counter.add(batch)), lookup, qi)
             new = sampler.draw(cells, uniforms(offset, offset + m))
             changed += int((new != cells).sum())
-            columns = list(batch.columns)
-            for j, p in enumerate(positions):
-                rel = releaser.labels[j].take(pa.array(table.codes[new, j]))
-                if source.format == "parquet" and pa.types.is_dictionary(source.schema.field(qi[j]).type):
-                    rel = _as_dictionary(rel, batch.column(p), source.schema.field(qi[j]).type)
-                columns[p] = rel
-            if source.format == "csv":
-                for p in range(len(columns)):
-                    if p not in positions:
-                        columns[p] = _quote(columns[p].cast(pa.large_string()), quote_empty=len(columns) == 1)
-                sink.write(columns)
-            else:
-                sink.write(pa.RecordBatch.from_arrays(columns, schema=source.schema))
+            sink.write(_released(batch, new, source, table, releaser, positions))
             offset += m
             batches += 1
         _check_counts(counter, table, releaser, source, qi)
         sink.close()
     return FileRelease(path=out, n=offset, changed=changed, batches=batches, format=source.format)
+
+
+def _batch_cells(batch: pa.RecordBatch, codes: np.ndarray, lookup: CellLookup, qi) -> np.ndarray:
+    """The design's cell of every record of a batch; refuse values or cells the design lacks."""
+    unknown = (codes < 0).any(axis=1)
+    if unknown.any():
+        raise DesignMismatchError(
+            f"The data do not match the design: {int(unknown.sum())} records of this batch have "
+            f"values the design does not know (for example {_describe_bad(batch, qi, np.flatnonzero(unknown))}).")
+    cells = lookup(codes)
+    if (cells < 0).any():
+        raise DesignMismatchError(
+            f"{int((cells < 0).sum())} records of the data fall in cells the design does not have "
+            f"(for example {_describe_bad(batch, qi, np.flatnonzero(cells < 0))}); the design was made "
+            "for other data.")
+    return cells
+
+
+def _released(batch: pa.RecordBatch, new: np.ndarray, source: _Source, table: FrequencyTable,
+              releaser: "_Releaser", positions: list[int]):
+    """The batch with its identifying columns replaced by the released cells' labels."""
+    qi = table.qi
+    columns = list(batch.columns)
+    for j, p in enumerate(positions):
+        rel = releaser.labels[j].take(pa.array(table.codes[new, j]))
+        if source.format == "parquet" and pa.types.is_dictionary(source.schema.field(qi[j]).type):
+            rel = _as_dictionary(rel, batch.column(p), source.schema.field(qi[j]).type)
+        columns[p] = rel
+    if source.format == "parquet":
+        return pa.RecordBatch.from_arrays(columns, schema=source.schema)
+    for p in range(len(columns)):
+        if p not in positions:
+            columns[p] = _quote(columns[p].cast(pa.large_string()), quote_empty=len(columns) == 1)
+    return columns
 
 
 def _check_dst(dst, source: _Source, owner: str) -> Path:

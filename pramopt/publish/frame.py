@@ -13,7 +13,7 @@ import pandas as pd
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-from .._validation import InvalidParameterError
+from .._validation import ROW_SUM_TOL, InvalidParameterError
 from ..errors import DesignMismatchError
 from ..frequency.table import FrequencyTable, cells_of, check_qi
 from ..verify import c1_risk
@@ -48,6 +48,11 @@ def releasable_table(result, owner: str, allow_unverified: bool = False) -> Freq
         raise DesignMismatchError(
             f"The design's status is {getattr(result.status, 'value', result.status)!r}: it did not pass "
             "the C1 verification, so it is not safe to release with.")
+    rows = np.asarray(sp.csr_array(P).sum(axis=1)).ravel()
+    if not np.all(np.abs(rows - 1.0) <= ROW_SUM_TOL):
+        raise DesignMismatchError(
+            "The design's matrix is not row-stochastic (a row sums to "
+            f"{rows[np.argmax(np.abs(rows - 1.0))]!r}); refusing to release with it.")
     rep = c1_risk(P, table.codes, table.counts, result.combination_indices)
     if not rep.max_risk <= result.alpha:
         raise DesignMismatchError(

@@ -15,19 +15,6 @@ from .._validation import InvalidParameterError, check_int
 BLOCK = 1 << 16
 
 
-def make_rng(seed=None) -> np.random.Generator:
-    """A numpy Generator: from ``seed`` when given, else seeded from the OS's secure source.
-
-    Without a seed nobody, not even the releasing office, can reproduce the draw, which is the
-    secure default for published data (as in diffprivlib).
-    """
-    if seed is None:
-        return np.random.default_rng(secrets.randbits(128))
-    if isinstance(seed, np.random.Generator):
-        return seed
-    return np.random.default_rng(check_int(seed, "seed", "release", low=0))
-
-
 def seed_entropy(seed=None, owner: str = "release") -> int:
     """The entropy of a release's random stream.
 
@@ -115,12 +102,3 @@ class Sampler:
         # guard against rounding at the end of a row
         pos = np.minimum(pos, self.last[cells])
         return self.indices[pos]
-
-
-def draw_cells(cells: np.ndarray, P, rng: np.random.Generator) -> np.ndarray:
-    """Draw a released cell for every record from its cell's row of P (vectorised).
-
-    One uniform per record from ``rng``, in record order; see :class:`Sampler`.
-    """
-    cells = np.asarray(cells, dtype=np.int64)
-    return Sampler(P).draw(cells, rng.random(cells.shape[0]))

@@ -22,7 +22,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ..program import LinearProgram
+from ..program import Duals, LinearProgram
 
 __all__ = ["Outcome", "LPSolution", "Duals", "Loaded", "chain", "solver_names", "known_solvers", "gives_duals",
            "FALLBACK_SOLVERS"]
@@ -37,20 +37,6 @@ class Outcome(enum.Enum):
     OPTIMAL = "optimal"
     INFEASIBLE = "infeasible"
     ERROR = "error"
-
-
-@dataclass(frozen=True)
-class Duals:
-    """Row duals (reduced cost = c - A^T y) by row block, and the reduced costs of the x columns.
-
-    All on the scale of the costs passed to :meth:`Loaded.solve`.
-    """
-
-    rows: np.ndarray
-    B: np.ndarray
-    N: np.ndarray
-    inv: np.ndarray | None
-    cols: np.ndarray
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,7 @@ class CvxpyProgram:
         self.lo.value = np.asarray(lo, dtype=float)
         self.hi.value = np.asarray(hi, dtype=float)
         t0 = time.perf_counter()
-        name = f"{self.solver}(cvxpy)"
+        name = self.solver
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")

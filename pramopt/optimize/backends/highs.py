@@ -19,7 +19,8 @@ import time
 import numpy as np
 
 from ..program import LinearProgram
-from . import Duals, LPSolution, Outcome
+from ..program import Duals
+from . import LPSolution, Outcome
 
 __all__ = ["load"]
 

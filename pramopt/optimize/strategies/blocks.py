@@ -152,7 +152,9 @@ def _solve_at_size(problem: DesignProblem, target: float, a_solve: float, trace:
         return ws.missing(bm.matrix(z))
 
     def load():
-        return chain(build_program(sup, counts, ws.block(sup), a_solve, invariant=p.invariant, param=bm.T), p.solver)
+        # always the default chain (HiGHS first): block programs reach millions of support
+        # entries, beyond what the interior-point solvers behind cvxpy handle in reasonable time
+        return chain(build_program(sup, counts, ws.block(sup), a_solve, invariant=p.invariant, param=bm.T), None)
 
     t_lin = time.perf_counter()
     rounds = 0

@@ -19,6 +19,7 @@ from ...result import Reduction
 from ..backends import chain, gives_duals
 from ..constraints.c1 import WorkingSet, membership, reduce_constraints
 from ...loss import expected_changes
+from ...params import DENSE_SUPPORT_MAX
 from ..objectives.l2 import SparseL2
 from ..pricing import Pricer
 from ..problem import DesignProblem, Trace
@@ -30,8 +31,6 @@ from .refine import refine
 __all__ = ["solve_general", "ColumnGeneration", "initial_support", "MAX_PRICING_ROUNDS", "LP_GAP_RTOL",
            "REFINE_CHUNK", "REFINE_SUPPORT_MAX", "DENSE_SUPPORT_MAX", "COVER_BUDGET"]
 
-#: Up to this many cells the support of P is dense (every pair of cells).
-DENSE_SUPPORT_MAX = 300
 #: Sources of the initial cover support: at most this many support entries from the largest
 #: cells into the cover (column generation adds whatever else helps).
 COVER_BUDGET = 200_000
@@ -128,7 +127,9 @@ class ColumnGeneration:
         self.ws = WorkingSet(self.red.m, self.red.g, problem.table, problem.groups, problem.combos, a_solve)
         self.mem = membership(problem.groups)
         self.added_cols = 0
-        self.lp_gap = 0.0
+        # certified relative bound on what the full K x K linear stage could still gain: 0 on a
+        # dense support, computed by pricing otherwise, unknown (None) without duals
+        self.lp_gap = 0.0 if mode == "dense" else None
 
     # -- shared pieces ------------------------------------------------------------------------
     def pending(self, sup: Support, x) -> list:
@@ -351,7 +352,8 @@ def solve_general(problem: DesignProblem, gamma: float, floor: float, a_solve: f
         return Attempt(kind, reduction=_reduction(cg), detail=status)
     solver_used = out.solver
     trace.add(f"linear@{gamma:g}", time.perf_counter() - t_lin, rounds,
-              f"{solver_used}, support {cg.sup.size} (+{cg.added_cols} priced, gap to full <= {cg.lp_gap:.1e}), "
+              f"{solver_used}, support {cg.sup.size} (+{cg.added_cols} priced, gap to full <= "
+              f"{'unknown' if cg.lp_gap is None else format(cg.lp_gap, '.1e')}), "
               f"expected changes {expected_changes(cg.sup.to_matrix(x), cg.counts):.4g}")
     if p.refine_loss and p.max_iter > 0:
         t_ref = time.perf_counter()
@@ -365,7 +367,8 @@ def _reduction(cg: ColumnGeneration, final: bool = False) -> Reduction:
     extra = {}
     if final:
         extra = dict(final_working_set=int(cg.ws.m.size), lazy_added=int(cg.ws.added), support=int(cg.sup.size),
-                     support_mode=cg.mode, priced_transitions=int(cg.added_cols), linear_gap_bound=float(cg.lp_gap))
+                     support_mode=cg.mode, priced_transitions=int(cg.added_cols),
+                     linear_gap_bound=None if cg.lp_gap is None else float(cg.lp_gap))
     return Reduction(structure="general", **cg.red.counts(), **extra)
 
 

@@ -26,7 +26,7 @@ class RefineInfo:
     seconds: float
     added_constraints: list
     grad_columns: object = None  # callable: cols -> K x len(cols) gradient of the loss
-    duals: dict | None = None
+    duals: object = None     # Duals of the final subproblem (want_duals), to price with
     grad_scale: float = 1.0  # largest |gradient| on the support, the scale for pricing tolerances
     radius: float = 0.05     # trust-region radius at the end, to continue from
     history: tuple = ()      # loss after each iteration, to continue the stopping rule from
