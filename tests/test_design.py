@@ -154,7 +154,7 @@ def test_missing_values_are_a_category():
 
 @pytest.mark.slow
 def test_sdcmicro_testdata_seven_keys(shared_data):
-    # Issue 7: sdcMicro's testdata with its 7 key variables at alpha = 0.1 is designed
+    # sdcMicro's testdata with its 7 key variables at alpha = 0.1 is designed
     # successfully; the paper's reduction at gamma = 0.95 is infeasible there, so gamma is lowered.
     df = pd.read_csv(shared_data / "testdata.csv")
     qi = ["urbrur", "roof", "walls", "water", "electcon", "relat", "sex"]

@@ -1,4 +1,4 @@
-"""Issue 5 (scale): sparse supports, column generation, the counting bound and block designs.
+"""Scale: sparse supports, column generation, the counting bound and block designs.
 
 References: Cator, Hensbergen & Rozenholc (seed 001): C1 is eq. (1), the L2 loss is at the end
 of Section 3, and Section 4 motivates supports that only move records into a few covering cells.
@@ -123,7 +123,7 @@ def test_floor_upper_bound_formula_and_tightness():
 
 
 def test_hard_case_block_design_is_exact_and_invertible():
-    # the hard case of issue 5 in miniature: a floor above 1/2 is impossible, the designer
+    # the hard case (most cells unique) in miniature: a floor above 1/2 is impossible, the designer
     # falls back to blocks; C1 is re-checked by brute force over records (eq. (1))
     df, qi = _hard()
     res = pramopt.design(df, qi, alpha=0.1)

@@ -2,8 +2,8 @@
 
 The reference for counting is pandas: ``frequency_table`` on the frame pandas reads, and
 ``groupby(...).size()`` computed here without pramopt.  The reference for the release is the
-in-memory ``pramopt.release`` of the frame pandas reads, with the same seed (the issue asks for
-the same records however the input is split), and P itself for the distribution of the draws.
+in-memory ``pramopt.release`` of the frame pandas reads, with the same seed (the same records
+however the input is split), and P itself for the distribution of the draws.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Tests of pramopt.tables against Domingo-Ferrer & Torra, "A critique of the sensitivity rules
-usually employed for statistical table protection" (the seed paper of issue 3).
+usually employed for statistical table protection" (seed paper 003).
 
 Every asserted number comes from the paper (the Example / equation is cited) or from an exact
 formula evaluated here independently of the code under test (Fractions, closed forms of the
@@ -117,7 +117,7 @@ def test_example_2_with_k_as_printed():
     assert tail_share(ns.contributions, 2) == pytest.approx(0.298893, abs=5e-6)
     assert tail_share(s.contributions, 2) == pytest.approx(0.315498, abs=5e-6)
     # X_s: x1/x = R_1 = k (Construction 2).  X_ns: x1/x = R_1 - eps = (2 R_1 + R_2)/3 with
-    # R_2 = r R_1, i.e. 0.3567, not the 0.369 the text states (see the issue).
+    # R_2 = r R_1, i.e. 0.3567, not the 0.369 the text states.
     assert s.contributions[0] == pytest.approx(0.369, abs=1e-12)
     assert ns.contributions[0] == pytest.approx((2 * 0.369 + 0.369 * ns.r) / 3, abs=1e-12)
     assert round(ns.contributions[0], 4) == 0.3567
