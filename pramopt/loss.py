@@ -22,7 +22,8 @@ import scipy.sparse as sp
 __all__ = ["l2_loss", "expected_changes", "condition_number", "DENSE_MAX"]
 
 
-def _dense(P) -> np.ndarray:
+def as_dense(P) -> np.ndarray:
+    """P as a dense float array (a sparse P is made dense: for small matrices only)."""
     return P.toarray() if sp.issparse(P) else np.asarray(P, dtype=float)
 
 
@@ -80,7 +81,7 @@ def l2_loss(P, counts) -> float:
     n = counts.sum()
     if sp.issparse(P) and P.shape[0] > DENSE_MAX:
         return _l2_loss_splu(P, counts)
-    Pd = _dense(P)
+    Pd = as_dense(P)
     try:
         with warnings.catch_warnings():  # an exactly singular P is reported as inf, not warned
             warnings.simplefilter("ignore", sla.LinAlgWarning)
@@ -115,6 +116,6 @@ def condition_number(P) -> float:
                                   dtype=float)
         return float(spla.onenormest(sp.csr_matrix(P)) * spla.onenormest(inv))
     try:
-        return float(np.linalg.cond(_dense(P)))
+        return float(np.linalg.cond(as_dense(P)))
     except np.linalg.LinAlgError:
         return float("inf")

@@ -82,7 +82,8 @@ def design(data, qi=None, alpha: float = DesignParams.alpha, *, progress: Progre
 design.__doc__ = design.__doc__.replace("{parameters}", parameters_doc())
 design.__signature__ = signature(
     design, before=[inspect.Parameter("data", inspect.Parameter.POSITIONAL_OR_KEYWORD),
-                    inspect.Parameter("qi", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)],
+                    inspect.Parameter("qi", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None),
+                    inspect.Parameter("alpha", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=DesignParams.alpha)],
     after=[inspect.Parameter("progress", inspect.Parameter.KEYWORD_ONLY, default=None)])
 
 

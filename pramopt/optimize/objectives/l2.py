@@ -14,7 +14,7 @@ import numpy as np
 import scipy.linalg as sla
 import scipy.sparse as sp
 
-from ...loss import _dense, l2_loss
+from ...loss import as_dense, l2_loss
 
 
 def l2_loss_and_grad(P, counts) -> tuple[float, np.ndarray]:
@@ -25,7 +25,7 @@ def l2_loss_and_grad(P, counts) -> tuple[float, np.ndarray]:
     """
     counts = np.asarray(counts, dtype=float)
     n = counts.sum()
-    Pd = _dense(P)
+    Pd = as_dense(P)
     Q = np.linalg.inv(Pd)
     w = counts @ Pd
     r = np.einsum("ij,ij->i", Q, Q)
