@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import sys
 import time
 from pathlib import Path
 
+from ..errors import InvalidParameterError
 from ..io import atomic_dir, save_design, write_text
+from ..params import DesignParams
 from ..report import ReportData, from_result, render_html, render_markdown
 
 PROG = "pramopt"
@@ -55,10 +59,7 @@ def add_data_options(p, *, required: bool, combos: bool = True, alpha: bool = Tr
     if alpha:
         p.add_argument("--alpha", type=float, default=None, help="C1 security level α in (0, 1) (default 0.1)")
     if combos:
-        p.add_argument("--combination-size", "--combinations", dest="combination_size", type=int, default=None,
-                       metavar="SIZE", help="Π = every subset of SIZE identifying variables (default 3)")
-        p.add_argument("--combination", dest="combinations", type=csv_list, action="append", default=None,
-                       metavar="A,B", help="one explicit combination of Π (repeat the option for more)")
+        add_parameter_flags(p, names=("combinations", "combination_size"))
 
 
 def add_quiet(p):
@@ -90,3 +91,60 @@ def write_outputs(out, result, title: str, kind: str = "design", extra: dict | N
         write_text(render_html(rd), tmp / "report.html")
         write_text(render_markdown(rd), tmp / "report.md")
     return Path(out)
+
+
+def _cells_file(s: str):
+    from ..io.tables import read_table
+    try:
+        return read_table(s).to_dict("records")
+    except InvalidParameterError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _json_mapping(s: str):
+    try:
+        v = json.loads(s)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected JSON: {e}") from None
+    if not isinstance(v, dict):
+        raise argparse.ArgumentTypeError('expected a JSON object such as {"sex": [1, 2]}')
+    return v
+
+
+#: Converters named by the ``"type"`` of a parameter's ``cli`` metadata.
+CONVERTERS = {"names": csv_list, "cells_file": _cells_file, "json": _json_mapping}
+
+
+def add_parameter_flags(parser: argparse.ArgumentParser, names=None) -> None:
+    """One flag per parameter of :class:`~pramopt.params.DesignParams` that has ``cli`` metadata
+    (only those in ``names`` when given).
+
+    Defaults are None, so that a flag given overrides a spec's value and one left out does not.
+    """
+    for f in dataclasses.fields(DesignParams):
+        cli = f.metadata["cli"]
+        if cli is None or (names is not None and f.name not in names):
+            continue
+        opts = dict(cli)
+        if isinstance(opts.get("type"), str):
+            opts["type"] = CONVERTERS[opts["type"]]
+        opts.setdefault("help", _help(f))
+        opts.setdefault("dest", f.name)
+        opts["default"] = None
+        flags = list(f.metadata["flags"])
+        if f.metadata["own_flag"]:
+            flags.insert(0, "--" + f.name.replace("_", "-"))
+        parser.add_argument(*flags, **opts)
+
+
+def _help(f) -> str:
+    text = f.metadata["doc"].split(". ")[0].rstrip(".")
+    if f.default is not None and f.default is not False:
+        text += f" (default {f.default})"
+    return text.replace("%", "%%")
+
+
+def parameters_given(args: argparse.Namespace) -> dict:
+    """The design parameters given on the command line (flags left out are not in the dict)."""
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(DesignParams)
+            if f.metadata["cli"] is not None and getattr(args, f.name, None) is not None}

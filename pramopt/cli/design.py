@@ -4,14 +4,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import argparse
-import dataclasses
-import json
-
 from ..errors import InvalidParameterError
 from ..io.atomic import check_out_dir
 from ..params import DesignParams
-from ._common import PROG, Progress, add_quiet, csv_list, formatter, say, write_outputs
+from ._common import (PROG, Progress, add_parameter_flags, add_quiet, csv_list, formatter, parameters_given, say,
+                      write_outputs)
 
 HELP = "design an optimal PRAM matrix"
 
@@ -39,62 +36,6 @@ def add_parser(sub):
     add_quiet(p)
     p.set_defaults(func=run)
     return p
-
-
-def _cells_file(s: str):
-    from ..io.tables import read_table
-    try:
-        return read_table(s).to_dict("records")
-    except InvalidParameterError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def _json_mapping(s: str):
-    try:
-        v = json.loads(s)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"expected JSON: {e}") from None
-    if not isinstance(v, dict):
-        raise argparse.ArgumentTypeError('expected a JSON object such as {"sex": [1, 2]}')
-    return v
-
-
-#: Converters named by the ``"type"`` of a parameter's ``cli`` metadata.
-CONVERTERS = {"names": csv_list, "cells_file": _cells_file, "json": _json_mapping}
-
-
-def add_parameter_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per parameter of :class:`~pramopt.params.DesignParams` that has ``cli`` metadata.
-
-    Defaults are None, so that a flag given overrides a spec's value and one left out does not.
-    """
-    for f in dataclasses.fields(DesignParams):
-        cli = f.metadata["cli"]
-        if cli is None:
-            continue
-        opts = dict(cli)
-        if isinstance(opts.get("type"), str):
-            opts["type"] = CONVERTERS[opts["type"]]
-        opts.setdefault("help", _help(f))
-        opts.setdefault("dest", f.name)
-        opts["default"] = None
-        flags = list(f.metadata["flags"])
-        if f.metadata["own_flag"]:
-            flags.insert(0, "--" + f.name.replace("_", "-"))
-        parser.add_argument(*flags, **opts)
-
-
-def _help(f) -> str:
-    text = f.metadata["doc"].split(". ")[0].rstrip(".")
-    if f.default is not None and f.default is not False:
-        text += f" (default {f.default})"
-    return text.replace("%", "%%")
-
-
-def parameters_given(args: argparse.Namespace) -> dict:
-    """The design parameters given on the command line (flags left out are not in the dict)."""
-    return {f.name: getattr(args, f.name) for f in dataclasses.fields(DesignParams)
-            if f.metadata["cli"] is not None and getattr(args, f.name, None) is not None}
 
 
 def run(args) -> int:

@@ -7,6 +7,7 @@ the few numbers that change between attempts, such as the floor and the margin).
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -80,24 +81,29 @@ class DesignProblem:
     def alpha(self) -> float:
         return self.params.alpha
 
-    @property
+    # derived once (the problem is frozen): allowed() runs for every chunk of pricing
+    @functools.cached_property
     def counts(self) -> np.ndarray:
+        """U0 as floats."""
         return self.table.counts.astype(float)
 
-    @property
+    @functools.cached_property
     def kept(self) -> np.ndarray:
         """Boolean mask of the cells whose records stay as they are."""
         k = np.zeros(self.K, dtype=bool)
         k[self.keep_rows] = True
         return k
 
+    @functools.cached_property
+    def _fixed_codes(self) -> np.ndarray | None:
+        return self.table.codes[:, list(self.fixed_idx)] if self.fixed_idx else None
+
     def allowed(self, r, c) -> np.ndarray:
         """Transitions the options permit: not out of a kept cell, never across fixed strata."""
         r, c = np.asarray(r), np.asarray(c)
         ok = ~self.kept[r]
-        if self.fixed_idx:
-            codes = self.table.codes[:, list(self.fixed_idx)]
-            ok &= np.all(codes[r] == codes[c], axis=1)
+        if self._fixed_codes is not None:
+            ok &= np.all(self._fixed_codes[r] == self._fixed_codes[c], axis=1)
         return ok
 
 

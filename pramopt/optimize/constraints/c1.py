@@ -39,7 +39,7 @@ from ...frequency.table import FrequencyTable
 from ..support import Support
 
 __all__ = ["Groups", "build_groups", "membership", "C1Block", "c1_block", "c1_rows", "c1_prices", "RowReduction",
-           "reduce_constraints", "WorkingSet", "floor_upper_bound"]
+           "protected_groups", "reduce_constraints", "WorkingSet", "floor_upper_bound"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -168,6 +168,17 @@ class RowReduction:
         }
 
 
+def protected_groups(groups: Groups, alpha: float, gamma: float) -> np.ndarray:
+    """Mask of the groups whose C1 rows a diagonal floor ``gamma`` does not settle by itself.
+
+    With every P_kk >= gamma, a group with U_π(k0) >= 1/(gamma alpha) always satisfies C1; the
+    others (every group when ``gamma`` is 0) need rows, and inflow into their cells.
+    """
+    if gamma > 0:
+        return groups.size < 1.0 / (gamma * alpha)
+    return np.ones(groups.n_groups, dtype=bool)
+
+
 def reduce_constraints(
     table: FrequencyTable,
     groups: Groups,
@@ -180,12 +191,8 @@ def reduce_constraints(
     counts = np.asarray(table.counts, dtype=float)
     K, G = table.n_cells, groups.n_groups
     rare = np.flatnonzero(counts < 1.0 / alpha)
-    if gamma > 0:
-        problem = np.flatnonzero(groups.size < 1.0 / (gamma * alpha))
-        outside = groups.size < (1.0 - gamma) / (gamma * alpha)
-    else:
-        problem = np.arange(G)
-        outside = np.ones(G, dtype=bool)
+    problem = np.flatnonzero(protected_groups(groups, alpha, gamma))
+    outside = groups.size < (1.0 - gamma) / (gamma * alpha) if gamma > 0 else np.ones(G, dtype=bool)
     # rows inside their own group: every rare member of each problem group
     ci = groups.combination[problem]
     mem_m, mem_g = [], []

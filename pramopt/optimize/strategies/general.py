@@ -15,11 +15,11 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from ...result import Reduction
-from ..backends import chain, gives_duals
-from ..constraints.c1 import WorkingSet, membership, reduce_constraints
 from ...loss import expected_changes
 from ...params import DENSE_SUPPORT_MAX
+from ...result import Reduction
+from ..backends import chain, gives_duals
+from ..constraints.c1 import WorkingSet, membership, protected_groups, reduce_constraints
 from ..objectives.l2 import SparseL2
 from ..pricing import Pricer
 from ..problem import DesignProblem, Trace
@@ -56,11 +56,6 @@ def rows_into(problem: DesignProblem, cols) -> Support:
     return Support.from_pairs(rr[ok], cc[ok], K)
 
 
-def problem_groups(problem: DesignProblem, gamma: float) -> np.ndarray:
-    """Groups that need protection at diagonal floor ``gamma``: U_π(k0) < 1/(gamma alpha)."""
-    return problem.groups.size < 1.0 / (max(gamma, 1e-12) * problem.alpha)
-
-
 def initial_support(problem: DesignProblem, gamma: float, mode: str) -> Support:
     """The support a general design starts from.
 
@@ -74,7 +69,7 @@ def initial_support(problem: DesignProblem, gamma: float, mode: str) -> Support:
     """
     if mode == "dense":
         return rows_into(problem, np.arange(problem.K))
-    need = problem_groups(problem, gamma)
+    need = protected_groups(problem.groups, problem.alpha, gamma)
     if mode == "targets":
         return rows_into(problem, np.flatnonzero(need[problem.groups.member].any(axis=1)))
     cover = greedy_cover(problem.groups, need, problem.counts)
