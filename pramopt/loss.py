@@ -49,16 +49,13 @@ def _sparse_lu(P):
             return None
 
 
-def _l2_loss_splu(P, counts) -> float:
-    """The loss of a large sparse P from a sparse LU: rows of P^-1 come in pieces from
-    solves with P^T, so neither a dense inverse nor a dense K x K LU is formed."""
-    counts = np.asarray(counts, dtype=float)
-    n = counts.sum()
+def _l2_splu(P, w) -> float:
+    """sum_l ||row_l(P^-1)||^2 w_l of a large sparse P from a sparse LU: rows of P^-1 come in
+    pieces from solves with P^T, so neither a dense inverse nor a dense K x K LU is formed."""
     K = P.shape[0]
     lu = _sparse_lu(P)
     if lu is None:
         return float("inf")
-    w = np.asarray(sp.csr_matrix(P).T @ counts).ravel()
     r = np.empty(K)
     step = 512
     for s in range(0, K, step):
@@ -68,20 +65,34 @@ def _l2_loss_splu(P, counts) -> float:
         r[s:s + e.shape[1]] = np.einsum("ij,ij->j", Y, Y)
     if not np.all(np.isfinite(r)):
         return float("inf")
-    return float((r @ w) / n**2 - 1.0 / n)
+    return float(r @ w)
 
 
-def l2_loss(P, counts) -> float:
-    """Exact expected squared L2 error of the unbiased estimator (end of Section 3).
-
-    Returns ``inf`` for a singular (or numerically singular) matrix.  A sparse P with more
-    than ``DENSE_MAX`` cells goes through a sparse LU.
-    """
+def _l2_loss_splu(P, counts) -> float:
+    """The loss of a sparse P through one sparse LU of the whole matrix (no components)."""
     counts = np.asarray(counts, dtype=float)
     n = counts.sum()
-    if sp.issparse(P) and P.shape[0] > DENSE_MAX:
-        return _l2_loss_splu(P, counts)
-    Pd = as_dense(P)
+    w = np.asarray(sp.csr_matrix(P).T @ counts).ravel()
+    return float(_l2_splu(P, w) / n**2 - 1.0 / n)
+
+
+def _components(P) -> list[np.ndarray] | None:
+    """The cells of each connected component of P's transition graph, or None if there is one.
+
+    P is block diagonal over these components (after a permutation), and so is P^-1: the loss
+    and the condition number split into one small problem per component.
+    """
+    from scipy.sparse.csgraph import connected_components
+
+    n_comp, label = connected_components(sp.csr_matrix(P), directed=True, connection="weak")
+    if n_comp <= 1:
+        return None
+    order = np.argsort(label, kind="stable")
+    return np.split(order, np.flatnonzero(np.diff(label[order])) + 1)
+
+
+def _l2_dense(Pd: np.ndarray, counts: np.ndarray, w: np.ndarray) -> float:
+    """sum_l ||row_l(P^-1)||^2 w_l for a dense P (inf when singular)."""
     try:
         with warnings.catch_warnings():  # an exactly singular P is reported as inf, not warned
             warnings.simplefilter("ignore", sla.LinAlgWarning)
@@ -91,31 +102,73 @@ def l2_loss(P, counts) -> float:
     if np.any(np.abs(np.diag(lu[0])) < 1e-14 * max(1.0, np.abs(Pd).max())):
         return float("inf")
     Q = sla.lu_solve(lu, np.eye(Pd.shape[0]))
-    w = counts @ Pd
-    r = np.einsum("ij,ij->i", Q, Q)
-    return float((r @ w) / n**2 - 1.0 / n)
+    return float(np.einsum("ij,ij->i", Q, Q) @ w)
 
 
+def l2_loss(P, counts) -> float:
+    """Exact expected squared L2 error of the unbiased estimator (end of Section 3).
+
+    Returns ``inf`` for a singular (or numerically singular) matrix.  A sparse P is split into
+    the connected components of its transition graph (a block design has one per block); each
+    component of at most ``DENSE_MAX`` cells is inverted densely, a larger one through a sparse
+    LU, so no K x K dense array is formed.
+    """
+    counts = np.asarray(counts, dtype=float)
+    n = counts.sum()
+    if not sp.issparse(P):
+        Pd = as_dense(P)
+        return _l2_dense(Pd, counts, counts @ Pd) / n**2 - 1.0 / n
+    P = sp.csr_matrix(P, dtype=float)
+    w = np.asarray(P.T @ counts).ravel()
+    parts = _components(P) or [np.arange(P.shape[0])]
+    total = 0.0
+    for cells in parts:
+        sub = P[cells][:, cells]
+        if cells.size <= DENSE_MAX:
+            total += _l2_dense(sub.toarray(), counts[cells], w[cells])
+        else:
+            total += _l2_splu(sub, w[cells])
+        if not np.isfinite(total):
+            return float("inf")
+    return float(total / n**2 - 1.0 / n)
 
 
 def condition_number(P) -> float:
-    """2-norm condition number of P (inf when singular).
+    """Condition number of P (inf when singular).
 
-    For a sparse P with more than ``DENSE_MAX`` cells: the 1-norm condition number estimated
-    with ``scipy.sparse.linalg.onenormest`` (Higham and Tisseur's block estimator) on P and
-    on P^-1 applied through a sparse LU.
+    The 2-norm condition number, exactly, when P is dense or every connected component of a
+    sparse P has at most ``DENSE_MAX`` cells (P is block diagonal over its components, so its
+    singular values are those of the blocks).  Otherwise the 1-norm condition number estimated
+    with ``scipy.sparse.linalg.onenormest`` (Higham and Tisseur's block estimator) on P and on
+    P^-1 applied through a sparse LU.
     """
-    if sp.issparse(P) and P.shape[0] > DENSE_MAX:
-        import scipy.sparse.linalg as spla
-
-        lu = _sparse_lu(P)
-        if lu is None:
+    if not sp.issparse(P):
+        try:
+            return float(np.linalg.cond(as_dense(P)))
+        except np.linalg.LinAlgError:
             return float("inf")
-        K = P.shape[0]
-        inv = spla.LinearOperator((K, K), matvec=lu.solve, rmatvec=lambda y: lu.solve(y, trans="T"),
-                                  dtype=float)
-        return float(spla.onenormest(sp.csr_matrix(P)) * spla.onenormest(inv))
-    try:
-        return float(np.linalg.cond(as_dense(P)))
-    except np.linalg.LinAlgError:
+    P = sp.csr_matrix(P, dtype=float)
+    parts = _components(P) or [np.arange(P.shape[0])]
+    if max(c.size for c in parts) > DENSE_MAX:
+        return _onenorm_condition(P)
+    s_max, s_min = 0.0, np.inf
+    for cells in parts:
+        try:
+            sv = np.linalg.svd(P[cells][:, cells].toarray(), compute_uv=False)
+        except np.linalg.LinAlgError:
+            return float("inf")
+        s_max, s_min = max(s_max, sv[0]), min(s_min, sv[-1])
+    if not np.isfinite(s_max) or s_min <= 0:
         return float("inf")
+    return float(s_max / s_min)
+
+
+def _onenorm_condition(P: sp.csr_matrix) -> float:
+    import scipy.sparse.linalg as spla
+
+    lu = _sparse_lu(P)
+    if lu is None:
+        return float("inf")
+    K = P.shape[0]
+    inv = spla.LinearOperator((K, K), matvec=lu.solve, rmatvec=lambda y: lu.solve(y, trans="T"), dtype=float)
+    return float(spla.onenormest(P) * spla.onenormest(inv))

@@ -3,7 +3,8 @@
 :func:`finish` is shared by :func:`pramopt.design` and every baseline: the independent check
 (:func:`pramopt.verify.c1_risk`) decides success, whatever the producer of the matrix claims,
 and the summary figures (loss, expected changes, condition number, binding rows) are computed
-the same way for every method, from the sparse matrix (a sparse LU beyond ``DENSE_MAX`` cells).
+the same way for every method, from the sparse matrix one connected component at a time
+(:mod:`pramopt.loss`).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .frequency.table import FrequencyTable
-from .loss import DENSE_MAX, condition_number, expected_changes, l2_loss
+from .loss import condition_number, expected_changes, l2_loss
 from .result import DesignResult, Reduction, Stage, Status
 from .verify import C1Report, c1_risk
 
@@ -44,13 +45,13 @@ def finish(P, table: FrequencyTable, combos, alpha: float, status: Status, messa
            stages=(), gamma: float | None = None, reduction: Reduction | None = None,
            solver: str | None = None, report: C1Report | None = None, method: str = "optimal",
            params: Mapping | None = None, details: Mapping | None = None,
-           loss: float | None = None) -> DesignResult:
+           loss: float | None = None, condition: float | None = None) -> DesignResult:
     """Verify ``P`` against the full C1 and build the result.
 
     A ``SUCCESS`` claimed by the caller becomes ``UNVERIFIED`` unless the independent check
     gives ``max_risk <= alpha`` (a NaN risk never passes).  ``report`` is a check already made
-    of this very ``P`` (it is not made twice); ``loss``, when the caller has it, saves the
-    summary's loss computation.
+    of this very ``P`` (it is not made twice); ``loss`` and ``condition``, when the caller has
+    them in closed form, save the summary's computations.
     """
     stages = list(stages)
     K = table.n_cells
@@ -61,10 +62,10 @@ def finish(P, table: FrequencyTable, combos, alpha: float, status: Status, messa
     if status is Status.SUCCESS and not report.max_risk <= alpha:
         status = Status.UNVERIFIED
     t0 = time.perf_counter()
-    # large designs are summarised from the sparse matrix (sparse LU, no dense inverse)
-    Ps = sp.csr_matrix(P) if K > DENSE_MAX else P.toarray()
+    # summarised from the sparse matrix, one connected component at a time (no K x K array)
+    Ps = sp.csr_matrix(P)
     f = l2_loss(Ps, table.counts) if loss is None else float(loss)
-    cond = condition_number(Ps)
+    cond = condition_number(Ps) if condition is None else float(condition)
     stages.append(Stage("summary", time.perf_counter() - t0, 0, "loss and condition number"))
     qi = tuple(table.qi)
     return DesignResult(

@@ -201,15 +201,20 @@ class DesignParams:
         "cover of the problem groups that column generation widens.",
         cli={"choices": ["auto", "dense", "targets", "cover"]})
     structure: str = _param(
-        "auto", _choice("auto", "general", "blocks"), '{"auto", "general", "blocks"}',
+        "auto", _choice("auto", "general", "blocks", "replacement"), '{"auto", "general", "blocks", "replacement"}',
         "'general': any row-stochastic P with every diagonal entry above 1/2 (invertible by strict "
         "diagonal dominance).  'blocks': block-diagonal retention-replacement blocks, invertible for "
-        "any diagonal, for data where most cells are rare or unique.  'auto': general, and blocks "
-        "when no general design can exist (the counting bound or phase one says so).",
-        cli={"choices": ["auto", "general", "blocks"],
+        "any diagonal, for data where most cells are rare or unique.  'replacement': every cell keeps "
+        "its records with a probability of its own and otherwise draws a replacement from one "
+        "distribution (per stratum), chosen by the flow relaxation of C1; invertible for any diagonal, "
+        "found in seconds.  'auto': the replacement design, the general design where one can exist "
+        "(the flow relaxation and phase one say so) and blocks where it cannot; the verified design of "
+        "smallest loss.",
+        cli={"choices": ["auto", "general", "blocks", "replacement"],
              "help": "general: any P with every diagonal entry above 1/2; blocks: block-diagonal "
-                     "retention-replacement blocks, for data where most cells are rare; auto: general, and "
-                     "blocks when no general design can exist (default auto)"})
+                     "retention-replacement blocks; replacement: a retention per cell and one replacement "
+                     "distribution; auto: the verified design of smallest loss among those that can exist "
+                     "(default auto)"})
     margin: float = _param(
         1e-5, _real(0, 0.1, low_open=False), "float in [0, 0.1), default 1e-5",
         "Relative margin inside alpha at which the solver works; grown tenfold (at most twice) if "

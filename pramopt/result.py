@@ -50,7 +50,7 @@ class Reduction:
     Attributes
     ----------
     structure : str
-        ``"general"`` or ``"blocks"``.
+        ``"general"``, ``"blocks"`` or ``"replacement"``.
     gamma : float or None
         Diagonal floor the reduction relied on (0: none).
     full, after_row_bound, after_group_bound, after_member_rule : int or None
@@ -67,7 +67,8 @@ class Reduction:
     linear_gap_bound : float or None
         Certified relative bound on what the full K x K linear stage could still gain.
     blocks, block_target_records, min_lambda : int, float or None
-        Block designs: number of blocks, their size in records, smallest lambda_b.
+        Block designs: number of blocks, their size in records, smallest lambda_b.  Replacement
+        designs: number of pools, their size in records (None: one per stratum), smallest retention.
     """
 
     structure: str = "general"
@@ -190,6 +191,9 @@ class DesignResult:
     solver : str or None
     stages : tuple of Stage
     condition_number : float
+        The 2-norm condition number of P, exact when no connected component of P's transition
+        graph has more than ``pramopt.loss.DENSE_MAX`` cells, else a 1-norm estimate
+        (:func:`pramopt.condition_number`).
     message : str
         Why the status is what it is (which γ was used and why, or why it failed).
     alpha : float

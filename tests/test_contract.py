@@ -45,6 +45,7 @@ QI = ["a", "b", "c", "d"]
 PRODUCERS = {
     "design": lambda df: pramopt.design(df, QI, alpha=ALPHA),
     "design-blocks": lambda df: pramopt.design(df, QI, alpha=ALPHA, structure="blocks"),
+    "design-replacement": lambda df: pramopt.design(df, QI, alpha=ALPHA, structure="replacement"),
     "rr": lambda df: pramopt.baseline(df, QI, "rr", ALPHA),
     "rr-per-attribute": lambda df: pramopt.baseline(df, QI, "rr", ALPHA, per_attribute=True),
     "ifpr": lambda df: pramopt.baseline(df, QI, "ifpr", ALPHA),

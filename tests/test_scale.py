@@ -186,12 +186,45 @@ def test_sparse_lu_loss_and_condition_estimate(monkeypatch):
     P = bm.matrix(bm.clean(rng.random(bm.n_params)))
     counts = rng.integers(1, 9, K).astype(float)
     assert _l2_loss_splu(P, counts) == pytest.approx(l2_loss(P.toarray(), counts), rel=1e-9)
-    monkeypatch.setattr(L, "DENSE_MAX", 10)
+    monkeypatch.setattr(L, "DENSE_MAX", 5)  # blocks of 10: the estimate, not the exact form
     est = L.condition_number(P)
     exact = np.linalg.cond(P.toarray(), 1)
     assert exact / 3 <= est <= exact * (1 + 1e-9)
     sing = sp.csr_matrix(np.ones((K, K)) / K)
     assert L.l2_loss(sing, counts) == np.inf
+
+
+def test_loss_and_condition_split_over_components_equal_the_dense_formulas(monkeypatch):
+    # A block-diagonal P with its cells shuffled (blocks of 3 to 30 cells, one of them larger
+    # than DENSE_MAX so that it goes through the sparse LU): the component-wise loss and the
+    # 2-norm condition number equal the dense formulas on the whole matrix.
+    import pramopt.loss as L
+
+    rng = np.random.default_rng(4)
+    sizes = [3, 7, 30, 12, 5]
+    K = sum(sizes)
+    perm = rng.permutation(K)
+    starts = np.cumsum([0] + sizes)
+    bm = BlockModel([perm[a:b] for a, b in zip(starts[:-1], starts[1:])], K)
+    P = bm.matrix(bm.clean(rng.random(bm.n_params)))
+    counts = rng.integers(1, 9, K).astype(float)
+    Pd = P.toarray()
+    Q = np.linalg.inv(Pd)
+    n = counts.sum()
+    dense_loss = float(np.sum(Q ** 2, axis=1) @ (counts @ Pd)) / n**2 - 1.0 / n
+    monkeypatch.setattr(L, "DENSE_MAX", 20)
+    assert L._components(P) is not None and len(L._components(P)) == len(sizes)
+    assert L.l2_loss(P, counts) == pytest.approx(dense_loss, rel=1e-9)
+    monkeypatch.setattr(L, "DENSE_MAX", 40)
+    assert L.condition_number(P) == pytest.approx(np.linalg.cond(Pd), rel=1e-9)
+    # a singular block makes the whole matrix singular
+    Ps = P.tolil()
+    b = perm[:3]
+    for i in b:
+        for j in b:
+            Ps[i, j] = 1.0 / 3
+    assert L.l2_loss(Ps.tocsr(), counts) == np.inf
+    assert L.condition_number(Ps.tocsr()) > 1e12
 
 
 def test_refine_pairs_keep_each_movers_smallest_gradients(monkeypatch):
@@ -259,17 +292,30 @@ def _max_floor_full_c1(t, alpha):
 def test_phase_one_floor_against_a_full_c1_lp(seed, n, rung):
     # Phase one on the cover support (lazy rows, pricing, the early Lagrangian exit) against the
     # largest floor of the full, unreduced C1 LP.  seed 1: the counting bound (0.58) allows 0.51
-    # but the LP's largest floor is 0.45, so phase one must prove infeasibility and the designer
-    # make blocks; seed 3: largest floor 0.63, so gamma comes down the ladder to 0.6.
+    # but the LP's largest floor is 0.45, which the flow relaxation proves without phase one;
+    # seed 3: largest floor 0.63, so gamma comes down the ladder to 0.6.
     df = zipf_data(n=n, seed=seed, levels=[4, 3, 3, 2], exponent=1.3)
     qi = ["z1", "z2", "z3", "z4"]
     t = frequency_table(df, qi)
     best = _max_floor_full_c1(t, 0.1)
     res = pramopt.design(df, qi, alpha=0.1, support="cover")
     assert res.success
+    # the flow relaxation bounds the floor from above (it is a relaxation of the same LP) and,
+    # on these cases, to within 0.01
+    from pramopt.frequency.combinations import resolve_combinations
+    from pramopt.optimize.problem import DesignProblem
+    from pramopt.optimize.relaxation import floor_bound
+    from pramopt.params import DesignParams
+
+    pb = DesignProblem.build(t, resolve_combinations(t.qi, None, None, "x"),
+                             DesignParams.from_options("design", alpha=0.1))
+    assert best - 1e-7 <= floor_bound(pb) <= best + 0.01
     if rung is None:
+        # the relaxation proves it before phase one runs; the designer makes the better of
+        # the two structures that need no floor
         assert best < 0.51
-        assert res.reduction is not None and res.reduction.structure == "blocks" and "phase one" in res.message
+        assert res.reduction is not None and res.reduction.structure in ("blocks", "replacement")
+        assert "flow relaxation" in res.message and not any(s.name == "phase1" for s in res.stages)
     else:
         assert best >= rung
         assert res.gamma == rung

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
+import logging
 import sys
 import time
 from pathlib import Path
@@ -39,6 +41,31 @@ class Progress:
         self.lines += 1
         print(f"{PROG}: [{now - self.t0:7.1f} s] {stage:<7} iteration {iteration:4d}  loss {loss:.6g}  "
               f"worst violation/radius {worst:.4g}", file=self.stream, flush=True)
+
+
+@contextlib.contextmanager
+def stage_log(quiet: bool, stream=None):
+    """Show every finished design stage on stderr (the ``pramopt.design`` logger) unless quiet."""
+    if quiet:
+        yield
+        return
+    t0 = time.monotonic()
+    log = logging.getLogger("pramopt.design")
+
+    class _Elapsed(logging.Formatter):
+        def format(self, record):
+            return f"{PROG}: [{time.monotonic() - t0:7.1f} s] {record.getMessage()}"
+
+    h = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    h.setFormatter(_Elapsed())
+    old = log.level
+    log.addHandler(h)
+    log.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        log.removeHandler(h)
+        log.setLevel(old)
 
 
 def csv_list(s: str) -> list[str]:

@@ -8,7 +8,7 @@ from ..errors import InvalidParameterError
 from ..io.atomic import check_out_dir
 from ..params import DesignParams
 from ._common import (PROG, Progress, add_parameter_flags, add_quiet, csv_list, formatter, parameters_given, say,
-                      write_outputs)
+                      stage_log, write_outputs)
 
 HELP = "design an optimal PRAM matrix"
 
@@ -74,7 +74,8 @@ def run(args) -> int:
         data = count_table(args.data, qi, owner="design", domains=params.domains,
                            max_categories=params.max_categories)
     progress = None if args.quiet else Progress()
-    result = design(data, qi, progress=progress, **params.to_dict())
+    with stage_log(args.quiet):
+        result = design(data, qi, progress=progress, **params.to_dict())
     title = f"pramopt design: {name}" + (f" ({spec.paper})" if spec is not None and spec.paper else "")
     extra = {"spec": str(spec.path), "name": spec.name, "paper": spec.paper} if spec is not None else {"name": name}
     write_outputs(out, result, title, extra=extra)

@@ -12,6 +12,7 @@ reduced problem is infeasible at the requested one, guided by phase one.
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 
 import scipy.sparse as sp
 
@@ -20,17 +21,24 @@ from ..frequency.combinations import resolve_combinations
 from ..frequency.table import FrequencyTable, frequency_table
 from ..outcome import finish, verify_stage
 from ..params import GAMMA_LADDER, DesignParams, parameters_doc, signature
+from ..loss import l2_loss
 from ..result import DesignResult, Status
 from .backends import gives_duals
 from .constraints.c1 import floor_upper_bound
 from .problem import DesignProblem, ProgressFn, Trace
 from .strategies import AttemptStatus
 from .strategies.blocks import solve_blocks
+from .strategies.replacement import solve_replacement
 from .strategies.general import solve_general
+from .relaxation import floor_bound
 from .strategies.phase_one import PHASE1_TIEBREAK, largest_floor
 
 __all__ = ["design", "GAMMA_LADDER"]
 
+
+#: The flow relaxation proves a floor impossible only when its bound is below the floor by
+#: more than this (its solver's feasibility tolerance is 1e-7).
+RELAXATION_TOL = 1e-6
 
 _ADVICE = "Coarsen the identifying variables, use fewer combinations or a larger alpha."
 
@@ -87,22 +95,40 @@ design.__signature__ = signature(
     after=[inspect.Parameter("progress", inspect.Parameter.KEYWORD_ONLY, default=None)])
 
 
+@dataclass(frozen=True)
+class _Candidate:
+    """A verified design of one structure, before the designer picks among them."""
+
+    name: str
+    P: sp.csr_matrix
+    report: object
+    loss: float
+    condition: float | None
+    reduction: object
+    solver: str | None
+    gamma: float | None
+    describe: str
+
+
 class _Designer:
     """One run of :func:`design` on a problem: the structure, the retries and the result."""
 
     def __init__(self, problem: DesignProblem, trace: Trace):
         self.problem, self.trace = problem, trace
         self.p = problem.params
+        self.relax = None  # the flow relaxation's bound on every diagonal floor, once known
 
     def verify(self, P, name: str = "verify"):
         rep, st = verify_stage(P, self.problem.table, self.problem.combos, name)
         self.trace.stages.append(st)
         return rep
 
-    def finish(self, P, status: Status, message: str, gamma=None, reduction=None, solver=None, report=None):
+    def finish(self, P, status: Status, message: str, gamma=None, reduction=None, solver=None, report=None,
+               loss=None, condition=None):
         pb = self.problem
         return finish(P, pb.table, pb.combos, pb.alpha, status, message, stages=self.trace.stages, gamma=gamma,
-                      reduction=reduction, solver=solver, report=report, params=self.p.to_dict())
+                      reduction=reduction, solver=solver, report=report, params=self.p.to_dict(), loss=loss,
+                      condition=condition)
 
     def identity(self, status: Status, message: str, gamma=None, reduction=None):
         return self.finish(sp.identity(self.problem.K, format="csr"), status, message, gamma, reduction)
@@ -125,23 +151,79 @@ class _Designer:
         auto_blocks = p.structure == "auto" and not p.invariant and p.min_diagonal is None
         if p.structure == "blocks":
             return self.blocks("Block structure requested.")
+        if p.structure == "replacement":
+            return self.replacement("Replacement structure requested.")
         bound = floor_upper_bound(pb.table, pb.groups, alpha)
         if bound < g_low and auto_blocks:
-            return self.blocks(f"No design with a diagonal floor >= {g_low:g} exists: C1 caps every floor at "
+            return self.rare(f"No design with a diagonal floor >= {g_low:g} exists: C1 caps every floor at "
                                f"alpha * n / (largest number of groups of one combination) = {bound:.4g}.")
+        # the flow relaxation: seconds, where phase one on rare-heavy data takes minutes to
+        # reach the same conclusion
+        with self.trace.stage("floor bound") as info:
+            self.relax = relax = floor_bound(pb)
+            info["detail"] = "solver failed" if relax is None else f"every floor <= {relax:.4g}"
+        if relax is not None and relax < g_low - RELAXATION_TOL:
+            why = (f"No design with every diagonal entry >= {g_low:g} satisfies C1: the flow relaxation of C1 "
+                   f"bounds every diagonal floor by {relax:.4g}.")
+            if auto_blocks:
+                return self.rare(why)
+            return self.identity(Status.INFEASIBLE, f"{why}{self._invariant_hint()} {_ADVICE}", g_low)
         return self.general(floor, g_low, auto_blocks)
 
+    def _invariant_hint(self) -> str:
+        if not self.p.invariant:
+            return ""
+        return (" An invariant design fixes every C1 denominator at U_pi(k0), so it needs U_pi(k0) >= 1/(2 alpha) "
+                "for every combination present.")
+
     def blocks(self, reason: str) -> DesignResult:
-        """The block structure (:mod:`.strategies.blocks`): invertible whatever its diagonal."""
+        """The block structure alone (``structure="blocks"``)."""
+        c = self._blocks()
+        if c is None:
+            return self.identity(Status.INFEASIBLE, reason + " No block design satisfied C1.")
+        return self._finish(c, reason)
+
+    def replacement(self, reason: str) -> DesignResult:
+        """The replacement structure alone (``structure="replacement"``)."""
+        c = self._replacement()
+        if c is None:
+            return self.identity(Status.INFEASIBLE, reason + " No replacement design satisfied C1 (the flow "
+                                 "relaxation leaves no retention of at least 0.001 at any margin tried).")
+        return self._finish(c, reason)
+
+    def rare(self, reason: str) -> DesignResult:
+        """No general design exists (or none was found): the better of blocks and replacement."""
+        found = [c for c in (self._replacement(), self._blocks()) if c is not None]
+        if not found:
+            return self.identity(Status.INFEASIBLE, reason + " No block or replacement design satisfied C1 either.")
+        return self._finish(min(found, key=lambda c: c.loss), reason, others=found)
+
+    def _finish(self, c: "_Candidate", reason: str, others=()) -> DesignResult:
+        also = "; ".join(f"{o.name} loss {o.loss:.4g}" for o in others if o is not c)
+        return self.finish(c.P, Status.SUCCESS, f"{reason} {c.describe}".strip() + (f" (also tried: {also})." if also else
+                           "") + " Full C1 verified.", c.gamma, c.reduction, c.solver, c.report, c.loss, c.condition)
+
+    def _blocks(self) -> "_Candidate | None":
         best = solve_blocks(self.problem, self.problem.alpha * (1.0 - self.p.margin), self.trace, self.verify)
         if best is None:
-            return self.identity(Status.INFEASIBLE, reason + " No block design satisfied C1 either.")
+            return None
         att, rep, f = best
         r = att.reduction
-        return self.finish(att.P, Status.SUCCESS, reason + " A block-diagonal retention-replacement design was "
-                           f"made instead ({r.blocks} blocks of at least {r.block_target_records:g} records; "
-                           "P_b = lambda I + 1 v^T is invertible for any lambda > 0). Full C1 verified.",
-                           reduction=r, solver=att.solver, report=rep)
+        return _Candidate("blocks", att.P, rep, f, None, r, att.solver, None,
+                          f"A block-diagonal retention-replacement design was made ({r.blocks} blocks of at least "
+                          f"{r.block_target_records:g} records; P_b = lambda I + 1 v^T is invertible for any lambda > 0).")
+
+    def _replacement(self) -> "_Candidate | None":
+        found = solve_replacement(self.problem, self.trace, self.verify)
+        if found is None:
+            return None
+        att, rep, f, cond = found
+        r = att.reduction
+        return _Candidate("replacement", att.P, rep, f, cond, r, att.solver, None,
+                          f"A replacement design was made (each cell keeps its records with probability >= "
+                          f"{r.min_lambda:.3g} and otherwise draws from one replacement distribution per "
+                          f"{'stratum' if r.block_target_records is None else 'block'}; invertible for any "
+                          "retention).")
 
     def general(self, floor: float, g_low: float, auto_blocks: bool) -> DesignResult:
         """Phase one, then the gamma ladder; the margin grows if verification ever fails."""
@@ -151,16 +233,21 @@ class _Designer:
         for _ in range(3):
             a_solve = alpha * (1.0 - margin)
             ph = largest_floor(pb, g_low, floor, a_solve, trace)
+            if ph.status == "unproven":
+                trace.add("phase1", ph.seconds, 0, f"no floor >= {g_low:g} found on its support (not proven)")
+                why = (f"Phase one found no design with every diagonal entry >= {g_low:g} within its pricing rounds; "
+                       f"one may exist (the flow relaxation allows floors up to {self.relax:.4g}).")
+                if auto_blocks:
+                    return self.rare(why)
+                return self.identity(Status.INFEASIBLE, f"{why} {_ADVICE}", g_low)
             infeasible = ph.status == "infeasible" or (ph.status == "ok" and ph.t < g_low - 1e-9)
             if infeasible:
                 trace.add("phase1", ph.seconds, 0, "infeasible")
                 if auto_blocks:
-                    return self.blocks(f"No design with every diagonal entry >= {g_low:g} satisfies C1 (phase one).")
-                hint = (" An invariant design fixes every C1 denominator at U_pi(k0), so it needs "
-                        "U_pi(k0) >= 1/(2 alpha) for every combination present." if p.invariant else "")
+                    return self.rare(f"No design with every diagonal entry >= {g_low:g} satisfies C1 (phase one).")
                 return self.identity(Status.INFEASIBLE,
                                      f"No design satisfies C1 with every diagonal entry >= {g_low:g} (needed to keep "
-                                     f"P invertible).{hint} {_ADVICE}", g_low)
+                                     f"P invertible).{self._invariant_hint()} {_ADVICE}", g_low)
             if ph.status != "ok":
                 trace.add("phase1", ph.seconds, 0, ph.status)
                 return self.identity(Status.SOLVER_ERROR, f"Solver failed: {ph.status}.", g_low)
@@ -185,9 +272,14 @@ class _Designer:
                     why += " (as requested)."
                 rep = self.verify(att.P)
                 if rep.max_risk <= alpha:
-                    return self.finish(att.P, Status.SUCCESS,
-                                       why + f" Full C1 verified; solved at alpha*(1-{margin:g}).",
-                                       gam, att.reduction, att.solver, rep)
+                    general = _Candidate("general", att.P, rep, l2_loss(att.P, pb.counts), None, att.reduction,
+                                         att.solver, gam, why + f" Solved at alpha*(1-{margin:g}).")
+                    # (by loss: without the refinement the general design minimises changes instead)
+                    other = self._replacement() if auto_blocks and p.refine_loss else None
+                    if other is not None and other.loss < general.loss:
+                        return self._finish(other, "The replacement design has a smaller loss than the general "
+                                            "design.", others=[general, other])
+                    return self._finish(general, "", others=[general] + ([other] if other else []))
                 last_msg = f"verification failed (max risk {rep.max_risk:.8g} > {alpha:g}) at margin {margin:g}"
                 break
             else:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -25,6 +26,10 @@ __all__ = ["DesignProblem", "Trace", "ProgressFn"]
 
 #: ``progress(stage, iteration, loss, radius_or_violations)``, called during long work.
 ProgressFn = Callable[[str, int, float, float], None]
+
+#: Every finished stage is logged here at INFO level (silent unless the caller configures
+#: logging; the command line shows it on stderr).
+LOG = logging.getLogger("pramopt.design")
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,13 @@ class DesignProblem:
     def _fixed_codes(self) -> np.ndarray | None:
         return self.table.codes[:, list(self.fixed_idx)] if self.fixed_idx else None
 
+    @functools.cached_property
+    def strata(self) -> np.ndarray:
+        """Stratum of every cell: the combination of its fixed variables (all 0 without any)."""
+        if self._fixed_codes is None:
+            return np.zeros(self.K, dtype=np.int64)
+        return np.unique(self._fixed_codes, axis=0, return_inverse=True)[1].ravel().astype(np.int64)
+
     def allowed(self, r, c) -> np.ndarray:
         """Transitions the options permit: not out of a kept cell, never across fixed strata."""
         r, c = np.asarray(r), np.asarray(c)
@@ -135,6 +147,9 @@ class Trace:
 
     def add(self, name: str, seconds: float, iterations: int = 0, detail: str = "") -> None:
         self.stages.append(Stage(name, float(seconds), int(iterations), detail))
+        if LOG.isEnabledFor(logging.INFO):
+            its = f", {iterations} iterations" if iterations else ""
+            LOG.info("%s: %.1f s%s%s", name, seconds, its, f" ({detail})" if detail else "")
 
     @contextlib.contextmanager
     def stage(self, name: str):

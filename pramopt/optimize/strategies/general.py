@@ -125,6 +125,9 @@ class ColumnGeneration:
         # certified relative bound on what the full K x K linear stage could still gain: 0 on a
         # dense support, computed by pricing otherwise, unknown (None) without duals
         self.lp_gap = 0.0 if mode == "dense" else None
+        # phase one: an upper bound on the full program's floor, from the last pricing round
+        # (None until one is known; on a dense support the restricted program is the full one)
+        self.floor_proof = None
 
     # -- shared pieces ------------------------------------------------------------------------
     def pending(self, sup: Support, x) -> list:
@@ -187,7 +190,8 @@ class ColumnGeneration:
                     tol = 1e-7
                     r, cc, bound = self.price(lp, duals, tol=tol)
                     bound -= K * tol
-                if -out.objective - bound < self.gamma - 1e-9:
+                self.floor_proof = -out.objective - bound
+                if self.floor_proof < self.gamma - 1e-9:
                     return "infeasible", out, x, lp, rounds
                 if r.size:
                     self.sup = self.sup.union(r, cc)
@@ -196,7 +200,8 @@ class ColumnGeneration:
                 self.ws.add(new)
                 lp = None
                 continue
-            duals = lp.duals() if (self.widen and rounds < MAX_PRICING_ROUNDS) else None
+            cap = PHASE1_MAX_ROUNDS if phase_one else MAX_PRICING_ROUNDS
+            duals = lp.duals() if (self.widen and rounds < cap) else None
             if duals is not None:
                 r, cc, bound = self.price(lp, duals, tol=1e-7 * out.scale)
                 # stop when the Lagrangian bound certifies the restricted optimum to be within
@@ -204,6 +209,8 @@ class ColumnGeneration:
                 E = expected_changes(sup.to_matrix(x), counts)
                 obj = float(c @ out.x)
                 self.lp_gap = -bound / max(abs(obj) if phase_one else E, 1e-12)
+                if phase_one:  # the full program's floor is at most this (see above)
+                    self.floor_proof = -out.objective - bound
                 # ... or when a round gained less than that (the bound sums a worst case over every
                 # row and can stay loose while the objective has stalled; it is reported as is)
                 stalled = not phase_one and prev_E - E <= LP_GAP_RTOL * max(E, 1e-12)
@@ -213,8 +220,11 @@ class ColumnGeneration:
                 # Phase one only has to bound the floor from below: once the restricted program is
                 # feasible (no slack) after a few rounds, a floor from the ladder below its t is
                 # safe, and the linear stage prices to optimality at that floor anyway.
+                # (only at a floor the ladder can use: a lower one proves nothing about the
+                # full program, whose floor pricing may still raise)
                 settled = (phase_one and rounds >= PHASE1_PRICING_ROUNDS
-                           and float(out.slack.max(initial=0.0)) <= 1e-9)
+                           and float(out.slack.max(initial=0.0)) <= 1e-9
+                           and float(np.min(x[sup.diag])) >= self.gamma)
                 if r.size and not settled:
                     # a rebuilt model is solved with presolve, which beats HiGHS's warm start from
                     # the old basis once thousands of columns are added (measured on 5,577 cells)
@@ -326,6 +336,9 @@ class ColumnGeneration:
 
 #: Pricing rounds of phase one once its restricted program is feasible (see ColumnGeneration).
 PHASE1_PRICING_ROUNDS = 5
+#: Rounds of phase one before it gives up looking for a floor on the lowest rung (it then says
+#: so, unproven: the designer turns to the structures that need no floor).
+PHASE1_MAX_ROUNDS = 20
 #: Weight of the expected-changes tie-break in phase one (relative to the floor t).
 PHASE1_TIEBREAK = 1e-4
 #: Cost per unit of the elastic slack of phase one's C1 rows.

@@ -1,5 +1,8 @@
 """Phase one: the largest diagonal floor for which the reduced problem is feasible.
 
+The designer runs it only after :func:`pramopt.optimize.relaxation.flow_relaxation` has bounded
+that floor from above in seconds.
+
 One linear program maximises a common lower bound t on every diagonal entry (with a small
 tie-break towards keeping records), which tells the largest feasible floor in one solve rather
 than by trying floors one after another.  Its C1 rows are elastic -- each has a penalised
@@ -27,8 +30,9 @@ class PhaseOne:
     """Phase one's answer.
 
     ``status`` is ``"ok"`` (``t`` is a floor the reduced problem allows, up to
-    ``PHASE1_TIEBREAK`` below the largest), ``"infeasible"`` (no floor of at least the lowest
-    rung) or the solver's error.  ``support`` holds the transitions it used, for the
+    ``PHASE1_TIEBREAK`` below the largest), ``"infeasible"`` (proven: no floor of at least the
+    lowest rung), ``"unproven"`` (the restricted program found no such floor within its pricing
+    rounds, but the full one may have one) or the solver's error.  ``support`` holds the transitions it used, for the
     linear stage to start from.
     """
 
@@ -46,6 +50,11 @@ def largest_floor(problem: DesignProblem, lowest: float, floor: float, a_solve: 
     secs = time.perf_counter() - t0
     if status != "ok":
         return PhaseOne(status, support=cg.sup, seconds=secs)
-    if float(out.slack.max(initial=0.0)) > 1e-9:
-        return PhaseOne("infeasible", support=cg.sup, seconds=secs)
-    return PhaseOne("ok", t=float(np.min(x[cg.sup.diag])), support=cg.sup, seconds=secs)
+    t = float(np.min(x[cg.sup.diag]))
+    if float(out.slack.max(initial=0.0)) > 1e-9 or t < lowest:
+        # the restricted program misses the lowest rung; that proves it for the full program
+        # only on a dense support or when the Lagrangian bound of its last pricing says so
+        proven = not cg.widen or (cg.floor_proof is not None and cg.floor_proof < lowest - 1e-9)
+        return PhaseOne("infeasible" if proven else "unproven", t=t, support=cg.sup, seconds=secs)
+    return PhaseOne("ok", t=t, support=cg.sup, seconds=secs)
+

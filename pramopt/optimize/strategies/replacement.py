@@ -1,0 +1,163 @@
+"""Replacement designs built from the flow relaxation: seconds where the general design takes minutes.
+
+Within each pool of cells (the whole table, a stratum of the fixed variables, or a block),
+
+    P = diag(1 - o) + o w^T,
+
+every record of cell k is kept with probability 1 - o_k and otherwise replaced by a draw from
+one replacement distribution w of the pool: Ikarashi et al.'s retention-replacement with a
+retention probability per cell and a replacement distribution chosen for the data.  The flow
+relaxation (:mod:`pramopt.optimize.relaxation`) chooses ``out_k = U0(k) o_k`` and
+``in_k = w_k sum_l U0(l) o_l`` to maximise the smallest retention; this P reproduces those flows
+exactly and misses C1 only by the terms o_m w(g) the relaxation leaves out, so it is solved at a
+level below alpha that drops until the full C1 check passes.
+
+P is invertible whatever its retentions: by the matrix determinant lemma
+det P = prod(1 - o) (1 + w^T diag(1 - o)^-1 o) > 0, and Sherman and Morrison's formula gives P^-1,
+hence the exact L2 loss and the condition number, in O(K) (:func:`replacement_loss`).  The number
+of stored entries is (senders x receivers) per pool; above ``REPLACEMENT_MAX_ENTRIES`` the cells
+are split into blocks of neighbouring cells (:func:`~.blocks.make_blocks`) that are pools of their own.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import scipy.sparse as sp
+
+from ...result import Reduction
+from ..problem import DesignProblem, Trace
+from ..relaxation import flow_relaxation
+from . import Attempt, AttemptStatus
+from .blocks import LAMBDA_MIN, make_blocks
+
+__all__ = ["solve_replacement", "replacement_matrix", "replacement_loss", "replacement_condition",
+           "REPLACEMENT_MAX_ENTRIES", "REPLACEMENT_MARGINS"]
+
+#: Largest number of stored entries of a replacement design before the cells are split into blocks.
+REPLACEMENT_MAX_ENTRIES = 20_000_000
+#: Relative margins below alpha tried in turn for the relaxation (the left-out terms o_m w(g)).
+REPLACEMENT_MARGINS = (0.02, 0.05, 0.1, 0.2, 0.4)
+
+
+def replacement_matrix(o: np.ndarray, w: np.ndarray, pools: np.ndarray) -> sp.csr_matrix:
+    """``diag(1 - o) + o w^T`` within each pool (``w`` sums to one over each pool's receivers)."""
+    K = o.size
+    rows, cols, vals = [np.arange(K)], [np.arange(K)], [1.0 - o]
+    send = o > 0
+    recv = w > 0
+    for p in np.unique(pools[send]):
+        s = np.flatnonzero(send & (pools == p))
+        r = np.flatnonzero(recv & (pools == p))
+        rr, cc = np.meshgrid(s, r, indexing="ij")
+        rows.append(rr.ravel())
+        cols.append(cc.ravel())
+        vals.append((o[s][:, None] * w[r][None, :]).ravel())
+    P = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(K, K))
+    P.sum_duplicates()
+    return P
+
+
+def _pool_parts(o, w, pools, counts):
+    lam = 1.0 - o
+    a, b = o / lam, w / lam
+    c = 1.0 + np.bincount(pools, weights=w * a)       # 1 + w^T diag(lam)^-1 o, per pool
+    return lam, a, b, c
+
+
+def replacement_loss(o: np.ndarray, w: np.ndarray, pools: np.ndarray, counts) -> float:
+    """Exact L2 loss of :func:`replacement_matrix` in O(K), by Sherman and Morrison's formula.
+
+    Row l of P^-1 is ``e_l / lam_l - a_l b^T / c`` with ``lam = 1 - o``, ``a = o / lam``,
+    ``b = w / lam`` and ``c = 1 + w . a`` (per pool), so
+    ``||row_l||^2 = 1/lam_l^2 - 2 a_l b_l / (lam_l c) + a_l^2 ||b||^2 / c^2``, and
+    ``(U0^T P)_l = U0(l) lam_l + w_l sum_{m in pool} U0(m) o_m``.
+    """
+    counts = np.asarray(counts, dtype=float)
+    n = counts.sum()
+    lam, a, b, c = _pool_parts(o, w, pools, counts)
+    if np.any(lam <= 0) or np.any(c <= 0):
+        return float("inf")
+    bb = np.bincount(pools, weights=b * b, minlength=c.size)
+    cp = c[pools]
+    row2 = 1.0 / lam**2 - 2.0 * a * b / (lam * cp) + a**2 * bb[pools] / cp**2
+    sent = np.bincount(pools, weights=counts * o, minlength=c.size)
+    mass = counts * lam + w * sent[pools]
+    return float(row2 @ mass / n**2 - 1.0 / n)
+
+
+def replacement_condition(o: np.ndarray, w: np.ndarray, pools: np.ndarray) -> float:
+    """The 1-norm condition number of :func:`replacement_matrix`, estimated with
+    ``scipy.sparse.linalg.onenormest`` on P and on P^-1 applied in O(K) each."""
+    import scipy.sparse.linalg as spla
+
+    K = o.size
+    lam, a, b, c = _pool_parts(o, w, pools, None)
+
+    def per_pool(weights, x):
+        return np.bincount(pools, weights=weights * x, minlength=c.size)[pools]
+
+    def vec(f):  # LinearOperator hands in column vectors
+        return lambda x: f(np.asarray(x, dtype=float).ravel())
+
+    P_op = spla.LinearOperator((K, K), dtype=float, matvec=vec(lambda x: lam * x + o * per_pool(w, x)),
+                               rmatvec=vec(lambda y: lam * y + w * per_pool(o, y)))
+    # P^-1 x = x / lam - a (b . x) / c, and its transpose
+    inv = vec(lambda x: x / lam - a * per_pool(b, x) / c[pools])
+    inv_t = vec(lambda y: y / lam - b * per_pool(a, y) / c[pools])
+    Inv = spla.LinearOperator((K, K), dtype=float, matvec=inv, rmatvec=inv_t)
+    return float(spla.onenormest(P_op) * spla.onenormest(Inv))
+
+
+def _pools(problem: DesignProblem, scale: int = 1) -> tuple[np.ndarray, float | None]:
+    """One pool per stratum, or blocks of neighbouring cells when that would store too much."""
+    K, n = problem.K, problem.n
+    pools = problem.strata
+    if K * K <= REPLACEMENT_MAX_ENTRIES * scale:
+        return pools, None
+    cells = max(1.0, REPLACEMENT_MAX_ENTRIES * scale / K)  # cells per block
+    target = max(2.0 / problem.alpha, cells * n / K)
+    blocks = make_blocks(problem.table, target, problem.fixed_idx, problem.keep_rows)
+    out = np.empty(K, dtype=np.int64)
+    for i, b in enumerate(blocks):
+        out[b] = i
+    return out, target
+
+
+def solve_replacement(problem: DesignProblem, trace: Trace, verify) -> tuple | None:
+    """The verified replacement design, or None.
+
+    ``verify(P)`` is the full C1 check.  Returns ``(attempt, report, loss, condition)``.
+    """
+    alpha = problem.alpha
+    pools, target = _pools(problem)
+    for margin in REPLACEMENT_MARGINS:
+        t0 = time.perf_counter()
+        sol = flow_relaxation(problem, alpha=alpha * (1.0 - margin), pools=pools, t_max=1.0)
+        if sol.status != "ok" or sol.t < LAMBDA_MIN:
+            trace.add("replacement", time.perf_counter() - t0, 0,
+                      sol.status if sol.status != "ok" else f"largest retention {sol.t:.3g}: too small")
+            return None
+        counts = problem.counts
+        o = np.where(counts > 0, sol.out / counts, 0.0)
+        o = np.clip(o, 0.0, 1.0 - sol.t)
+        o[sol.out <= 1e-12 * counts] = 0.0
+        tot = np.bincount(pools, weights=sol.inflow)
+        w = np.where(tot[pools] > 0, sol.inflow / np.where(tot[pools] > 0, tot[pools], 1.0), 0.0)
+        w[w <= 1e-12] = 0.0
+        # a pool whose senders have no receiver keeps its records
+        has_recv = np.bincount(pools, weights=(w > 0).astype(float)) > 0
+        o[~has_recv[pools]] = 0.0
+        w = w / np.where(np.bincount(pools, weights=w)[pools] > 0, np.bincount(pools, weights=w)[pools], 1.0)
+        P = replacement_matrix(o, w, pools)
+        trace.add("replacement", time.perf_counter() - t0, 0,
+                  f"solved at alpha*(1-{margin:g}); smallest retention {sol.t:.4g}, {int(np.unique(pools).size)} "
+                  f"pool(s), {P.nnz} entries")
+        rep = verify(P)
+        if rep.max_risk <= alpha:
+            f = replacement_loss(o, w, pools, counts)
+            cond = replacement_condition(o, w, pools)
+            red = Reduction(structure="replacement", blocks=int(np.unique(pools).size),
+                            block_target_records=target, min_lambda=float(sol.t), support=int(P.nnz))
+            return Attempt(AttemptStatus.OK, P=P, reduction=red, solver="HIGHS(scipy, flow relaxation)"), rep, f, cond
+    return None

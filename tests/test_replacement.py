@@ -1,0 +1,135 @@
+"""The flow relaxation of C1 and the replacement designs built from it.
+
+Every figure is checked against an independent computation: dense inverses for the loss and the
+condition number, the definition of the flows, designs verified by the full C1 check for the bound.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import pramopt
+from pramopt.frequency.combinations import resolve_combinations
+from pramopt.optimize.problem import DesignProblem
+from pramopt.optimize.relaxation import floor_bound, flow_relaxation
+from pramopt.optimize.strategies.replacement import (replacement_condition, replacement_loss,
+                                                     replacement_matrix)
+from pramopt.params import DesignParams
+from pramopt.verify import c1_risk
+
+
+def _problem(df, qi, **kw):
+    t = pramopt.frequency_table(df, qi)
+    p = DesignParams.from_options("design", **{"alpha": 0.1, **kw})
+    return DesignProblem.build(t, resolve_combinations(t.qi, None, None, "x"), p)
+
+
+def _random_data(seed, n=400, levels=(3, 4, 2, 5)):
+    rng = np.random.default_rng(seed)
+    cols = {}
+    for i, L in enumerate(levels):
+        p = 1.0 / np.arange(1, L + 1) ** 1.5
+        cols[f"v{i}"] = rng.choice(L, n, p=p / p.sum())
+    return pd.DataFrame(cols)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_flow_bound_is_above_the_floor_of_every_verified_design(seed):
+    # Any P that satisfies C1 has min diag(P) <= the relaxation's bound.  The designs here come
+    # from the general strategy on a dense support and from retention-replacement baselines;
+    # each is verified by the full C1 check before it is used.
+    df = _random_data(seed)
+    qi = list(df.columns)
+    pb = _problem(df, qi)
+    bound = floor_bound(pb)
+    assert bound is not None and 0.0 <= bound <= 1.0
+    designs = [pramopt.design(df, qi, alpha=0.1, structure="general", support="dense"),
+               pramopt.baseline(df, qi, "rr", 0.1), pramopt.baseline(df, qi, "rr", 0.1, per_attribute=True)]
+    used = 0
+    for res in designs:
+        if not res.success:
+            continue
+        rep = c1_risk(res.matrix, pb.table.codes, pb.counts, pb.combos)
+        assert rep.max_risk <= 0.1
+        assert res.matrix.diagonal().min() <= bound + 1e-7
+        used += 1
+    assert used >= 1
+
+
+def test_flow_bound_equals_the_floor_phase_one_proves_on_the_example():
+    # On the built-in example the relaxation is tight: a general design exists at its bound
+    # (min_diagonal slightly below it is feasible and verified), and none above it.
+    df = pramopt.example_data()
+    qi = list(pramopt.example.EXAMPLE_QI)
+    bound = floor_bound(_problem(df, qi))
+    ok = pramopt.design(df, qi, alpha=0.1, min_diagonal=round(bound - 0.01, 4))
+    assert ok.success and ok.min_diagonal >= bound - 0.01 - 1e-12
+    no = pramopt.design(df, qi, alpha=0.1, min_diagonal=min(1.0, round(bound + 0.002, 4)))
+    assert not no.success
+
+
+def test_replacement_matrix_reproduces_the_relaxation_flows_and_is_stochastic():
+    df = _random_data(5)
+    pb = _problem(df, list(df.columns))
+    sol = flow_relaxation(pb, alpha=0.09)
+    assert sol.status == "ok"
+    U = pb.counts
+    o = sol.out / U
+    w = sol.inflow / sol.inflow.sum()
+    pools = np.zeros(pb.K, dtype=np.int64)
+    P = replacement_matrix(o, w, pools).toarray()
+    np.testing.assert_allclose(P.sum(axis=1), 1.0, atol=1e-12)
+    assert P.min() >= 0
+    # out_k = U0(k) (1 - P_kk) and in_k = sum_{l != k} U0(l) P_lk, from their definitions; the
+    # diagonal's share o_k w_k of the replacement counts as kept in both
+    off = P - np.diag(np.diag(P))
+    np.testing.assert_allclose(U * (1 - np.diag(P)), sol.out - U * o * w, atol=1e-9)
+    np.testing.assert_allclose(U @ off, sol.inflow - U * o * w, atol=1e-9)
+    assert np.diag(P).min() >= sol.t - 1e-9
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_replacement_loss_and_condition_equal_dense_computations(seed):
+    rng = np.random.default_rng(seed)
+    K = 40
+    pools = rng.integers(0, 3, K)
+    o = rng.uniform(0, 0.9, K) * (rng.random(K) < 0.8)
+    w = rng.random(K) * (rng.random(K) < 0.6)
+    for p in range(3):  # one distribution per pool
+        m = pools == p
+        if w[m].sum() == 0:
+            w[np.flatnonzero(m)[0]] = 1.0
+        w[m] /= w[m].sum()
+    counts = rng.integers(1, 20, K).astype(float)
+    P = replacement_matrix(o, w, pools).toarray()
+    np.testing.assert_allclose(P.sum(axis=1), 1.0, atol=1e-12)
+    Q = np.linalg.inv(P)
+    n = counts.sum()
+    dense = float(np.sum(Q**2, axis=1) @ (counts @ P)) / n**2 - 1.0 / n
+    assert replacement_loss(o, w, pools, counts) == pytest.approx(dense, rel=1e-10)
+    exact = np.linalg.cond(P, 1)
+    est = replacement_condition(o, w, pools)
+    assert exact / 3 <= est <= exact * (1 + 1e-9)
+
+
+def test_replacement_design_is_verified_and_has_the_replacement_form():
+    df = _random_data(7, n=600)
+    qi = list(df.columns)
+    res = pramopt.design(df, qi, alpha=0.1, structure="replacement")
+    assert res.success and res.reduction.structure == "replacement"
+    P = res.to_dense()
+    t = pramopt.frequency_table(df, qi)
+    rep = c1_risk(P, t.codes, t.counts.astype(float), resolve_combinations(t.qi, None, None, "x"))
+    assert rep.max_risk <= 0.1
+    # off the diagonal, every sending row is proportional to one replacement distribution w:
+    # P[m, k] = o_m w_k for k != m, so any two sending rows agree up to a factor on the columns
+    # other than their own two
+    off = P - np.diag(np.diag(P))
+    send = np.flatnonzero(off.sum(axis=1) > 0)
+    assert send.size >= 2
+    m0 = send[0]
+    for m in send[1:]:
+        C = np.setdiff1d(np.arange(P.shape[0]), [m0, m])
+        np.testing.assert_allclose(off[m, C] * off[m0, C].sum(), off[m0, C] * off[m, C].sum(), atol=1e-12)
+    assert res.loss == pytest.approx(pramopt.l2_loss(P, t.counts), rel=1e-9)
