@@ -205,7 +205,10 @@ class DesignResult:
         The inputs that reproduce the result: ``pramopt.design(table, **result.params)``
         (or the baseline's function) makes it again.
     details : mapping
-        Method-specific figures (a baseline's tuned parameters, its number of evaluations).
+        Method-specific figures: a baseline's tuned parameters and its number of evaluations; for
+        :func:`pramopt.design`, ``expected_changes_lower_bound`` (no design meeting C1 with the
+        same options changes fewer records in expectation: the flow relaxation's optimum, see
+        :mod:`pramopt.optimize.relaxation`) and ``tried`` (the loss of every structure made).
     table : FrequencyTable
         The cells and counts the design was made for (a read-only copy).
     """
@@ -299,7 +302,9 @@ class DesignResult:
             f"  combinations |Pi| = {len(self.combinations)}, alpha = {self.alpha:g}",
             f"  max C1 risk      = {self.max_risk:.6g}  (bound {self.alpha:g}, all m, pi, k0 checked)",
             f"  exact L2 loss    = {self.loss:.6g}",
-            f"  expected changes = {self.expected_changes:.4g} of {self.n} records",
+            f"  expected changes = {self.expected_changes:.4g} of {self.n} records" + (
+                f"  (every design meeting C1: >= {self.details['expected_changes_lower_bound']:.4g})"
+                if self.details.get("expected_changes_lower_bound") is not None else ""),
             f"  min diagonal     = {self.min_diagonal:.6g}" + (f"  (floor gamma = {self.gamma:g})" if self.gamma else ""),
             f"  condition number = {self.condition_number:.4g}",
             f"  binding C1 rows  = {len(self.binding_rows)}",

@@ -362,6 +362,18 @@ def test_progress_prints_only_after_a_second():
     assert len(lines) == 2 and "refine" in lines[0] and "iteration    3" in lines[0] and "2e-05" in lines[0]
 
 
+def test_design_stages_are_shown_on_stderr_and_the_library_prints_none(example, tmp_path, capsys):
+    # the CLI shows every finished stage on stderr with the elapsed time (the "pramopt.design"
+    # logger); the same design from the API prints nothing, and -q silences the CLI
+    code, out, err = run_main("design", "--out", tmp_path / "d")
+    assert code == 0
+    names = [ln.split("] ", 1)[1].split(":")[0] for ln in err.splitlines() if ln.startswith("pramopt: [")]
+    assert {"model", "check P=I", "floor bound", "verify"} <= set(names)
+    capsys.readouterr()
+    pramopt.design(pramopt.example_data(), list(pramopt.example.EXAMPLE_QI), alpha=0.1)
+    assert capsys.readouterr() == ("", "")
+
+
 def test_quiet_prints_nothing(example, tmp_path):
     code, out, err = run_main("design", "--out", tmp_path / "d", "-q")
     assert code == 0 and out == "" and err == ""

@@ -12,7 +12,7 @@ import pytest
 import pramopt
 from pramopt.frequency.combinations import resolve_combinations
 from pramopt.optimize.problem import DesignProblem
-from pramopt.optimize.relaxation import floor_bound, flow_relaxation
+from pramopt.optimize.relaxation import changes_bound, floor_bound, flow_relaxation
 from pramopt.optimize.strategies.replacement import (replacement_condition, replacement_loss,
                                                      replacement_matrix)
 from pramopt.params import DesignParams
@@ -133,3 +133,44 @@ def test_replacement_design_is_verified_and_has_the_replacement_form():
         C = np.setdiff1d(np.arange(P.shape[0]), [m0, m])
         np.testing.assert_allclose(off[m, C] * off[m0, C].sum(), off[m0, C] * off[m, C].sum(), atol=1e-12)
     assert res.loss == pytest.approx(pramopt.l2_loss(P, t.counts), rel=1e-9)
+
+
+def _min_changes_full_c1(t, alpha):
+    """Smallest expected number of changed records of any P meeting the full C1 (every m, π, k0),
+    by one dense LP built here from the definition (Cator et al., constraint C1)."""
+    import itertools
+
+    import scipy.sparse as sp
+    from scipy.optimize import linprog
+
+    K, U, codes = t.n_cells, t.counts.astype(float), t.codes
+    rows = []
+    for pi in itertools.combinations(range(codes.shape[1]), 3):
+        keys = [tuple(r) for r in codes[:, list(pi)]]
+        for k0 in set(keys):
+            ing = np.array([k == k0 for k in keys])
+            for m in range(K):  # sum_{k in g} P_mk <= alpha * sum_l U0(l) sum_{k in g} P_lk
+                row = np.zeros((K, K))
+                row[:, ing] = -alpha * U[:, None]
+                row[m, ing] += 1.0
+                rows.append(row.ravel())
+    A_eq = np.kron(np.eye(K), np.ones(K))
+    c = -np.diag(U).ravel()  # minimise -sum U0(m) P_mm
+    res = linprog(c, A_ub=sp.csr_matrix(np.array(rows)), b_ub=np.zeros(len(rows)), A_eq=A_eq, b_eq=np.ones(K),
+                  bounds=(0, 1), method="highs")
+    assert res.status == 0
+    return float(U.sum() + res.fun)
+
+
+@pytest.mark.parametrize("seed", [0, 2])
+def test_changes_bound_is_below_the_full_c1_optimum_and_every_design(seed):
+    df = _random_data(seed, n=250, levels=(3, 3, 2, 3))
+    qi = list(df.columns)
+    pb = _problem(df, qi)
+    lb = changes_bound(pb)
+    best = _min_changes_full_c1(pb.table, 0.1)
+    assert lb <= best + 1e-6
+    assert lb >= best * (1 - 1e-4)  # and equal to it on these cases
+    res = pramopt.design(df, qi, alpha=0.1)
+    assert res.success and res.details["expected_changes_lower_bound"] == pytest.approx(lb)
+    assert res.expected_changes >= lb
