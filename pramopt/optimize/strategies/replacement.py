@@ -16,7 +16,8 @@ P is invertible whatever its retentions: by the matrix determinant lemma
 det P = prod(1 - o) (1 + w^T diag(1 - o)^-1 o) > 0, and Sherman and Morrison's formula gives P^-1,
 hence the exact L2 loss and the condition number, in O(K) (:func:`replacement_loss`).  The number
 of stored entries is (senders x receivers) per pool; above ``REPLACEMENT_MAX_ENTRIES`` the cells
-are split into blocks of neighbouring cells (:func:`~.blocks.make_blocks`) that are pools of their own.
+are split into blocks of neighbouring cells (:func:`~.blocks.make_blocks`) that are pools of their
+own, and the relaxation is solved again with records conserved per block.
 """
 from __future__ import annotations
 
@@ -34,10 +35,11 @@ from .blocks import LAMBDA_MIN, make_blocks
 __all__ = ["solve_replacement", "replacement_matrix", "replacement_loss", "replacement_condition",
            "REPLACEMENT_MAX_ENTRIES", "REPLACEMENT_MARGINS"]
 
-#: Largest number of stored entries of a replacement design before the cells are split into blocks.
-REPLACEMENT_MAX_ENTRIES = 20_000_000
+#: Largest number of stored entries (senders x receivers) of a replacement design before the cells
+#: are split into blocks (about 300 MB as a sparse matrix).
+REPLACEMENT_MAX_ENTRIES = 25_000_000
 #: Relative margins below alpha tried in turn for the relaxation (the left-out terms o_m w(g)).
-REPLACEMENT_MARGINS = (0.02, 0.05, 0.1, 0.2, 0.4)
+REPLACEMENT_MARGINS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4)
 
 
 def replacement_matrix(o: np.ndarray, w: np.ndarray, pools: np.ndarray) -> sp.csr_matrix:
@@ -109,13 +111,9 @@ def replacement_condition(o: np.ndarray, w: np.ndarray, pools: np.ndarray) -> fl
     return float(spla.onenormest(P_op) * spla.onenormest(Inv))
 
 
-def _pools(problem: DesignProblem, scale: int = 1) -> tuple[np.ndarray, float | None]:
-    """One pool per stratum, or blocks of neighbouring cells when that would store too much."""
+def _block_pools(problem: DesignProblem, cells: float) -> tuple[np.ndarray, float]:
+    """Blocks of neighbouring cells of about ``cells`` cells each (within strata), as pools."""
     K, n = problem.K, problem.n
-    pools = problem.strata
-    if K * K <= REPLACEMENT_MAX_ENTRIES * scale:
-        return pools, None
-    cells = max(1.0, REPLACEMENT_MAX_ENTRIES * scale / K)  # cells per block
     target = max(2.0 / problem.alpha, cells * n / K)
     blocks = make_blocks(problem.table, target, problem.fixed_idx, problem.keep_rows)
     out = np.empty(K, dtype=np.int64)
@@ -124,31 +122,49 @@ def _pools(problem: DesignProblem, scale: int = 1) -> tuple[np.ndarray, float | 
     return out, target
 
 
+def _design_from(sol, pools, counts):
+    """o and w of the replacement design that reproduces the relaxation's flows."""
+    o = np.where(counts > 0, sol.out / counts, 0.0)
+    o = np.clip(o, 0.0, 1.0 - sol.t)
+    o[sol.out <= 1e-12 * counts] = 0.0
+    w = np.where(sol.inflow > 1e-12 * max(1.0, sol.inflow.max(initial=0.0)), sol.inflow, 0.0)
+    tot = np.bincount(pools, weights=w)[pools]
+    o[tot <= 0] = 0.0  # a pool without receivers keeps its records
+    w = np.where(tot > 0, w / np.where(tot > 0, tot, 1.0), 0.0)
+    return o, w
+
+
+def _entries(o, w, pools) -> int:
+    s = np.bincount(pools, weights=(o > 0).astype(float))
+    r = np.bincount(pools, weights=(w > 0).astype(float), minlength=s.size)
+    return int(s @ r) + o.size
+
+
 def solve_replacement(problem: DesignProblem, trace: Trace, verify) -> tuple | None:
     """The verified replacement design, or None.
 
     ``verify(P)`` is the full C1 check.  Returns ``(attempt, report, loss, condition)``.
     """
     alpha = problem.alpha
-    pools, target = _pools(problem)
+    counts = problem.counts
+    pools, target = problem.strata, None
     for margin in REPLACEMENT_MARGINS:
-        t0 = time.perf_counter()
-        sol = flow_relaxation(problem, alpha=alpha * (1.0 - margin), pools=pools, t_max=1.0)
-        if sol.status != "ok" or sol.t < LAMBDA_MIN:
-            trace.add("replacement", time.perf_counter() - t0, 0,
-                      sol.status if sol.status != "ok" else f"largest retention {sol.t:.3g}: too small")
-            return None
-        counts = problem.counts
-        o = np.where(counts > 0, sol.out / counts, 0.0)
-        o = np.clip(o, 0.0, 1.0 - sol.t)
-        o[sol.out <= 1e-12 * counts] = 0.0
-        tot = np.bincount(pools, weights=sol.inflow)
-        w = np.where(tot[pools] > 0, sol.inflow / np.where(tot[pools] > 0, tot[pools], 1.0), 0.0)
-        w[w <= 1e-12] = 0.0
-        # a pool whose senders have no receiver keeps its records
-        has_recv = np.bincount(pools, weights=(w > 0).astype(float)) > 0
-        o[~has_recv[pools]] = 0.0
-        w = w / np.where(np.bincount(pools, weights=w)[pools] > 0, np.bincount(pools, weights=w)[pools], 1.0)
+        while True:
+            t0 = time.perf_counter()
+            sol = flow_relaxation(problem, alpha=alpha * (1.0 - margin), pools=pools, t_max=1.0)
+            if sol.status != "ok" or sol.t < LAMBDA_MIN:
+                trace.add("replacement", time.perf_counter() - t0, 0,
+                          sol.status if sol.status != "ok" else f"largest retention {sol.t:.3g}: too small")
+                return None
+            o, w = _design_from(sol, pools, counts)
+            size = _entries(o, w, pools)
+            if size <= REPLACEMENT_MAX_ENTRIES or target is not None:
+                break
+            # too many senders x receivers for one pool per stratum: blocks of neighbouring
+            # cells, each its own pool, small enough for the cap
+            trace.add("replacement", time.perf_counter() - t0, 0, f"{size} entries with one pool per stratum: "
+                      "too many, split into blocks")
+            pools, target = _block_pools(problem, max(1.0, REPLACEMENT_MAX_ENTRIES / problem.K))
         P = replacement_matrix(o, w, pools)
         trace.add("replacement", time.perf_counter() - t0, 0,
                   f"solved at alpha*(1-{margin:g}); smallest retention {sol.t:.4g}, {int(np.unique(pools).size)} "
