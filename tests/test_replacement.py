@@ -136,28 +136,17 @@ def test_replacement_design_is_verified_and_has_the_replacement_form():
 
 
 def _min_changes_full_c1(t, alpha):
-    """Smallest expected number of changed records of any P meeting the full C1 (every m, π, k0),
-    by one dense LP built here from the definition (Cator et al., constraint C1)."""
-    import itertools
-
-    import scipy.sparse as sp
+    """Smallest expected number of changed records of any P meeting the full C1, by one dense LP
+    (tests/full_c1.py builds its rows from the definition)."""
     from scipy.optimize import linprog
 
-    K, U, codes = t.n_cells, t.counts.astype(float), t.codes
-    rows = []
-    for pi in itertools.combinations(range(codes.shape[1]), 3):
-        keys = [tuple(r) for r in codes[:, list(pi)]]
-        for k0 in set(keys):
-            ing = np.array([k == k0 for k in keys])
-            for m in range(K):  # sum_{k in g} P_mk <= alpha * sum_l U0(l) sum_{k in g} P_lk
-                row = np.zeros((K, K))
-                row[:, ing] = -alpha * U[:, None]
-                row[m, ing] += 1.0
-                rows.append(row.ravel())
-    A_eq = np.kron(np.eye(K), np.ones(K))
+    from full_c1 import full_c1_rows, row_sums
+
+    K, U = t.n_cells, t.counts.astype(float)
+    A = full_c1_rows(t, alpha)
     c = -np.diag(U).ravel()  # minimise -sum U0(m) P_mm
-    res = linprog(c, A_ub=sp.csr_matrix(np.array(rows)), b_ub=np.zeros(len(rows)), A_eq=A_eq, b_eq=np.ones(K),
-                  bounds=(0, 1), method="highs")
+    res = linprog(c, A_ub=A, b_ub=np.zeros(A.shape[0]), A_eq=row_sums(K), b_eq=np.ones(K), bounds=(0, 1),
+                  method="highs")
     assert res.status == 0
     return float(U.sum() + res.fun)
 

@@ -259,30 +259,21 @@ def test_refine_pairs_keep_each_movers_smallest_gradients(monkeypatch):
 
 def _max_floor_full_c1(t, alpha):
     """Largest common diagonal floor of any P meeting the *full* C1 (every m, pi, k0), by one
-    dense LP built here from the definition (Cator et al., constraint C1) with scipy's linprog."""
+    dense LP (tests/full_c1.py builds its rows from the definition) with scipy's linprog."""
     from scipy.optimize import linprog
 
-    K, U, codes = t.n_cells, t.counts.astype(float), t.codes
-    rows = []
-    for pi in itertools.combinations(range(codes.shape[1]), 3):
-        keys = [tuple(r) for r in codes[:, list(pi)]]
-        for k0 in set(keys):
-            ing = np.array([k == k0 for k in keys])
-            for m in range(K):  # sum_{k in g} P_mk <= alpha * sum_l U0(l) sum_{k in g} P_lk
-                row = np.zeros((K, K))
-                row[:, ing] = -alpha * U[:, None]
-                row[m, ing] += 1.0
-                rows.append(np.append(row.ravel(), 0.0))
-    for m in range(K):  # t <= P_mm
-        row = np.zeros(K * K + 1)
-        row[m * K + m], row[-1] = -1.0, 1.0
-        rows.append(row)
-    A_eq = np.zeros((K, K * K + 1))
-    for m in range(K):
-        A_eq[m, m * K:(m + 1) * K] = 1.0
+    from full_c1 import full_c1_rows, row_sums
+
+    K = t.n_cells
+    C1 = full_c1_rows(t, alpha)
+    floor = sp.csr_matrix((np.concatenate([-np.ones(K), np.ones(K)]),
+                           (np.tile(np.arange(K), 2), np.concatenate([np.arange(K) * (K + 1), np.full(K, K * K)]))),
+                          shape=(K, K * K + 1))  # t <= P_mm
+    A_ub = sp.vstack([sp.hstack([C1, sp.csr_matrix((C1.shape[0], 1))]), floor], format="csr")
+    A_eq = np.hstack([row_sums(K), np.zeros((K, 1))])
     c = np.zeros(K * K + 1)
     c[-1] = -1.0
-    res = linprog(c, A_ub=sp.csr_matrix(np.array(rows)), b_ub=np.zeros(len(rows)), A_eq=A_eq, b_eq=np.ones(K),
+    res = linprog(c, A_ub=A_ub, b_ub=np.zeros(A_ub.shape[0]), A_eq=A_eq, b_eq=np.ones(K),
                   bounds=[(0, 1)] * (K * K) + [(None, 1)], method="highs")
     assert res.status == 0
     return -res.fun

@@ -1,0 +1,34 @@
+"""The full, unreduced C1 as dense linear-program rows, built here from the definition.
+
+Cator, Hensbergen & Rozenholc, constraint C1: for every present cell m, every triple π and every
+k0, ``sum_{k in g} P_mk <= alpha * sum_l U0(l) sum_{k in g} P_lk``.  The variables are the K x K
+entries of P (row-major).  Shared by the tests that compare pramopt's bounds with the exact
+optimum of small cases; it uses nothing of pramopt but the frequency table's codes and counts.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import scipy.sparse as sp
+
+
+def full_c1_rows(t, alpha: float, size: int = 3) -> sp.csr_matrix:
+    """Rows ``A`` with ``A @ vec(P) <= 0`` exactly when P meets the full C1."""
+    K, U, codes = t.n_cells, t.counts.astype(float), t.codes
+    rows = []
+    for pi in itertools.combinations(range(codes.shape[1]), size):
+        keys = [tuple(r) for r in codes[:, list(pi)]]
+        for k0 in set(keys):
+            ing = np.array([k == k0 for k in keys])
+            for m in range(K):
+                row = np.zeros((K, K))
+                row[:, ing] = -alpha * U[:, None]
+                row[m, ing] += 1.0
+                rows.append(row.ravel())
+    return sp.csr_matrix(np.array(rows))
+
+
+def row_sums(K: int) -> np.ndarray:
+    """Rows ``A_eq`` with ``A_eq @ vec(P) = 1``: every row of P sums to one."""
+    return np.kron(np.eye(K), np.ones(K))
