@@ -208,8 +208,8 @@ class DesignParams:
         "its records with a probability of its own and otherwise draws a replacement from one "
         "distribution (per stratum), chosen by the flow relaxation of C1; invertible for any diagonal, "
         "found in seconds.  'auto': the replacement design, the general design where one can exist "
-        "(the flow relaxation and phase one say so; up to 600 cells) and blocks where it cannot; the "
-        "verified design of smallest loss.",
+        "(the flow relaxation and phase one say so; up to 600 cells) and blocks where it cannot (up to "
+        "4,000 cells, or when there is no replacement design); the verified design of smallest loss.",
         cli={"choices": ["auto", "general", "blocks", "replacement"],
              "help": "general: any P with every diagonal entry above 1/2; blocks: block-diagonal "
                      "retention-replacement blocks; replacement: a retention per cell and one replacement "
