@@ -65,3 +65,31 @@ def test_records_quick(tmp_path):
     assert res["pipeline"].count_release_s.notna().all()
     assert res["inmemory"].same_checksum.all()
     assert (tmp_path / "records.md").exists() and res["figure"].stat().st_size > 1000
+
+
+def test_census_generator_is_seeded_and_shaped_like_a_census():
+    from benchmarks.census_data import CENSUS_KEYS, census_data, register_data
+
+    a, b = census_data(3000, 8, seed=4), census_data(3000, 8, seed=4)
+    assert a.equals(b) and list(a.columns) == list(CENSUS_KEYS)
+    # the first keys do not depend on how many are asked for
+    assert census_data(3000, 5, seed=4).equals(a[list(CENSUS_KEYS[:5])])
+    levels = {"age": 18, "sex": 2, "region": 40, "marital": 5, "education": 8, "employment": 4,
+              "citizenship": 3, "household_size": 6}
+    for k, L in levels.items():
+        assert a[k].between(0, L - 1).all()
+    # children are nearly all single and inactive; most 5-key cells are rare
+    kids = a.age < 3
+    assert (a.marital[kids] == 0).mean() > 0.95 and (a.employment[kids] == 2).mean() > 0.95
+    cells = census_data(20000, 5, seed=0).value_counts()
+    assert (cells < 10).mean() > 0.9
+    r = register_data(4000, seed=0)
+    assert r.nunique().tolist() <= [182, 2, 60, 4] and len(r.drop_duplicates()) > 3000
+
+
+def test_census_quick(tmp_path):
+    from benchmarks import census
+
+    df = census.run(tmp_path, quick=True, log=lambda m: None)
+    assert (df.status == "success").all() and (df.max_risk <= 0.1).all()
+    assert (tmp_path / "census.md").exists()
