@@ -91,7 +91,19 @@ def _components(P) -> list[np.ndarray] | None:
     return np.split(order, np.flatnonzero(np.diff(label[order])) + 1)
 
 
-def _l2_dense(Pd: np.ndarray, counts: np.ndarray, w: np.ndarray) -> float:
+def _diagonal_blocks(P: sp.csr_matrix, parts):
+    """(cells, P[cells][:, cells]) for every component, from one permuted copy of P (slicing
+    the whole matrix once per component would cost nnz(P) each time)."""
+    order = np.concatenate(parts)
+    Pp = P[order][:, order].tocsr()
+    start = 0
+    for cells in parts:
+        end = start + cells.size
+        yield cells, Pp[start:end, start:end]
+        start = end
+
+
+def _l2_dense(Pd: np.ndarray, w: np.ndarray) -> float:
     """sum_l ||row_l(P^-1)||^2 w_l for a dense P (inf when singular)."""
     try:
         with warnings.catch_warnings():  # an exactly singular P is reported as inf, not warned
@@ -117,15 +129,14 @@ def l2_loss(P, counts) -> float:
     n = counts.sum()
     if not sp.issparse(P):
         Pd = as_dense(P)
-        return _l2_dense(Pd, counts, counts @ Pd) / n**2 - 1.0 / n
+        return _l2_dense(Pd, counts @ Pd) / n**2 - 1.0 / n
     P = sp.csr_matrix(P, dtype=float)
     w = np.asarray(P.T @ counts).ravel()
     parts = _components(P) or [np.arange(P.shape[0])]
     total = 0.0
-    for cells in parts:
-        sub = P[cells][:, cells]
+    for cells, sub in _diagonal_blocks(P, parts):
         if cells.size <= DENSE_MAX:
-            total += _l2_dense(sub.toarray(), counts[cells], w[cells])
+            total += _l2_dense(sub.toarray(), w[cells])
         else:
             total += _l2_splu(sub, w[cells])
         if not np.isfinite(total):
@@ -152,9 +163,9 @@ def condition_number(P) -> float:
     if max(c.size for c in parts) > DENSE_MAX:
         return _onenorm_condition(P)
     s_max, s_min = 0.0, np.inf
-    for cells in parts:
+    for _, sub in _diagonal_blocks(P, parts):
         try:
-            sv = np.linalg.svd(P[cells][:, cells].toarray(), compute_uv=False)
+            sv = np.linalg.svd(sub.toarray(), compute_uv=False)
         except np.linalg.LinAlgError:
             return float("inf")
         s_max, s_min = max(s_max, sv[0]), min(s_min, sv[-1])

@@ -8,6 +8,12 @@ Retries: the solver works at alpha * (1 - margin) so that its feasibility tolera
 turns into a violation; if the verifier still found one, the margin grows tenfold (twice at
 most) and the design is solved again.  The diagonal floor gamma goes down a ladder when the
 reduced problem is infeasible at the requested one, guided by phase one.
+
+Structure (auto mode): the counting bound and the flow relaxation (:mod:`.relaxation`) say in
+seconds whether a general design (every diagonal entry >= 0.51) can exist; it is made only then,
+and only up to ``GENERAL_AUTO_MAX_CELLS`` cells.  The replacement design is always made, the block
+design up to ``BLOCKS_AUTO_MAX_CELLS`` cells where no general design is; every candidate is
+verified, and the smallest exact loss wins.
 """
 from __future__ import annotations
 
@@ -259,8 +265,9 @@ class _Designer:
             ph = largest_floor(pb, g_low, floor, a_solve, trace)
             if ph.status == "unproven":
                 trace.add("phase1", ph.seconds, 0, f"no floor >= {g_low:g} found on its support (not proven)")
+                allows = "" if self.relax is None else f" (the flow relaxation allows floors up to {self.relax:.4g})"
                 why = (f"Phase one found no design with every diagonal entry >= {g_low:g} within its pricing rounds; "
-                       f"one may exist (the flow relaxation allows floors up to {self.relax:.4g}).")
+                       f"one may exist{allows}.")
                 if auto_blocks:
                     return self.rare(why)
                 return self.identity(Status.INFEASIBLE, f"{why} {_ADVICE}", g_low)

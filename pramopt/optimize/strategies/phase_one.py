@@ -32,7 +32,8 @@ class PhaseOne:
     ``status`` is ``"ok"`` (``t`` is a floor the reduced problem allows, up to
     ``PHASE1_TIEBREAK`` below the largest), ``"infeasible"`` (proven: no floor of at least the
     lowest rung), ``"unproven"`` (the restricted program found no such floor within its pricing
-    rounds, but the full one may have one) or the solver's error.  ``support`` holds the transitions it used, for the
+    rounds, but the full one may have one) or the solver's error.  ``support`` holds the
+    transitions it used, for the
     linear stage to start from.
     """
 

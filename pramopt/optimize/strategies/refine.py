@@ -40,7 +40,8 @@ def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4
     Each iteration solves ``min grad . x`` over the feasible set intersected with the box
     ``|x - x_k| <= radius``, then takes the minimiser of the quadratic through the loss at both
     ends and its slope at the start when that lies inside the step (one more evaluation).  A step
-    is accepted when the actual decrease is at least 10% of the predicted one; the radius doubles after a very good step at the boundary and shrinks
+    is accepted when the actual decrease is at least 10% of the predicted one; the radius doubles
+    after a very good step at the boundary and shrinks
     fourfold after a rejected step.  Iterates stay feasible.  Stops (the documented tolerance)
     when the predicted decrease falls below ``rtol * loss``, when the loss improved by less than
     ``rtol`` (relative) over the last ``window`` iterations -- the linear model zig-zags
@@ -86,13 +87,12 @@ def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4
         # f(1) = fn.  The LP's step goes to a vertex of the box and overshoots a curved valley
         # (SLP's zig-zag); one more evaluation at the quadratic's minimiser takes the better point.
         curv = fn - f + pred if np.isfinite(fn) else np.inf
-        short = 1.0
         if np.isfinite(f) and curv > 0 and pred / (2 * curv) < 0.9:
             a = max(pred / (2 * curv), 0.05)
             xa = clean_fn(x + a * (xn - x))
             fa, ga, gca = loss(xa)
             if np.isfinite(fa) and (not np.isfinite(fn) or fa < fn):
-                xn, fn, gn, gcn, pred, short = xa, fa, ga, gca, a * pred, a
+                xn, fn, gn, gcn, pred = xa, fa, ga, gca, a * pred
         rho = (f - fn) / pred if np.isfinite(fn) else -np.inf
         if rho >= 0.1:
             if check is not None:

@@ -60,7 +60,7 @@ def replacement_matrix(o: np.ndarray, w: np.ndarray, pools: np.ndarray) -> sp.cs
     return P
 
 
-def _pool_parts(o, w, pools, counts):
+def _pool_parts(o, w, pools):
     lam = 1.0 - o
     a, b = o / lam, w / lam
     c = 1.0 + np.bincount(pools, weights=w * a)       # 1 + w^T diag(lam)^-1 o, per pool
@@ -77,7 +77,7 @@ def replacement_loss(o: np.ndarray, w: np.ndarray, pools: np.ndarray, counts) ->
     """
     counts = np.asarray(counts, dtype=float)
     n = counts.sum()
-    lam, a, b, c = _pool_parts(o, w, pools, counts)
+    lam, a, b, c = _pool_parts(o, w, pools)
     if np.any(lam <= 0) or np.any(c <= 0):
         return float("inf")
     bb = np.bincount(pools, weights=b * b, minlength=c.size)
@@ -94,7 +94,7 @@ def replacement_condition(o: np.ndarray, w: np.ndarray, pools: np.ndarray) -> fl
     import scipy.sparse.linalg as spla
 
     K = o.size
-    lam, a, b, c = _pool_parts(o, w, pools, None)
+    lam, a, b, c = _pool_parts(o, w, pools)
 
     def per_pool(weights, x):
         return np.bincount(pools, weights=weights * x, minlength=c.size)[pools]
