@@ -163,3 +163,22 @@ def test_changes_bound_is_below_the_full_c1_optimum_and_every_design(seed):
     res = pramopt.design(df, qi, alpha=0.1)
     assert res.success and res.details["expected_changes_lower_bound"] == pytest.approx(lb)
     assert res.expected_changes >= lb
+
+
+def test_block_by_block_relaxation_gives_a_design_meeting_the_full_c1(monkeypatch):
+    # Above LOCAL_RELAXATION_ABOVE cells each block's relaxation sees only its own records;
+    # the design must still meet the full C1 over the whole table (checked here by the
+    # independent verifier on the dense matrix) and be block diagonal over several pools.
+    import pramopt.optimize.strategies.replacement as R
+
+    monkeypatch.setattr(R, "LOCAL_RELAXATION_ABOVE", 10)
+    monkeypatch.setattr(R, "REPLACEMENT_MAX_ENTRIES", 20_000)  # blocks of about 75 cells
+    df = _random_data(9, n=3000, levels=(6, 5, 4, 3))
+    qi = list(df.columns)
+    res = pramopt.design(df, qi, alpha=0.1, structure="replacement")
+    assert res.success and res.reduction.blocks > 1
+    t = pramopt.frequency_table(df, qi)
+    P = res.to_dense()
+    rep = c1_risk(P, t.codes, t.counts.astype(float), resolve_combinations(t.qi, None, None, "x"))
+    assert rep.max_risk <= 0.1
+    assert "block by block" in " ".join(s.detail for s in res.stages)
