@@ -182,3 +182,15 @@ def test_block_by_block_relaxation_gives_a_design_meeting_the_full_c1(monkeypatc
     rep = c1_risk(P, t.codes, t.counts.astype(float), resolve_combinations(t.qi, None, None, "x"))
     assert rep.max_risk <= 0.1
     assert "block by block" in " ".join(s.detail for s in res.stages)
+
+
+def test_replacement_design_honours_min_diagonal():
+    # the floor is kept (every diagonal entry >= min_diagonal) or the design is refused, never lowered
+    df = _random_data(7, n=600)
+    qi = list(df.columns)
+    free = pramopt.design(df, qi, alpha=0.1, structure="replacement")
+    assert free.success
+    ok = pramopt.design(df, qi, alpha=0.1, structure="replacement", min_diagonal=round(free.min_diagonal - 0.05, 3))
+    assert ok.success and ok.matrix.diagonal().min() >= round(free.min_diagonal - 0.05, 3)
+    no = pramopt.design(df, qi, alpha=0.1, structure="replacement", min_diagonal=0.999)
+    assert not no.success and "0.999" in no.message

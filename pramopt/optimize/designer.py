@@ -209,8 +209,9 @@ class _Designer:
         """The replacement structure alone (``structure="replacement"``)."""
         c = self._replacement()
         if c is None:
+            floor = max(0.001, self.p.min_diagonal or 0.0)
             return self.identity(Status.INFEASIBLE, reason + " No replacement design satisfied C1 (the flow "
-                                 "relaxation leaves no retention of at least 0.001 at any margin tried).")
+                                 f"relaxation leaves no retention of at least {floor:g} at any margin tried).")
         return self._finish(c, reason)
 
     def rare(self, reason: str) -> DesignResult:

@@ -175,6 +175,8 @@ def solve_replacement(problem: DesignProblem, trace: Trace, verify) -> tuple | N
     """
     alpha = problem.alpha
     counts = problem.counts
+    # every diagonal entry is at least the smallest retention: min_diagonal is honoured by it
+    floor = max(LAMBDA_MIN, problem.params.min_diagonal or 0.0)
     pools, target = problem.strata, None
     local = problem.K > LOCAL_RELAXATION_ABOVE
     if local:
@@ -186,9 +188,9 @@ def solve_replacement(problem: DesignProblem, trace: Trace, verify) -> tuple | N
                 sol = _local_relaxation(problem, alpha * (1.0 - margin), pools)
             else:
                 sol = flow_relaxation(problem, alpha=alpha * (1.0 - margin), pools=pools, t_max=1.0)
-            if sol.status != "ok" or sol.t < LAMBDA_MIN:
-                trace.add("replacement", time.perf_counter() - t0, 0,
-                          sol.status if sol.status != "ok" else f"largest retention {sol.t:.3g}: too small")
+            if sol.status != "ok" or sol.t < floor:
+                trace.add("replacement", time.perf_counter() - t0, 0, sol.status if sol.status != "ok" else
+                          f"largest retention {sol.t:.3g}: below {floor:g}")
                 return None
             o, w = _design_from(sol, pools, counts)
             size = _entries(o, w, pools)
