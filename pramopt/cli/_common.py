@@ -44,8 +44,9 @@ class Progress:
 
 
 @contextlib.contextmanager
-def stage_log(quiet: bool, stream=None):
-    """Show every finished design stage on stderr (the ``pramopt.design`` logger) unless quiet."""
+def stage_log(quiet: bool, stream=None, after: float = 1.0):
+    """Show every finished design stage on stderr (the ``pramopt.design`` logger) unless quiet;
+    like :class:`Progress`, nothing during the first ``after`` seconds (a fast design stays quiet)."""
     if quiet:
         yield
         return
@@ -58,6 +59,7 @@ def stage_log(quiet: bool, stream=None):
 
     h = logging.StreamHandler(stream if stream is not None else sys.stderr)
     h.setFormatter(_Elapsed())
+    h.addFilter(lambda record: time.monotonic() - t0 >= after)
     old = log.level
     log.addHandler(h)
     log.setLevel(logging.INFO)
