@@ -194,3 +194,19 @@ def test_replacement_design_honours_min_diagonal():
     assert ok.success and ok.matrix.diagonal().min() >= round(free.min_diagonal - 0.05, 3)
     no = pramopt.design(df, qi, alpha=0.1, structure="replacement", min_diagonal=0.999)
     assert not no.success and "0.999" in no.message
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_lazy_rows_give_the_full_relaxation_optimum(monkeypatch, seed):
+    # With lazy rows (every C1 row of the relaxation imposed only once violated) the largest floor
+    # equals the program with every row imposed from the start.
+    import pramopt.optimize.relaxation as R
+
+    df = _random_data(seed, n=500)
+    pb = _problem(df, list(df.columns))
+    full = flow_relaxation(pb)
+    monkeypatch.setattr(R, "LAZY_ROWS_ABOVE", 0)
+    monkeypatch.setattr(R, "LAZY_GROUP_RECORDS", 0.5)  # start with almost no rows
+    lazy = R.flow_relaxation(pb)
+    assert full.status == lazy.status == "ok"
+    assert lazy.t == pytest.approx(full.t, abs=1e-6)

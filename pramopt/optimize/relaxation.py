@@ -142,7 +142,7 @@ def flow_relaxation(problem: DesignProblem, alpha: float | None = None, pools: n
     active = np.ones(W, dtype=bool)
     if W > LAZY_ROWS_ABOVE and objective == "floor":
         active = groups.size[used][gpos.ravel()] < LAZY_GROUP_RECORDS / alpha
-    for _ in range(LAZY_ROUNDS + 1):
+    for round_ in range(LAZY_ROUNDS + 1):
         rows = np.flatnonzero(active)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -155,7 +155,7 @@ def flow_relaxation(problem: DesignProblem, alpha: float | None = None, pools: n
         viol = (A_C @ res.x > -1.0 + 1e-9) & ~active
         if not viol.any():
             break
-        active |= viol if _ < LAZY_ROUNDS - 1 else True
+        active |= viol if round_ < LAZY_ROUNDS - 1 else True  # the last round imposes every row
     if res.status == 2:
         return FlowSolution("infeasible")
     if res.status != 0 or res.x is None:
