@@ -11,7 +11,6 @@ import json
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from ._common import max_rss_mb, run_child, write_table

@@ -68,14 +68,6 @@ def _l2_splu(P, w) -> float:
     return float(r @ w)
 
 
-def _l2_loss_splu(P, counts) -> float:
-    """The loss of a sparse P through one sparse LU of the whole matrix (no components)."""
-    counts = np.asarray(counts, dtype=float)
-    n = counts.sum()
-    w = np.asarray(sp.csr_matrix(P).T @ counts).ravel()
-    return float(_l2_splu(P, w) / n**2 - 1.0 / n)
-
-
 def _components(P) -> list[np.ndarray] | None:
     """The cells of each connected component of P's transition graph, or None if there is one.
 

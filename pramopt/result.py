@@ -193,7 +193,8 @@ class DesignResult:
     condition_number : float
         The 2-norm condition number of P, exact when no connected component of P's transition
         graph has more than ``pramopt.loss.DENSE_MAX`` cells, else a 1-norm estimate
-        (:func:`pramopt.condition_number`).
+        (:func:`pramopt.condition_number`); for replacement designs always the 1-norm estimate,
+        from their closed-form inverse.
     message : str
         Why the status is what it is (which γ was used and why, or why it failed).
     alpha : float

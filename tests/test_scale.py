@@ -20,7 +20,7 @@ from pramopt.frequency.table import frequency_table
 from pramopt.optimize.constraints.c1 import floor_upper_bound
 from pramopt.optimize.strategies.general import LP_GAP_RTOL
 from pramopt.example import EXAMPLE_QI
-from pramopt.loss import _l2_loss_splu, l2_loss
+from pramopt.loss import l2_loss
 from pramopt.optimize.objectives.l2 import l2_loss_and_grad
 from pramopt.optimize.constraints.c1 import build_groups, c1_block
 from pramopt.optimize.support import Support
@@ -185,8 +185,9 @@ def test_sparse_lu_loss_and_condition_estimate(monkeypatch):
     bm = BlockModel([np.arange(i, i + 10) for i in range(0, K, 10)], K)
     P = bm.matrix(bm.clean(rng.random(bm.n_params)))
     counts = rng.integers(1, 9, K).astype(float)
-    assert _l2_loss_splu(P, counts) == pytest.approx(l2_loss(P.toarray(), counts), rel=1e-9)
-    monkeypatch.setattr(L, "DENSE_MAX", 5)  # blocks of 10: the estimate, not the exact form
+    dense = l2_loss(P.toarray(), counts)
+    monkeypatch.setattr(L, "DENSE_MAX", 5)  # blocks of 10: sparse LU and the estimate, not the dense forms
+    assert L.l2_loss(P, counts) == pytest.approx(dense, rel=1e-9)
     est = L.condition_number(P)
     exact = np.linalg.cond(P.toarray(), 1)
     assert exact / 3 <= est <= exact * (1 + 1e-9)

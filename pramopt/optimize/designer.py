@@ -134,7 +134,6 @@ class _Designer:
         self.problem, self.trace = problem, trace
         self.p = problem.params
         self.relax = None  # the flow relaxation's bound on every diagonal floor, once known
-        self.details: dict = {}
 
     def verify(self, P, name: str = "verify"):
         rep, st = verify_stage(P, self.problem.table, self.problem.combos, name)
@@ -142,11 +141,11 @@ class _Designer:
         return rep
 
     def finish(self, P, status: Status, message: str, gamma=None, reduction=None, solver=None, report=None,
-               loss=None, condition=None):
+               loss=None, condition=None, details=None):
         pb = self.problem
         return finish(P, pb.table, pb.combos, pb.alpha, status, message, stages=self.trace.stages, gamma=gamma,
                       reduction=reduction, solver=solver, report=report, params=self.p.to_dict(), loss=loss,
-                      condition=condition, details=self.details if status is Status.SUCCESS else None)
+                      condition=condition, details=details)
 
     def identity(self, status: Status, message: str, gamma=None, reduction=None):
         return self.finish(sp.identity(self.problem.K, format="csr"), status, message, gamma, reduction)
@@ -234,9 +233,10 @@ class _Designer:
                 lb = changes_bound(self.problem, self.p.min_diagonal or 0.0)
             info["detail"] = ("unknown" if lb is None else
                               f"every design changes >= {lb:.4g} records in expectation")
-        self.details = {"expected_changes_lower_bound": lb, "tried": {o.name: o.loss for o in others}}
+        details = {"expected_changes_lower_bound": lb, "tried": {o.name: o.loss for o in others}}
         return self.finish(c.P, Status.SUCCESS, f"{reason} {c.describe}".strip() + (f" (also tried: {also})." if also else
-                           "") + " Full C1 verified.", c.gamma, c.reduction, c.solver, c.report, c.loss, c.condition)
+                           "") + " Full C1 verified.", c.gamma, c.reduction, c.solver, c.report, c.loss, c.condition,
+                           details)
 
     def _blocks(self) -> "_Candidate | None":
         best = solve_blocks(self.problem, self.problem.alpha * (1.0 - self.p.margin), self.trace, self.verify)
