@@ -17,7 +17,9 @@ from .baselines import (
     reconstruct_counts, reconstruction_error, retention_matrix, retention_matrix_multi, retention_on_cells,
     retention_rho, rho_from_epsilon, rho_from_k, sdcmicro_invariant_matrix, sdcmicro_on_cells,
 )
-from .errors import DesignFileError, DesignMismatchError, InvalidParameterError, PramoptError
+from .errors import (
+    CallbackError, DesignFileError, DesignMismatchError, InvalidParameterError, LargeProblemWarning, PramoptError,
+)
 from .example import example_data
 from .frequency import FrequencyTable, count_dask, count_file, frequency_table, resolve_combinations
 from .io import load_design, read_matrix, read_table, save_design, write_table
@@ -40,7 +42,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     # errors
-    "PramoptError", "InvalidParameterError", "DesignMismatchError", "DesignFileError",
+    "PramoptError", "InvalidParameterError", "DesignMismatchError", "DesignFileError", "CallbackError",
+    "LargeProblemWarning",
     # data
     "FrequencyTable", "frequency_table", "resolve_combinations", "count_file", "count_dask", "example_data",
     # design

@@ -100,10 +100,12 @@ def as_transition_matrix(P, name: str, owner: str, *, square: bool = True) -> np
         raise InvalidParameterError(
             f"The {name!r} parameter of {owner} must be {kind}; got an array of shape {A.shape}."
         )
-    if not np.all(np.isfinite(A)) or (A < 0).any():
+    bad = ~np.isfinite(A) | (A < 0)
+    if bad.any():
+        i, j = np.argwhere(bad)[0]
         raise InvalidParameterError(
             f"The {name!r} parameter of {owner} must have finite non-negative entries; "
-            f"got min {np.nanmin(A)!r}."
+            f"got {float(A[i, j])!r} at row {i}, column {j} ({int(bad.sum())} such entries)."
         )
     rs = A.sum(axis=1)
     if np.abs(rs - 1.0).max() > ROW_SUM_TOL:

@@ -1,7 +1,8 @@
 """The errors pramopt raises on purpose (the CLI turns each into exit code 2, without a traceback)."""
 from __future__ import annotations
 
-__all__ = ["PramoptError", "InvalidParameterError", "DesignMismatchError", "DesignFileError"]
+__all__ = ["PramoptError", "InvalidParameterError", "DesignMismatchError", "DesignFileError", "CallbackError",
+           "LargeProblemWarning"]
 
 
 class PramoptError(Exception):
@@ -18,3 +19,12 @@ class DesignMismatchError(PramoptError, ValueError):
 
 class DesignFileError(PramoptError, ValueError):
     """A design file that is missing, malformed or was edited after it was written."""
+
+
+class CallbackError(PramoptError, RuntimeError):
+    """A callback the user passed (``progress=``) raised; the work was stopped (the original
+    exception is chained as ``__cause__``)."""
+
+
+class LargeProblemWarning(UserWarning):
+    """A design that will be large (many C1 rows): issued before the work starts, with a way out."""

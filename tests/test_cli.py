@@ -158,7 +158,8 @@ def test_release_refuses_tampered_design(example):
         for a in (np.arange(K, dtype="<i8"), np.arange(K, dtype="<i8"), np.ones(K, dtype="<f8")):
             h.update(a.tobytes())
         rec["matrix_sha256"] = h.hexdigest()
-        guarded = ("format", "method", "table_checksum", "matrix_sha256", "status", "alpha", "combinations")
+        guarded = ("format", "method", "table_checksum", "matrix_sha256", "status", "alpha", "combinations",
+                   "files")
         text = json.dumps({k: rec.get(k) for k in guarded}, sort_keys=True, separators=(",", ":"))
         rec["record_sha256"] = hashlib.sha256(text.encode()).hexdigest()
     d = _tampered(example["dir"], tmp / "t2", identity)

@@ -130,6 +130,19 @@ def check_domains(domains, qi, owner: str) -> dict:
     return domains
 
 
+def _unsortable(col: pd.Series, name: str) -> str:
+    """Why a column's values cannot be categories: unhashable (a list) or of mixed types."""
+    for i, v in enumerate(col.to_numpy(dtype=object)):
+        try:
+            hash(v)
+        except TypeError:
+            return (f"The identifying variable {name!r} must hold numbers or strings; record {i} holds a "
+                    f"{type(v).__name__}: {v!r:.60}.")
+    kinds = sorted({type(v).__name__ for v in col.dropna().to_numpy(dtype=object)})
+    return (f"The identifying variable {name!r} mixes values of types {', '.join(kinds)}, which cannot be "
+            "ordered as categories; convert the column to one type (for example with .astype(str)).")
+
+
 def encode_column(
     col: pd.Series,
     name: str,
@@ -156,7 +169,10 @@ def encode_column(
         if has_nan_cat:
             codes = np.where(col.isna().to_numpy(), int(np.flatnonzero(cats.isna())[0]), codes)
     else:
-        codes, uniques = pd.factorize(col, sort=True, use_na_sentinel=True)
+        try:
+            codes, uniques = pd.factorize(col, sort=True, use_na_sentinel=True)
+        except TypeError:
+            raise InvalidParameterError(_unsortable(col, name)) from None
         cats = pd.Index(uniques)
         if (codes < 0).any():
             # Missing values are a category of their own, after the observed ones.

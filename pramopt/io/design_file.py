@@ -5,7 +5,8 @@
     identifying variables and their categories, the present cells (codes) and counts, the
     matrix (its nonzero entries), the parameters, status and figures, and two SHA-256
     checksums: of the frequency table (:meth:`pramopt.FrequencyTable.checksum`, which ties the
-    design to its data) and of the matrix (which detects a file edited by hand).
+    design to its data) and of the matrix (which detects a file edited by hand); the SHA-256 of
+    ``matrix.csv``; and one of the fields that decide a release (status, alpha, Π, the files).
 ``matrix.csv``
     The matrix in long form: ``from_<var>`` ..., ``to_<var>`` ..., ``probability``, one row per
     nonzero transition.
@@ -30,7 +31,10 @@ from ..result import DesignResult, Reduction, Stage, Status, entries as _entries
 from .atomic import DESIGN_FILE, write_text
 from .tables import write_table
 
-__all__ = ["DESIGN_FILE", "FORMAT", "save_design", "load_design", "matrix_long", "table_for_design"]
+__all__ = ["DESIGN_FILE", "MATRIX_FILE", "FORMAT", "save_design", "load_design", "matrix_long", "table_for_design"]
+
+#: The matrix in long form, beside ``design.json``; its SHA-256 is in ``design.json``.
+MATRIX_FILE = "matrix.csv"
 
 #: Format tag of ``design.json``; bumped on incompatible changes.
 FORMAT = "pramopt-design/2"
@@ -66,14 +70,32 @@ GUARDED = ("format", "method", "table_checksum", "matrix_sha256", "status", "alp
 
 
 def record_sha256(rec: dict) -> str:
-    """SHA-256 of the guarded fields of a design record (canonical JSON)."""
-    text = json.dumps({k: rec.get(k) for k in GUARDED}, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    """SHA-256 of the guarded fields of a design record (canonical JSON).
+
+    ``files`` (the checksums of the files written beside ``design.json``) is guarded too when the
+    record has it; records written before it existed keep their checksum.
+    """
+    keys = GUARDED + (("files",) if "files" in rec else ())
+    text = json.dumps({k: rec.get(k) for k in keys}, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def design_record(result: DesignResult, *, kind: str = "design", extra: dict | None = None) -> dict:
-    """The content of ``design.json`` for a result (plain JSON values)."""
+def file_sha256(path) -> str:
+    """SHA-256 of a file's bytes, read in blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def design_record(result: DesignResult, *, kind: str = "design", extra: dict | None = None,
+                  files: dict | None = None) -> dict:
+    """The content of ``design.json`` for a result (plain JSON values); ``files`` maps the names of
+    the files written beside it to their SHA-256."""
     rec = _record(result, kind, extra)
+    if files:
+        rec["files"] = dict(files)
     rec["record_sha256"] = record_sha256(rec)
     return rec
 
@@ -113,9 +135,10 @@ def _record(result: DesignResult, kind: str, extra: dict | None) -> dict:
 def save_design(result: DesignResult, folder, *, kind: str = "design", extra: dict | None = None) -> Path:
     """Write ``design.json`` and ``matrix.csv`` into an existing ``folder`` (each atomically)."""
     folder = Path(folder)
-    rec = design_record(result, kind=kind, extra=extra)
+    # matrix.csv first, so that design.json can carry its checksum (an edited matrix.csv is detected)
+    m = write_table(matrix_long(result.matrix, result.table), folder / MATRIX_FILE)
+    rec = design_record(result, kind=kind, extra=extra, files={MATRIX_FILE: file_sha256(m)})
     write_text(json.dumps(rec, indent=1, allow_nan=False), folder / DESIGN_FILE)
-    write_table(matrix_long(result.matrix, result.table), folder / "matrix.csv")
     return folder / DESIGN_FILE
 
 
@@ -178,6 +201,12 @@ def load_design(path) -> DesignResult:
     if rec["format"] == FORMAT and record_sha256(rec) != rec.get("record_sha256"):
         raise DesignFileError(
             f"The design {str(p)!r} was modified: its status, alpha or combinations do not match their checksum.")
+    for name, digest in (rec.get("files") or {}).items():
+        # a file beside design.json that is not as written (design.json alone is authoritative,
+        # so a missing one is no risk; an edited one would mislead whoever reads it)
+        f = p.parent / str(name)
+        if f.is_file() and file_sha256(f) != digest:
+            raise DesignFileError(f"The design {str(p)!r} was modified: {name} does not match its checksum.")
     if P.shape != (table.n_cells, table.n_cells):
         raise DesignFileError(f"The design {str(p)!r} is malformed: matrix {P.shape} for {table.n_cells} cells.")
     red = rec.get("reduction")

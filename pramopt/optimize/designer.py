@@ -6,7 +6,8 @@ data -> frequency table -> :class:`~.problem.DesignProblem` -> a strategy
 
 Retries: the solver works at alpha * (1 - margin) so that its feasibility tolerance never
 turns into a violation; if the verifier still found one, the margin grows tenfold (twice at
-most) and the design is solved again.  The diagonal floor gamma goes down a ladder when the
+most, from ``MARGIN_FLOOR`` at least) and the design is solved again; a design that fails at every
+margin is reported UNVERIFIED, never INFEASIBLE.  The diagonal floor gamma goes down a ladder when the
 reduced problem is infeasible at the requested one, guided by phase one.
 
 Structure (auto mode): the counting bound and the flow relaxation (:mod:`.relaxation`) say in
@@ -18,11 +19,13 @@ verified, and the smallest exact loss wins.
 from __future__ import annotations
 
 import inspect
+import warnings
 from dataclasses import dataclass
 
 import scipy.sparse as sp
 
 from .._validation import check_choice
+from ..errors import InvalidParameterError, LargeProblemWarning
 from ..frequency.combinations import resolve_combinations
 from ..frequency.table import FrequencyTable, frequency_table
 from ..outcome import finish, verify_stage
@@ -53,9 +56,29 @@ GENERAL_AUTO_MAX_CELLS = 600
 #: (loss 1.55e-4, 16 s), as it does on every rare-heavy data set of the benchmarks.
 BLOCKS_AUTO_MAX_CELLS = 4000
 
+#: ... and only up to this many rows of the reduced C1 (rare cells x combinations): with 12
+#: identifying variables (220 triples) and 2,000 records the replacement design takes 6 s and each
+#: block size minutes (440,000 rows).
+BLOCKS_AUTO_MAX_ROWS = 100_000
+
+#: Above this many rows of the reduced C1 the designer warns before it starts (see LargeProblemWarning).
+LARGE_PROBLEM_ROWS = 1_000_000
+
 #: The flow relaxation proves a floor impossible only when its bound is below the floor by
 #: more than this (its solver's feasibility tolerance is 1e-7).
 RELAXATION_TOL = 1e-6
+
+#: The margin grows from at least this when the verification fails (a margin of 0 would stay 0).
+MARGIN_FLOOR = 1e-5
+
+
+def _margins(margin: float) -> list[float]:
+    """The margins tried in turn: the requested one, then tenfold twice (from MARGIN_FLOOR at least)."""
+    out = [margin]
+    for _ in range(2):
+        out.append(min(max(10 * out[-1], MARGIN_FLOOR), 0.1))
+    return out
+
 
 _ADVICE = "Coarsen the identifying variables, use fewer combinations or a larger alpha."
 
@@ -88,6 +111,8 @@ def design(data, qi=None, alpha: float = DesignParams.alpha, *, progress: Progre
     """
     owner = "design"
     params = DesignParams.from_options(owner, alpha=alpha, **options)
+    if progress is not None and not callable(progress):
+        raise InvalidParameterError(f"The 'progress' parameter of {owner} must be a callable or None; got {progress!r}.")
     if params.solver is not None and params.solver != "HIGHS":
         from .backends import known_solvers  # imports cvxpy: only when a cvxpy solver is named
         check_choice(params.solver, "solver", owner, known_solvers())
@@ -100,7 +125,15 @@ def design(data, qi=None, alpha: float = DesignParams.alpha, *, progress: Progre
     trace = Trace(progress)
     with trace.stage("model") as info:
         problem = DesignProblem.build(table, combos, params, owner)
-        info["detail"] = f"{problem.groups.n_groups} (pi, k0) groups"
+        info["detail"] = f"{problem.groups.n_groups} (pi, k0) groups, {problem.rare_rows} rows of C1 for rare cells"
+    if problem.rare_rows > LARGE_PROBLEM_ROWS:
+        # before minutes of work: say what makes it large and how to make it smaller
+        rare = problem.rare_rows // len(combos)
+        warnings.warn(LargeProblemWarning(
+            f"{len(combos)} combinations of {len(table.qi)} identifying variables and {rare} rare cells give "
+            f"{problem.rare_rows:,} rows of C1 (more than {LARGE_PROBLEM_ROWS:,}): the design may take many minutes "
+            "and gigabytes. A smaller combination_size, an explicit list of combinations or coarser variables "
+            "make it smaller."), stacklevel=2)
     return _Designer(problem, trace).run()
 
 
@@ -134,6 +167,7 @@ class _Designer:
         self.problem, self.trace = problem, trace
         self.p = problem.params
         self.relax = None  # the flow relaxation's bound on every diagonal floor, once known
+        self._unverified = None  # (P, report, margin) of a block design that failed the check
 
     def verify(self, P, name: str = "verify"):
         rep, st = verify_stage(P, self.problem.table, self.problem.combos, name)
@@ -165,7 +199,9 @@ class _Designer:
             return self.finish(eye, Status.SUCCESS, "The data already satisfy C1: P = I.", report=rep)
         floor = 0.0 if p.min_diagonal is None else p.min_diagonal
         g_low = max(GAMMA_LADDER[-1], floor)
-        auto_blocks = p.structure == "auto" and not p.invariant and p.min_diagonal is None
+        # every structure honours every option (the floor, strata, kept cells, invariance), so
+        # auto mode may always turn to the structures that need no floor above 1/2
+        auto_blocks = p.structure == "auto"
         if p.structure == "blocks":
             return self.blocks("Block structure requested.")
         if p.structure == "replacement":
@@ -201,8 +237,17 @@ class _Designer:
         """The block structure alone (``structure="blocks"``)."""
         c = self._blocks()
         if c is None:
-            return self.identity(Status.INFEASIBLE, reason + " No block design satisfied C1.")
+            return self.unverified(reason) or self.identity(Status.INFEASIBLE, reason + " No block design satisfied C1.")
         return self._finish(c, reason)
+
+    def unverified(self, reason: str) -> DesignResult | None:
+        """UNVERIFIED, when a design was made but failed the full check at every margin."""
+        if self._unverified is None:
+            return None
+        P, rep, margin = self._unverified
+        return self.finish(P, Status.UNVERIFIED, f"{reason} The block design failed the full C1 check at every margin "
+                           f"tried, up to {margin:g} (max risk {rep.max_risk:.8g} > alpha = {self.problem.alpha:g}).",
+                           report=rep)
 
     def replacement(self, reason: str) -> DesignResult:
         """The replacement structure alone (``structure="replacement"``)."""
@@ -215,12 +260,14 @@ class _Designer:
 
     def rare(self, reason: str) -> DesignResult:
         """No general design exists (or none was found): the better of blocks and replacement
-        (blocks only up to ``BLOCKS_AUTO_MAX_CELLS`` cells, or when there is no replacement design)."""
+        (blocks only up to ``BLOCKS_AUTO_MAX_CELLS`` cells and ``BLOCKS_AUTO_MAX_ROWS`` rows, or when there
+        is no replacement design)."""
         found = [c for c in (self._replacement(),) if c is not None]
-        if not found or self.problem.K <= BLOCKS_AUTO_MAX_CELLS:
+        if not found or (self.problem.K <= BLOCKS_AUTO_MAX_CELLS and self.problem.rare_rows <= BLOCKS_AUTO_MAX_ROWS):
             found += [c for c in (self._blocks(),) if c is not None]
         if not found:
-            return self.identity(Status.INFEASIBLE, reason + " No block or replacement design satisfied C1 either.")
+            return self.unverified(reason) or self.identity(
+                Status.INFEASIBLE, reason + " No block or replacement design satisfied C1 either.")
         return self._finish(min(found, key=lambda c: c.loss), reason, others=found)
 
     def _finish(self, c: "_Candidate", reason: str, others=()) -> DesignResult:
@@ -239,7 +286,11 @@ class _Designer:
                            details)
 
     def _blocks(self) -> "_Candidate | None":
-        best = solve_blocks(self.problem, self.problem.alpha * (1.0 - self.p.margin), self.trace, self.verify)
+        for margin in _margins(self.p.margin):
+            best, failed = solve_blocks(self.problem, self.problem.alpha * (1.0 - margin), self.trace, self.verify)
+            if best is not None or failed is None:
+                break
+            self._unverified = (*failed, margin)  # the solver's tolerance: a larger margin may mend it
         if best is None:
             return None
         att, rep, f = best
@@ -263,9 +314,9 @@ class _Designer:
     def general(self, floor: float, g_low: float, auto_blocks: bool) -> DesignResult:
         """Phase one, then the gamma ladder; the margin grows if verification ever fails."""
         pb, p, trace = self.problem, self.p, self.trace
-        alpha, margin = pb.alpha, p.margin
+        alpha = pb.alpha
         last_msg = ""
-        for _ in range(3):
+        for margin in _margins(p.margin):
             a_solve = alpha * (1.0 - margin)
             ph = largest_floor(pb, g_low, floor, a_solve, trace)
             if ph.status == "unproven":
@@ -322,5 +373,4 @@ class _Designer:
                 return self.identity(Status.INFEASIBLE,
                                      f"No design satisfies C1 with a diagonal floor in {', '.join(f'{g:g}' for g in tried)}. "
                                      f"{_ADVICE}", tried[-1] if tried else None)
-            margin = min(margin * 10, 0.1)
         return self.finish(att.P, Status.UNVERIFIED, last_msg, tried[-1], att.reduction, att.solver, rep)

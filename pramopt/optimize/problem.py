@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import InvalidParameterError
+from ..errors import CallbackError, InvalidParameterError
 from ..frequency.table import FrequencyTable, cells_of
 from ..params import DesignParams
 from ..result import Stage
@@ -104,6 +104,12 @@ class DesignProblem:
         return self.table.codes[:, list(self.fixed_idx)] if self.fixed_idx else None
 
     @functools.cached_property
+    def rare_rows(self) -> int:
+        """Rows of C1 the designs impose: every rare cell (U0 < 1/alpha) x every combination (the
+        rows of frequent cells always hold, the paper's bound (2))."""
+        return int(np.count_nonzero(self.counts < 1.0 / self.alpha)) * len(self.combos)
+
+    @functools.cached_property
     def strata(self) -> np.ndarray:
         """Stratum of every cell: the combination of its fixed variables (all 0 without any)."""
         if self._fixed_codes is None:
@@ -163,4 +169,8 @@ class Trace:
 
     def progress(self, stage: str, iteration: int, loss: float, worst: float) -> None:
         if self._progress is not None:
-            self._progress(stage, iteration, loss, worst)
+            try:
+                self._progress(stage, iteration, loss, worst)
+            except Exception as e:
+                raise CallbackError(f"The progress callback raised {type(e).__name__}: {e} (at stage {stage!r}, "
+                                    f"iteration {iteration}); the design was stopped.") from e

@@ -87,7 +87,8 @@ class BlockModel:
         Block index of every cell.
     """
 
-    def __init__(self, blocks, K: int):
+    def __init__(self, blocks, K: int, floor: float = LAMBDA_MIN):
+        self.floor = max(float(floor), LAMBDA_MIN)  # every lambda_b, hence every diagonal entry
         self.blocks = [np.asarray(b, dtype=np.int64) for b in blocks]
         self.B = len(self.blocks)
         self.K = K
@@ -113,13 +114,19 @@ class BlockModel:
     def split(self, z):
         return z[: self.B], z[self.B:]
 
-    def clean(self, z, eps: float = LAMBDA_MIN) -> np.ndarray:
-        """Clip to the feasible box and renormalise each block so that its rows sum to one."""
+    def clean(self, z) -> np.ndarray:
+        """Clip to the feasible box and rescale each block's v so that its rows sum to one.
+
+        lambda_b is kept at or above the floor exactly (the diagonal is lambda_b + v_k, so a
+        ``min_diagonal`` held by lambda_b is held by P), and v fills the rest of each row.
+        """
         lam, v = self.split(np.asarray(z, dtype=float).copy())
-        lam = np.maximum(lam, eps)
+        lam = np.clip(lam, self.floor, 1.0)
         v = np.maximum(v, 0.0)
-        tot = lam + np.bincount(self.block_of, weights=v, minlength=self.B)
-        return np.concatenate([lam / tot, v / tot[self.block_of]])
+        vs = np.bincount(self.block_of, weights=v, minlength=self.B)
+        scale = np.where(vs > 0, (1.0 - lam) / np.where(vs > 0, vs, 1.0), 0.0)
+        lam = np.where(vs > 0, lam, 1.0)
+        return np.concatenate([lam, v * scale[self.block_of]])
 
     def matrix(self, z) -> sp.csr_matrix:
         return self.support.to_matrix(self.T @ z)
@@ -131,7 +138,9 @@ def _solve_at_size(problem: DesignProblem, target: float, a_solve: float, trace:
     K = problem.K
     counts = problem.counts
     t0 = time.perf_counter()
-    bm = BlockModel(make_blocks(problem.table, target, problem.fixed_idx, problem.keep_rows), K)
+    # min_diagonal holds when every lambda_b does (P_kk = lambda_b + v_k >= lambda_b)
+    bm = BlockModel(make_blocks(problem.table, target, problem.fixed_idx, problem.keep_rows), K,
+                    floor=p.min_diagonal or LAMBDA_MIN)
     sup = bm.support
     # start with each rare row's own groups; rows outside their group join when violated
     rare = np.flatnonzero(counts < 1.0 / problem.alpha)
@@ -144,7 +153,7 @@ def _solve_at_size(problem: DesignProblem, target: float, a_solve: float, trace:
     cx[sup.diag] = -counts
     cz = bm.T.T @ cx
     lo = np.zeros(bm.n_params)
-    lo[: bm.B] = LAMBDA_MIN
+    lo[: bm.B] = bm.floor
     lo[bm.block_of[np.asarray(problem.keep_rows, dtype=np.int64)]] = 1.0
     hi = np.ones(bm.n_params)
 
@@ -200,10 +209,12 @@ def solve_blocks(problem: DesignProblem, a_solve: float, trace: Trace, verify) -
     Larger blocks let lambda approach alpha (smaller loss) but mix more distant cells: the
     block size (in records) starts at 4/alpha and doubles while the loss still drops by 5% and
     the support stays below ``BLOCK_SUPPORT_MAX``.  ``verify(P)`` is the full C1 check; only
-    verified designs are kept.  Returns ``(attempt, report, loss)`` of the best, or ``None``.
+    verified designs are kept.  Returns ``(best, unverified)``: ``best`` is ``(attempt, report,
+    loss)`` of the best verified design or ``None``; ``unverified`` is ``(P, report)`` of the last
+    design the solver returned that failed the check (a larger margin may mend it), or ``None``.
     """
     alpha = problem.alpha
-    best = None
+    best = unverified = None
     target = float(np.ceil(4.0 / alpha))
     prev = np.inf
     while target <= max(4.0 / alpha, problem.n):
@@ -215,7 +226,9 @@ def solve_blocks(problem: DesignProblem, a_solve: float, trace: Trace, verify) -
                 f = problem.objective.value(att.P, problem.counts)
                 if best is None or f < best[2]:
                     best = (att, rep, f)
+            else:
+                unverified = (att.P, rep)
         if best is not None and (best[0].reduction.support > BLOCK_SUPPORT_MAX or best[2] > 0.95 * prev):
             break
         prev = best[2] if best is not None else np.inf
-    return best
+    return best, unverified
