@@ -18,12 +18,16 @@ verified, and the smallest exact loss wins.
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import warnings
 from dataclasses import dataclass
 
+import numpy as np
+
 import scipy.sparse as sp
 
+from .._plain import plain
 from .._validation import check_choice
 from ..errors import InvalidParameterError, LargeProblemWarning
 from ..frequency.combinations import resolve_combinations
@@ -37,9 +41,9 @@ from .constraints.c1 import floor_upper_bound
 from .problem import DesignProblem, ProgressFn, Trace
 from .strategies import AttemptStatus
 from .strategies.blocks import solve_blocks
-from .strategies.replacement import LOCAL_RELAXATION_ABOVE, solve_replacement
+from .strategies.replacement import LOCAL_RELAXATION_ABOVE, solve_replacement, solve_uniform
 from .strategies.general import solve_general
-from .relaxation import changes_bound, floor_bound
+from .relaxation import changes_bound, floor_bound, flow_relaxation
 from .strategies.phase_one import PHASE1_TIEBREAK, largest_floor
 
 __all__ = ["design", "GAMMA_LADDER"]
@@ -192,6 +196,9 @@ class _Designer:
         if pb.n * alpha < 1:
             return self.identity(Status.INFEASIBLE_DATA,
                                  f"C1 cannot hold for any matrix: n = {pb.n} < 1/alpha = {1 / alpha:g}.")
+        small = self._small_stratum()
+        if small:
+            return self.identity(Status.INFEASIBLE, small)
         # Nothing to do when the original data already satisfy C1 (P = I).
         eye = sp.identity(pb.K, format="csr")
         rep = self.verify(eye, "check P=I")
@@ -227,6 +234,33 @@ class _Designer:
             return self.identity(Status.INFEASIBLE, f"{why}{self._invariant_hint()} {_ADVICE}", g_low)
         return self.general(floor, g_low, auto_blocks)
 
+    def _small_stratum(self) -> str:
+        """Why ``fixed`` forbids every design, when it does: the argument for n < 1/alpha, within strata.
+
+        For a combination π, the records whose values of the fixed variables in π agree can only
+        move among themselves, and every group of π lies within one such set; so the U0-weighted
+        mean over its cells of their left-hand sides of C1 is 1 / (its records), and C1 needs at
+        least 1/alpha records in every such set.
+        """
+        pb = self.problem
+        fixed = set(pb.fixed_idx)
+        for pi in pb.combos:
+            shared = [j for j in pi if j in fixed]
+            if not shared:
+                continue
+            keys, inv = np.unique(pb.table.codes[:, shared], axis=0, return_inverse=True)
+            sizes = np.bincount(inv.ravel(), weights=pb.counts)
+            i = int(np.argmin(sizes))
+            if sizes[i] * pb.alpha < 1:
+                t = pb.table
+                where = ", ".join(f"{t.qi[j]} = {plain(t.categories[j][keys[i][a]])!r}" for a, j in enumerate(shared))
+                return (f"C1 cannot hold for any matrix with fixed = {list(self.p.fixed)}: the {int(sizes[i])} records "
+                        f"with {where} can only move among themselves, and combination "
+                        f"{[t.qi[j] for j in pi]} keeps them apart from the others, so some left-hand side of C1 is "
+                        f"at least 1/{int(sizes[i])} > alpha = {pb.alpha:g}. Merge that stratum with another or fix "
+                        "fewer variables.")
+        return ""
+
     def _invariant_hint(self) -> str:
         if not self.p.invariant:
             return ""
@@ -237,7 +271,8 @@ class _Designer:
         """The block structure alone (``structure="blocks"``)."""
         c = self._blocks()
         if c is None:
-            return self.unverified(reason) or self.identity(Status.INFEASIBLE, reason + " No block design satisfied C1.")
+            return self.unverified(reason) or self.identity(
+                Status.INFEASIBLE, f"{reason} No block design satisfied C1. {self._forbidden()}")
         return self._finish(c, reason)
 
     def unverified(self, reason: str) -> DesignResult | None:
@@ -266,8 +301,10 @@ class _Designer:
         if not found or (self.problem.K <= BLOCKS_AUTO_MAX_CELLS and self.problem.rare_rows <= BLOCKS_AUTO_MAX_ROWS):
             found += [c for c in (self._blocks(),) if c is not None]
         if not found:
+            found = [c for c in (self._uniform(),) if c is not None]
+        if not found:
             return self.unverified(reason) or self.identity(
-                Status.INFEASIBLE, reason + " No block or replacement design satisfied C1 either.")
+                Status.INFEASIBLE, f"{reason} No block or replacement design satisfied C1 either. {self._forbidden()}")
         return self._finish(min(found, key=lambda c: c.loss), reason, others=found)
 
     def _finish(self, c: "_Candidate", reason: str, others=()) -> DesignResult:
@@ -310,6 +347,53 @@ class _Designer:
                           f"{r.min_lambda:.3g} and otherwise draws from one replacement distribution per "
                           f"{'stratum' if r.block_target_records is None else 'block'}; invertible for any "
                           "retention).")
+
+    def _uniform(self) -> "_Candidate | None":
+        def check(P):  # the bisection's checks are not stages of their own
+            return verify_stage(P, self.problem.table, self.problem.combos, "verify")[0]
+        found = solve_uniform(self.problem, self.trace, check)
+        if found is None:
+            return None
+        att, rep, f, cond = found
+        return _Candidate("uniform", att.P, rep, f, cond, att.reduction, None, None,
+                          f"A uniform replacement design was made (each cell keeps its records with probability "
+                          f"{att.reduction.min_lambda:.3g} and otherwise draws a record of its stratum at random; "
+                          "invertible for any retention).")
+
+    def _forbidden(self) -> str:
+        """Which option rules out every design, by the flow relaxation of C1 (a relaxation: when it
+        has no solution, or caps the diagonal floor below ``min_diagonal``, no design exists)."""
+        pb, p = self.problem, self.p
+        floor = p.min_diagonal or 0.0
+        sol = flow_relaxation(pb)
+        if sol.status == "ok" and sol.t >= floor - RELAXATION_TOL:
+            return (f"The flow relaxation of C1 does not rule a design out (it allows diagonal floors up to "
+                    f"{sol.t:.4g}); {_ADVICE[0].lower()}{_ADVICE[1:]}")
+        if sol.status not in ("ok", "infeasible"):
+            return _ADVICE
+        if sol.status == "ok":  # feasible, but below the floor asked for
+            return (f"min_diagonal = {floor:g} rules out every design: the flow relaxation of C1 bounds every "
+                    f"diagonal floor by {sol.t:.4g}.")
+        named = []
+        for name, off in (("keep_cells", None), ("fixed", None), ("invariant", False)):
+            if getattr(p, name) in (None, False, ()):
+                continue
+            other = DesignProblem.build(pb.table, pb.combos, dataclasses.replace(p, **{name: off}), "design")
+            alt = flow_relaxation(other)
+            if alt.status == "ok" and alt.t >= floor - RELAXATION_TOL:
+                named.append(name)
+        if not named:
+            return f"The options together rule out every design (the flow relaxation of C1 has no solution). {_ADVICE}"
+        extra = ""
+        if "fixed" in named:
+            sizes = np.bincount(pb.strata, weights=pb.counts)
+            extra = (f" Its smallest stratum holds {int(sizes.min())} records (C1 needs the records a cell can be "
+                     f"confused with to number at least 1/alpha = {1 / pb.alpha:g}).")
+        if len(named) == 1:
+            return (f"{named[0]} rules out every design: the flow relaxation of C1 has no solution with it, and has "
+                    f"one without it.{extra}")
+        return (f"{' and '.join(named)} together rule out every design: the flow relaxation of C1 has no solution with "
+                f"them, and has one without any one of them.{extra}")
 
     def general(self, floor: float, g_low: float, auto_blocks: bool) -> DesignResult:
         """Phase one, then the gamma ladder; the margin grows if verification ever fails."""
