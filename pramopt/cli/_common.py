@@ -86,7 +86,8 @@ def add_data_options(p, *, required: bool, combos: bool = True, alpha: bool = Tr
     p.add_argument("--qi", type=csv_list, required=required, metavar="A,B,C",
                    help="identifying variables, comma-separated")
     if alpha:
-        p.add_argument("--alpha", type=float, default=None, help="C1 security level α in (0, 1) (default 0.1)")
+        p.add_argument("--alpha", type=float, default=DesignParams.alpha,
+                       help=f"C1 security level α in (0, 1) (default {DesignParams.alpha:g})")
     if combos:
         add_parameter_flags(p, names=("combinations", "combination_size"))
 
@@ -177,3 +178,12 @@ def parameters_given(args: argparse.Namespace) -> dict:
     """The design parameters given on the command line (flags left out are not in the dict)."""
     return {f.name: getattr(args, f.name) for f in dataclasses.fields(DesignParams)
             if f.metadata["cli"] is not None and getattr(args, f.name, None) is not None}
+
+
+def text_keys(result) -> list:
+    """The identifying variables whose design categories are text (as the command line reads a
+    file), to read from a data file as the text written."""
+    import pandas as pd
+
+    return [q for q, cats in zip(result.table.qi, result.table.categories)
+            if all(isinstance(v, str) for v in cats if not pd.isna(v))]

@@ -43,7 +43,7 @@ def run(args) -> int:
 
     if args.out is not None:
         check_out_dir(Path(args.out))
-    df = read_table(args.data)
+    df = read_table(args.data, text=args.qi)  # identifying values as written, as design reads them
     P, cells = read_matrix(args.matrix, args.qi, data=df)
     ckw = combos_kw(args)
     a = assess(df, P, qi=args.qi, cells=cells, combinations=ckw.get("combinations"),

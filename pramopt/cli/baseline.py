@@ -36,7 +36,7 @@ def run(args) -> int:
     from ..baselines import baseline
 
     check_out_dir(Path(args.out))
-    df = read_table(args.data)
+    df = read_table(args.data, text=args.qi)  # identifying values as written, as design reads them
     family = FAMILY[args.family]
     options = {"per_attribute": args.per_attribute} if family == "rr" else (
         {"seed": args.seed} if family == "sdcmicro" else {})

@@ -71,8 +71,9 @@ def run(args) -> int:
     check_out_dir(out)
     if data is None:
         # the design only needs the frequency table: count the file in record batches
+        # identifying values as the text written, so that a release writes them back exactly
         data = count_table(args.data, qi, owner="design", domains=params.domains,
-                           max_categories=params.max_categories)
+                           max_categories=params.max_categories, keys_as_text=True)
     progress = None if args.quiet else Progress()
     with stage_log(args.quiet):
         result = design(data, qi, progress=progress, **params.to_dict())

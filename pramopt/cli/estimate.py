@@ -5,7 +5,7 @@ import sys
 
 from ..io import load_design, read_table, write_table
 from ..io.atomic import check_out_file
-from ._common import csv_list, formatter
+from ._common import csv_list, formatter, text_keys
 
 HELP = "unbiased frequency estimates from released data"
 
@@ -30,7 +30,7 @@ def run(args) -> int:
     res = load_design(args.design)
     if args.out is not None:
         check_out_file(args.out)
-    df = read_table(args.data)
+    df = read_table(args.data, text=text_keys(res))
     est = estimate(df, res, by=args.by)
     if args.out is None:
         sys.stdout.write(est.to_csv(index=False))

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from ..io import load_design, read_table, table_for_design, write_table
 from ..io.atomic import check_out_file
-from ._common import add_quiet, formatter, say
+from ._common import add_quiet, formatter, say, text_keys
 
 HELP = "perturb the identifying columns with a design"
 
@@ -48,7 +48,7 @@ def run(args) -> int:
                   f"(expected {res.expected_changes:.4g}).")
         return 0
     # CSV to Parquet or back: in memory, with pandas' types
-    df = read_table(args.data)
+    df = read_table(args.data, text=text_keys(res))
     check_same_table(table_for_design(df, res), res.table, repr(args.data))
     out = release(df, res, seed=args.seed)
     write_table(out, args.out)

@@ -265,8 +265,11 @@ class _Cells:
 class _Counter:
     """Everything :func:`count_file` accumulates: distinct values per column and cell counts."""
 
-    def __init__(self, src: _Source, qi: tuple, owner: str):
+    def __init__(self, src: _Source, qi: tuple, owner: str, as_text=False):
         self.src, self.qi, self.owner = src, qi, owner
+        # keys kept as the text written ('03' stays '03'): one flag, or one per column
+        flags = as_text if isinstance(as_text, (list, tuple)) else [as_text] * len(qi)
+        self.as_text = [bool(f) and src.format == "csv" for f in flags]
         self.cols = [_Distinct(q, owner) for q in qi]
         self.cells = _Cells(len(qi))
         self.n = 0
@@ -287,7 +290,7 @@ class _Counter:
     def check_categories(self, j: int, max_categories: int) -> None:
         """Raise early (as encode_column would at the end) when column j has too many categories."""
         obs = self.observed(j)
-        vals = self.src.to_pandas(self.qi[j], self.cols[j].values()).take(obs)
+        vals = self.src.to_pandas(self.qi[j], self.cols[j].values(), as_str=self.as_text[j]).take(obs)
         k = vals.nunique(dropna=True) + int(vals.isna().any())
         if k > max_categories:
             encode_column(vals.reset_index(drop=True), self.qi[j], None, max_categories, self.owner)
@@ -299,9 +302,11 @@ class _Counter:
         cats, luts = [], []
         for j, q in enumerate(self.qi):
             obs = np.unique(rows[:, j])
-            vals = self.src.to_pandas(q, self.cols[j].values()).take(obs).reset_index(drop=True)
+            vals = self.src.to_pandas(q, self.cols[j].values(), as_str=self.as_text[j]).take(obs).reset_index(drop=True)
             mc = max_categories if not isinstance(max_categories, Sequence) else max_categories[j]
             codes, c = encode_column(vals, q, domains.get(q), mc, owner)
+            if self.as_text[j] and q not in domains:
+                codes, c = _numeric_order(codes, c)
             lut = np.full(self.cols[j].size, -1, dtype=np.int64)
             lut[obs] = codes
             mapped[:, j] = lut[rows[:, j]]
@@ -311,13 +316,29 @@ class _Counter:
         return FrequencyTable(qi=tuple(self.qi), categories=tuple(cats), codes=cells, counts=counts), luts
 
 
-def _count_file(path, qi, domains, max_categories, batch_size, fmt, owner: str) -> FrequencyTable:
+def _numeric_order(codes: np.ndarray, cats: pd.Index) -> tuple[np.ndarray, pd.Index]:
+    """Text categories in the order of the numbers they write, when they all write numbers
+    ('2' < '10', '03' next to '3'), so that a design on text keys has the cells, hence the
+    design, of the same data read as numbers; other text keeps its order; missing stays last."""
+    present = [i for i, c in enumerate(cats) if isinstance(c, str)]
+    nums = pd.to_numeric(pd.Series([cats[i] for i in present], dtype=object), errors="coerce")
+    if nums.isna().any() or not present:
+        return codes, cats
+    order = sorted(range(len(present)), key=lambda a: (float(nums.iloc[a]), cats[present[a]]))
+    perm = [present[a] for a in order] + [i for i in range(len(cats)) if i not in set(present)]
+    new_code = np.empty(len(cats), dtype=np.int64)
+    new_code[perm] = np.arange(len(cats))
+    return new_code[codes], pd.Index([cats[i] for i in perm], dtype=object)
+
+
+def _count_file(path, qi, domains, max_categories, batch_size, fmt, owner: str,
+                keys_as_text: bool = False) -> FrequencyTable:
     batch_size = check_int(batch_size, "batch_size", owner, low=1)
     max_categories = check_int(max_categories, "max_categories", owner, low=1)
     src = _Source(path, fmt, owner)
     qi = check_qi_names(src.names, qi, owner)
     domains = check_domains(domains, qi, owner)
-    counter = _Counter(src, qi, owner)
+    counter = _Counter(src, qi, owner, as_text=keys_as_text)
     limits = [max_categories] * len(qi)
     for batch in src.batches(list(qi), batch_size):
         counter.add(batch)
@@ -334,7 +355,7 @@ def _count_file(path, qi, domains, max_categories, batch_size, fmt, owner: str) 
 def count_table(path, qi, *, owner: str = "count_file", **kw) -> FrequencyTable:
     """:func:`count_file` with another function's name in its error messages (for the CLI)."""
     return _count_file(path, qi, kw.get("domains"), kw.get("max_categories", MAX_CATEGORIES),
-                       kw.get("batch_size", DEFAULT_BATCH_SIZE), kw.get("format"), owner)
+                       kw.get("batch_size", DEFAULT_BATCH_SIZE), kw.get("format"), owner, kw.get("keys_as_text", False))
 
 
 def count_file(
@@ -345,6 +366,7 @@ def count_file(
     max_categories: int = MAX_CATEGORIES,
     batch_size: int = DEFAULT_BATCH_SIZE,
     format: str | None = None,
+    keys_as_text: bool = False,
 ) -> FrequencyTable:
     """Frequency table of a CSV or Parquet file, read in record batches.
 
@@ -366,6 +388,10 @@ def count_file(
         ``batch_size``).
     format : {"csv", "parquet"}, optional
         The file's format; by default from its extension.
+    keys_as_text : bool, default False
+        CSV only: keep each identifying value as the text written in the file (``03`` stays
+        ``03``, ``1.0`` stays ``1.0``; an empty field is missing), so that a release writes it back
+        exactly; text that writes numbers is ordered by the numbers.  The command line does this.
 
     Returns
     -------
@@ -381,4 +407,4 @@ def count_file(
         repeated ``qi`` column, bad ``batch_size`` or ``max_categories``, a file without
         records, or a variable with too many categories.
     """
-    return _count_file(path, qi, domains, max_categories, batch_size, format, "count_file")
+    return _count_file(path, qi, domains, max_categories, batch_size, format, "count_file", keys_as_text)

@@ -235,30 +235,52 @@ class _Designer:
         return self.general(floor, g_low, auto_blocks)
 
     def _small_stratum(self) -> str:
-        """Why ``fixed`` forbids every design, when it does: the argument for n < 1/alpha, within strata.
+        """Why ``fixed`` (or ``missing="keep"``) forbids every design, when it does: the argument for
+        n < 1/alpha, within strata.
 
-        For a combination π, the records whose values of the fixed variables in π agree can only
-        move among themselves, and every group of π lies within one such set; so the U0-weighted
-        mean over its cells of their left-hand sides of C1 is 1 / (its records), and C1 needs at
-        least 1/alpha records in every such set.
+        For a combination π, the records that agree on the fixed variables in π (and on which of
+        π's values are missing, when missing values are kept) can only move among themselves, and
+        every group of π lies within one such set; so the U0-weighted mean over its cells of their
+        left-hand sides of C1 is 1 / (its records), and C1 needs at least 1/alpha records in every
+        such set.
         """
-        pb = self.problem
+        pb, t = self.problem, self.problem.table
         fixed = set(pb.fixed_idx)
+        keep_missing = self.p.missing == "keep"
+        miss_any = pb.missing_pattern.any(axis=0)
         for pi in pb.combos:
             shared = [j for j in pi if j in fixed]
-            if not shared:
+            miss = [j for j in pi if keep_missing and miss_any[j] and j not in fixed]
+            if not shared and not miss:
                 continue
-            keys, inv = np.unique(pb.table.codes[:, shared], axis=0, return_inverse=True)
-            sizes = np.bincount(inv.ravel(), weights=pb.counts)
+            key = np.column_stack([t.codes[:, shared], pb.missing_pattern[:, miss].astype(np.int64)])
+            keys, inv = np.unique(key, axis=0, return_inverse=True)
+            inv = inv.ravel()
+            sizes = np.bincount(inv, weights=pb.counts)
             i = int(np.argmin(sizes))
-            if sizes[i] * pb.alpha < 1:
-                t = pb.table
-                where = ", ".join(f"{t.qi[j]} = {plain(t.categories[j][keys[i][a]])!r}" for a, j in enumerate(shared))
-                return (f"C1 cannot hold for any matrix with fixed = {list(self.p.fixed)}: the {int(sizes[i])} records "
-                        f"with {where} can only move among themselves, and combination "
-                        f"{[t.qi[j] for j in pi]} keeps them apart from the others, so some left-hand side of C1 is "
-                        f"at least 1/{int(sizes[i])} > alpha = {pb.alpha:g}. Merge that stratum with another or fix "
-                        "fewer variables.")
+            if sizes[i] * pb.alpha > 1 + 1e-12:
+                continue
+            cells = np.flatnonzero(inv == i)
+            singular = len(np.unique(t.codes[np.ix_(cells, list(pi))], axis=0)) == cells.size
+            if sizes[i] * pb.alpha > 1 - 1e-12 and not singular:
+                continue  # 1/alpha records exactly: C1 can hold, with every record released alike
+            where = [f"{t.qi[j]} = {plain(t.categories[j][keys[i][a]])!r}" for a, j in enumerate(shared)]
+            where += [f"{t.qi[j]} {'missing' if keys[i][len(shared) + a] else 'not missing'}"
+                      for a, j in enumerate(miss)]
+            culprit = []
+            if shared:
+                culprit.append(f"fixed = {list(self.p.fixed)}")
+            if miss:
+                culprit.append("missing = 'keep'")
+            way = ("Merge that stratum with another or fix fewer variables" if shared else
+                   "Impute or recode the missing values, or let PRAM change them (missing='category')")
+            strict = sizes[i] * pb.alpha < 1 - 1e-12
+            return (f"C1 cannot hold for any {'' if strict else 'invertible '}matrix with {' and '.join(culprit)}: the {int(sizes[i])} records with "
+                    f"{', '.join(where)} can only move among themselves, and combination {[t.qi[j] for j in pi]} "
+                    f"keeps them apart from the others, so some left-hand side of C1 is at least 1/{int(sizes[i])}"
+                    + (f" > alpha = {pb.alpha:g}" if strict else
+                       f" = alpha = {pb.alpha:g}, reached only if all their cells are released alike (P singular)")
+                    + f". {way}.")
         return ""
 
     def _invariant_hint(self) -> str:

@@ -231,6 +231,19 @@ class _Releaser:
             texts = raw.to_pylist()
             for i in np.flatnonzero(codes < 0)[:100]:
                 codes[i] = category_codes(_parse_csv_texts([texts[i]]), cats)[0]
+        if self.src.format == "csv" and not self.as_str[j]:
+            # a design on typed values (1, 1.0) writes its categories back as typed: refuse a file
+            # that writes them otherwise ('01', '1'), rather than rewrite values the user did not
+            # ask to change
+            texts = raw.to_pylist()
+            for i in np.flatnonzero(codes >= 0):
+                want = _csv_text(cats[codes[i]])
+                if texts[i] != want and not (texts[i] is None or is_missing(cats[codes[i]])):
+                    raise DesignMismatchError(
+                        f"The data do not match the design: {q!r} is written {texts[i]!r} in {str(self.src.path)!r} "
+                        f"where the design's category is {want!r}, and a release would write it back as {want!r}. "
+                        "Make the design from this file (the command line reads identifying values as the text "
+                        "written; in Python, count_file(..., keys_as_text=True)).")
         return codes
 
     def codes(self, ids: list[np.ndarray]) -> np.ndarray:
@@ -306,7 +319,8 @@ def release_file(
     source = _Source(src, format, owner, param="src")
     out = _check_dst(dst, source, owner)
     qi = check_qi_names(source.names, table.qi, owner)
-    counter = _Counter(source, qi, owner)
+    # identifying values of a design made on text keys are read as the text written
+    counter = _Counter(source, qi, owner, as_text=[_all_strings(c) for c in table.categories])
     releaser = _Releaser(source, table, counter)
     sampler = Sampler(result.matrix)
     lookup = CellLookup(table)

@@ -76,9 +76,13 @@ def record_cells(df: pd.DataFrame, table: FrequencyTable, owner: str) -> np.ndar
     idx = cells_of(df, table)
     if (idx < 0).any():
         bad = df.loc[idx < 0, list(qi)].head(3).to_dict("records")
+        text = [q for q, c in zip(table.qi, table.categories)
+                if all(isinstance(v, str) for v in c if not pd.isna(v)) and not pd.api.types.is_string_dtype(df[q])]
+        hint = (f" The design's categories of {text} are text, as written in a file (the command line reads "
+                "them so); read the data as text too, e.g. pd.read_csv(path, dtype=str).") if text else ""
         raise DesignMismatchError(
             f"{int((idx < 0).sum())} records of the data fall in cells the design does not have "
-            f"(for example {bad}); the design was made for other data.")
+            f"(for example {bad}); the design was made for other data.{hint}")
     return idx
 
 

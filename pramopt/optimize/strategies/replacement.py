@@ -120,7 +120,7 @@ def _block_pools(problem: DesignProblem, cells: float) -> tuple[np.ndarray, floa
     """Blocks of neighbouring cells of about ``cells`` cells each (within strata), as pools."""
     K, n = problem.K, problem.n
     target = max(2.0 / problem.alpha, cells * n / K)
-    blocks = make_blocks(problem.table, target, problem.fixed_idx, problem.keep_rows)
+    blocks = make_blocks(problem.table, target, keep_rows=problem.keep_rows, strata=problem.strata)
     out = np.empty(K, dtype=np.int64)
     for i, b in enumerate(blocks):
         out[b] = i
