@@ -15,10 +15,18 @@ import scipy.sparse as sp
 from .errors import InvalidParameterError
 
 
+def _shown(value: Any) -> str:
+    """A value as a person writes it: numpy scalars as plain numbers (0.9, not np.float64(0.9))."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    text = repr(value)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
 def fail(name: str, owner: str, allowed: str, value: Any) -> None:
     """Raise the standard error for parameter ``name`` of ``owner``."""
     raise InvalidParameterError(
-        f"The {name!r} parameter of {owner} must be {allowed}; got {value!r}."
+        f"The {name!r} parameter of {owner} must be {allowed}; got {_shown(value)}."
     )
 
 

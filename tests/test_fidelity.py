@@ -177,3 +177,16 @@ def test_missing_keys_exactly_one_over_alpha_records_need_a_singular_matrix():
     res = pramopt.design(df, ["sex", "reg", "age"], alpha=0.2)
     assert res.status is pramopt.Status.INFEASIBLE
     assert "any invertible matrix with missing = 'keep'" in res.message and "1/5 = alpha" in res.message
+
+
+def test_cli_messages_name_the_users_flags_and_plain_numbers(zeros):
+    tmp = zeros
+    code, _, err = run_main("design", "--data", tmp / "d.csv", "--qi", "region,sex", "--min-diagonal", "2",
+                            "--out", tmp / "x")
+    assert code == 2 and "--min-diagonal must be a real number in [0, 1); got 2.0." in err
+    assert run_main("design", "--data", tmp / "d.csv", "--qi", "region,sex,age", "--alpha", "0.2", "--out",
+                    tmp / "des", "-q")[0] == 0
+    code, _, err = run_main("release", "--design", tmp / "des", "--data", tmp / "d.csv", "--out", tmp / "d.csv")
+    assert code == 2 and "--out must not be the source file" in err and "dst" not in err
+    with pytest.raises(pramopt.InvalidParameterError, match=r"'gamma' parameter of design .*; got 0\.0\.$"):
+        pramopt.DesignParams.from_options("design", alpha=np.float64(0.9), gamma=np.float64(0.0))
