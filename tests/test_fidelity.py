@@ -190,3 +190,45 @@ def test_cli_messages_name_the_users_flags_and_plain_numbers(zeros):
     assert code == 2 and "--out must not be the source file" in err and "dst" not in err
     with pytest.raises(pramopt.InvalidParameterError, match=r"'gamma' parameter of design .*; got 0\.0\.$"):
         pramopt.DesignParams.from_options("design", alpha=np.float64(0.9), gamma=np.float64(0.0))
+
+
+def test_estimate_standard_errors_match_monte_carlo():
+    # a small design; the spread of the estimate over 1,500 releases (drawn here with numpy, not
+    # pramopt's release) against the standard errors estimate() reports: the plug-in SE averaged
+    # over the draws is within 10% of the empirical standard deviation in every cell with T >= 20
+    # (the standard deviation of 1,500 draws is itself within about 2% of the truth)
+    rng = np.random.default_rng(7)
+    df = pd.DataFrame({"a": rng.choice(3, 600, p=[0.5, 0.3, 0.2]), "b": rng.choice(2, 600, p=[0.7, 0.3])})
+    res = pramopt.design(df, ["a", "b"], alpha=0.3, combination_size=1, max_iter=5, structure="replacement")
+    P = res.to_dense()
+    T = res.counts.astype(float)
+    cells = res.cells
+    draws, ses = [], []
+    for _ in range(1500):
+        U = sum(rng.multinomial(int(t), P[m]) for m, t in enumerate(T))
+        rel = cells.loc[cells.index.repeat(U)].reset_index(drop=True)
+        e = pramopt.estimate(rel, res)
+        draws.append(e["estimate"].to_numpy())
+        ses.append(e["se"].to_numpy())
+    draws, ses = np.array(draws), np.array(ses)
+    np.testing.assert_allclose(draws.mean(axis=0), T, atol=4 * draws.std(axis=0).max() / np.sqrt(1500))
+    exact = np.sqrt(np.maximum((np.linalg.inv(P) ** 2).T @ (P.T @ T) - T, 0))  # the formula at the truth
+    np.testing.assert_allclose(draws.std(axis=0), exact, rtol=0.1)
+    big = T >= 20
+    np.testing.assert_allclose(ses.mean(axis=0)[big], draws.std(axis=0)[big], rtol=0.1)
+
+
+def test_estimate_can_be_projected_onto_nonnegative_counts():
+    df = pramopt.example_data()
+    res = pramopt.design(df, ["v1", "v2", "v3", "v4", "v5"], alpha=0.1, max_iter=3)
+    rel = pramopt.release(df, res, seed=4)
+    raw = pramopt.estimate(rel, res)
+    pos = pramopt.estimate(rel, res, nonnegative=True)
+    assert (pos["estimate"] >= 0).all() and pos["estimate"].sum() == pytest.approx(len(df))
+    # the projection onto {x >= 0, sum x = n}: x - tau clipped, tau from the active set
+    x = raw["estimate"].to_numpy()
+    keep = pos["estimate"].to_numpy() > 0
+    tau = (x[keep].sum() - len(df)) / keep.sum()
+    np.testing.assert_allclose(pos["estimate"].to_numpy(), np.maximum(x - tau, 0), atol=1e-9)
+    assert (x[~keep] - tau <= 1e-9).all()
+    np.testing.assert_array_equal(pos["se"], raw["se"])
