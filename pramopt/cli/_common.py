@@ -81,8 +81,24 @@ def formatter(prog):
     return argparse.RawDescriptionHelpFormatter(prog, max_help_position=30)
 
 
+def add_csv_options(p):
+    """--sep, --encoding and --decimal: the dialect of a CSV data file (released in the same)."""
+    g = p.add_argument_group("CSV data files")
+    g.add_argument("--sep", default=None, metavar="C", help="field separator (default ','; '\\t' for a tab)")
+    g.add_argument("--encoding", default=None, metavar="NAME", help="text encoding (default utf-8; e.g. latin-1)")
+    g.add_argument("--decimal", default=None, choices=[".", ","], help="decimal mark of numbers (default '.')")
+
+
+def dialect_of(args):
+    """The checked CSV dialect of the command line's data file (errors name the flags)."""
+    from .._csv import csv_dialect
+
+    return csv_dialect(args.sep, args.encoding, args.decimal, owner=args.command)
+
+
 def add_data_options(p, *, required: bool, combos: bool = True, alpha: bool = True):
     p.add_argument("--data", required=required, metavar="FILE", help="microdata: .csv, .parquet or .pq")
+    add_csv_options(p)
     p.add_argument("--qi", type=csv_list, required=required, metavar="A,B,C",
                    help="identifying variables, comma-separated")
     if alpha:

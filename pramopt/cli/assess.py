@@ -11,7 +11,7 @@ from .._plain import plain
 from ..io import atomic_dir, read_matrix, read_table, write_text
 from ..io.atomic import check_out_dir
 from ..report import ReportData, render_html, render_markdown
-from ._common import add_data_options, add_quiet, combos_kw, formatter, say
+from ._common import add_data_options, add_quiet, combos_kw, dialect_of, formatter, say
 
 HELP = "risk report of any PRAM matrix on a data set"
 
@@ -43,7 +43,7 @@ def run(args) -> int:
 
     if args.out is not None:
         check_out_dir(Path(args.out))
-    df = read_table(args.data, text=args.qi)  # identifying values as written, as design reads them
+    df = read_table(args.data, text=args.qi, dialect=dialect_of(args))  # identifying values as written
     P, cells = read_matrix(args.matrix, args.qi, data=df)
     ckw = combos_kw(args)
     a = assess(df, P, qi=args.qi, cells=cells, combinations=ckw.get("combinations"),
