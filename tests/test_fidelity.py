@@ -268,3 +268,21 @@ def test_semicolon_latin1_decimal_comma_file_round_trips(tmp_path):
     code, _, err = run_main("design", "--data", tmp_path / "d.csv", "--qi", "region", "--out", tmp_path / "x",
                             "--sep", ";", "--decimal", ";")
     assert code == 2 and "--decimal" in err
+
+
+def test_rounded_matrix_is_refused_or_renormalised_on_request(roof):
+    tmp, vals, P = roof["tmp"], roof["vals"], roof["P"]
+    _square(tmp / "rounded.csv", vals, np.round(P, 3), [0, 1, 2, 3, 4])
+    code, _, err = run_main("assess", "--matrix", tmp / "rounded.csv", "--data", tmp / "d.csv", "--qi", "roof")
+    assert code == 2 and "--renormalize TOL" in err
+    with pytest.warns(UserWarning, match="rows of 'matrix' summed to between"):
+        code, out, err = run_main("assess", "--matrix", tmp / "rounded.csv", "--data", tmp / "d.csv", "--qi", "roof",
+                                  "--renormalize", "0.01", "--json")
+    import json
+    R = np.round(P, 3)
+    R /= R.sum(axis=1, keepdims=True)
+    U0 = roof["df"]["roof"].value_counts().reindex(vals).to_numpy(dtype=float)
+    assert json.loads(out)["expected_changes"] == pytest.approx(float(U0 @ (1 - np.diag(R))))
+    code, _, err = run_main("assess", "--matrix", tmp / "rounded.csv", "--data", tmp / "d.csv", "--qi", "roof",
+                            "--renormalize", "1e-6")
+    assert code == 2 and "rows summing to 1" in err
