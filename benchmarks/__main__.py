@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ._common import RESULTS
 
-STUDIES = ("optimal_vs_closed", "solvers", "scaling", "records", "figures", "cells", "census")
+STUDIES = ("optimal_vs_closed", "solvers", "scaling", "records", "figures", "cells", "census", "refine")
 
 
 def main(argv=None) -> int:
