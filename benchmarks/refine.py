@@ -107,7 +107,8 @@ def run(out: Path, quick: bool = False, base: Path | None = None, cases=None, ti
         both = o.index.intersection(n.index)
         cmp = pd.DataFrame({"case": both, "old_iterations": o.loc[both, "refine_iterations"].values,
                             "new_iterations": n.loc[both, "refine_iterations"].values,
-                            "old_refine_s": o.loc[both, "refine_s"].values, "new_refine_s": n.loc[both, "refine_s"].values,
+                            "old_refine_s": o.loc[both, "refine_s"].values,
+                            "new_refine_s": n.loc[both, "refine_s"].values,
                             "old_loss": o.loc[both, "loss"].values, "new_loss": n.loc[both, "loss"].values})
         cmp["loss_change"] = cmp.new_loss / cmp.old_loss - 1.0
         write_table(cmp, out, "refine_compare", "Refinement: curved (new) against linear (old) steps", notes=notes,

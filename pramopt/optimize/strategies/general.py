@@ -5,8 +5,9 @@ leaves a small working set of C1 rows.  The linear stage minimises the expected 
 changed records (the loss's first-order term) over a support of transitions, adding every C1
 row the full check finds violated (lazy rows) and every transition the duals price below zero
 (column generation), until neither is left.  The refinement then improves the exact loss by
-trust-region SLP (:mod:`.refine`), pricing transitions with the loss's gradient between chunks
-of iterations.  Phase one (:mod:`.phase_one`) runs the same loop with another objective.
+trust-region steps on a convex QP model of it (:mod:`.refine`), pricing transitions with the
+loss's gradient between chunks of iterations.  Phase one (:mod:`.phase_one`) runs the same
+loop with another objective.
 """
 from __future__ import annotations
 
