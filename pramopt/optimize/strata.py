@@ -216,7 +216,7 @@ def design_strata(table: FrequencyTable, combos, params: DesignParams, *, client
 
     t0 = time.perf_counter()
     designs = _run_dask(strata, client, done) if client is not None else _run_local(strata, params.workers, done)
-    trace.add("designs", time.perf_counter() - t0, len(strata), f"{len(strata)} strata {where}")
+    trace.add("designs", time.perf_counter() - t0, 0, f"{len(strata)} strata {where}")
     P = _merge(strata, designs, K)
     rep, st = verify_stage(P, table, combos, "verify merged")
     trace.add(st.name, st.seconds, 0, f"max risk {rep.max_risk:.6g}")
