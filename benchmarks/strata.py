@@ -67,7 +67,7 @@ def point(name: str, mode: str, matrix_out: str | None = None) -> dict:
     structures = sorted({s["structure"] for s in strata if s["structure"]}) if strata else (
         [res.reduction.structure] if res.reduction is not None else [])
     return dict(case=name, mode=mode, workers=MODES[mode], n=table.n, K=table.n_cells,
-                strata=len(strata) or int(np.unique(table.codes[:, [table.qi.index(f) for f in fixed]], axis=0).shape[0]),
+                strata=int(np.unique(table.codes[:, [table.qi.index(f) for f in fixed]], axis=0).shape[0]),
                 design_s=seconds, cpu_s=cpu, status=res.status.value, structure="+".join(structures), loss=res.loss,
                 expected_changes=res.expected_changes, max_risk=res.max_risk, min_diagonal=res.min_diagonal,
                 strata_s=[s["seconds"] for s in strata], load_1min=load,
@@ -133,8 +133,8 @@ def run(out: Path, quick: bool = False, points=None, repeats: int | None = None,
                 p.unlink()
     df = pd.DataFrame(rows)
     cols = ["case", "mode", "workers", "n", "K", "strata", "status", "structure", "design_s", "design_s_runs",
-            "cpu_s", "load_1min", "speedup_vs_sequential", "ideal_speedup_2", "same_as_sequential", "loss", "loss_vs_joint", "expected_changes",
-            "max_risk", "min_diagonal", "peak_rss_mb", "worker_peak_rss_mb"]
+            "cpu_s", "load_1min", "speedup_vs_sequential", "ideal_speedup_2", "same_as_sequential", "loss",
+            "loss_vs_joint", "expected_changes", "max_risk", "min_diagonal", "peak_rss_mb", "worker_peak_rss_mb"]
     df = df[[c for c in cols if c in df.columns] + [c for c in df.columns if c not in cols]]
     notes = [
         "Data: benchmarks/census_data.py, seed 0; census-Nk-n-F: the first N keys (age, sex, region, marital, "
@@ -142,9 +142,11 @@ def run(out: Path, quick: bool = False, points=None, repeats: int | None = None,
         f"joint: pramopt.design(table, alpha={ALPHA}, fixed=[F]) (the default); sequential: workers=1 (one design "
         "per stratum, C1 within the stratum, in this process); parallel: workers=2 (the same in 2 local 'spawn' "
         "processes, process start-up included).  Every other parameter is the default.",
-        f"design_s: median of {repeats} run(s) (design_s_runs, each mode in a fresh process, the three modes of a "
-        "repeat back to back) on a shared 2-core machine; counting excluded.  speedup_vs_sequential = sequential "
-        "design_s / this design_s.  cpu_s: CPU seconds of the design (all threads and worker processes; last run).  same_as_sequential: the parallel matrix equals the sequential one exactly.",
+        f"design_s: median of the runs in design_s_runs (at most {repeats}; fewer for the slow cases), each mode in "
+        "a fresh process, the three modes of a repeat back to back, on a shared 2-core machine; counting excluded.  "
+        "speedup_vs_sequential = sequential design_s / this design_s.  cpu_s: CPU seconds of the design (all "
+        "threads and worker processes; last run).  same_as_sequential: the parallel matrix equals the sequential "
+        "one exactly.",
         "ideal_speedup_2: the sequential run's strata times summed, over the makespan of the largest-first "
         "schedule of those times on 2 free cores (what 2 workers could gain, start-up and a loaded machine aside).  "
         "load_1min: the machine's 1-minute load average when each run started (2 cores; other work ran beside).",
