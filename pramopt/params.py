@@ -177,7 +177,8 @@ class DesignParams:
         "(1: one after the other in this process), and merge them into one matrix checked against "
         "the full C1.  Each stratum then meets C1 within itself, every combination extended by the "
         "fixed variables: the risk an intruder who sees the unchanged fixed values faces, and a "
-        "stronger condition than the joint design's, which can cost loss.  Default: one joint design.",
+        "stronger condition than the joint design's, which can cost loss.  Default: one joint design.  "
+        "Processes are started with 'spawn': a script needs an ``if __name__ == '__main__':`` guard.",
         cli={"type": int, "metavar": "N"})
     keep_cells: tuple | None = _param(
         None, _cells, "DataFrame or list of dicts, optional",

@@ -118,7 +118,7 @@ def test_too_small_stratum_is_infeasible_and_named(example):
     extra = pd.DataFrame({q: [0, 1, 0] for q in QI}).assign(v1=7)
     df = pd.concat([example, extra], ignore_index=True)
     res = pramopt.design(df, QI, alpha=0.1, fixed=[FIXED], workers=2)
-    assert res.status is Status.INFEASIBLE_DATA and not res.success
+    assert res.status is Status.INFEASIBLE and not res.success
     assert "v1=7 (3 records)" in res.message and "1/alpha = 10" in res.message
     with pytest.raises(pramopt.DesignMismatchError):
         pramopt.release(df, res, seed=1)

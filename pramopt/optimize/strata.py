@@ -195,10 +195,10 @@ def design_strata(table: FrequencyTable, combos, params: DesignParams, *, client
     K = table.n_cells
     # records never leave their stratum: the U0-weighted mean of C1's left-hand sides within a
     # stratum is 1/n_s for every group, so no matrix meets C1 there when n_s < 1/alpha
-    small = [s for s in strata if s.n * alpha < 1]
+    small = [s for s in strata if s.n * alpha < 1 - 1e-12]
     if small:
         names = "; ".join(f"{s.label} ({s.n} records)" for s in small)
-        return finish(sp.identity(K, format="csr"), table, combos, alpha, Status.INFEASIBLE_DATA,
+        return finish(sp.identity(K, format="csr"), table, combos, alpha, Status.INFEASIBLE,
                       f"C1 cannot hold for any matrix in stratum {names}: fewer than 1/alpha = {1 / alpha:g} "
                       "records, and the fixed variables keep every record in its stratum.",
                       stages=trace.stages, params=stored)
