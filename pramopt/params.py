@@ -49,8 +49,12 @@ def _real(low=None, high=None, low_open=True, high_open=True, optional=False):
     return check
 
 
-def _int(low=None, high=None):
-    return lambda v, name, owner: check_int(v, name, owner, low=low, high=high)
+def _int(low=None, high=None, optional=False):
+    def check(v, name, owner):
+        if optional and v is None:
+            return None
+        return check_int(v, name, owner, low=low, high=high)
+    return check
 
 
 def _choice(*choices):
@@ -167,6 +171,15 @@ class DesignParams:
         None, _names, "list of str, optional",
         "Identifying variables that must never change (PRAM within their strata).",
         cli={"type": "names", "metavar": "A,B"})
+    workers: int | None = _param(
+        None, _int(low=1, optional=True), "int >= 1, optional",
+        "Design each stratum of the ``fixed`` variables on its own, in this many local processes "
+        "(1: one after the other in this process), and merge them into one matrix checked against "
+        "the full C1.  Each stratum then meets C1 within itself, every combination extended by the "
+        "fixed variables: the risk an intruder who sees the unchanged fixed values faces, and a "
+        "stronger condition than the joint design's, which can cost loss.  Default: one joint design.  "
+        "Processes are started with 'spawn': a script needs an ``if __name__ == '__main__':`` guard.",
+        cli={"type": int, "metavar": "N"})
     keep_cells: tuple | None = _param(
         None, _cells, "DataFrame or list of dicts, optional",
         "Cells (a value of every identifying variable) whose records must stay as they are.",

@@ -97,7 +97,7 @@ def _gamma_ladder(gamma: float, floor: float) -> list[float]:
 
 
 def design(data, qi=None, alpha: float = DesignParams.alpha, *, progress: ProgressFn | None = None,
-           **options) -> DesignResult:
+           client=None, **options) -> DesignResult:
     """Design a PRAM matrix of minimal exact L2 loss under the C1 security constraint.
 
     Parameters
@@ -109,6 +109,9 @@ def design(data, qi=None, alpha: float = DesignParams.alpha, *, progress: Progre
 {parameters}
     progress : callable, optional
         ``progress(stage, iteration, loss, radius_or_violations)``, called during long work.
+    client : distributed.Client, optional
+        Design the strata of ``fixed`` on this Dask cluster (as ``workers`` does in local
+        processes; the result's ``params`` then say ``workers=1``, which repeats it locally).
 
     Returns
     -------
@@ -130,6 +133,12 @@ def design(data, qi=None, alpha: float = DesignParams.alpha, *, progress: Progre
         table = frequency_table(data, qi, domains=params.domains, max_categories=params.max_categories,
                                 owner=owner)
     combos = resolve_combinations(table.qi, params.combination_size, params.combinations, owner)
+    if params.workers is not None or client is not None:
+        from .strata import check_client, design_strata  # independent designs per stratum of `fixed`
+        res = design_strata(table, combos, params, client=check_client(client, owner), progress=progress,
+                            owner=owner)
+        if res is not None:
+            return res
     trace = Trace(progress)
     with trace.stage("model") as info:
         problem = DesignProblem.build(table, combos, params, owner)
@@ -150,7 +159,8 @@ design.__signature__ = signature(
     design, before=[inspect.Parameter("data", inspect.Parameter.POSITIONAL_OR_KEYWORD),
                     inspect.Parameter("qi", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None),
                     inspect.Parameter("alpha", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=DesignParams.alpha)],
-    after=[inspect.Parameter("progress", inspect.Parameter.KEYWORD_ONLY, default=None)])
+    after=[inspect.Parameter("progress", inspect.Parameter.KEYWORD_ONLY, default=None),
+           inspect.Parameter("client", inspect.Parameter.KEYWORD_ONLY, default=None)])
 
 
 @dataclass(frozen=True)
