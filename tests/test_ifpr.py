@@ -226,9 +226,9 @@ def test_section4_exact_figures_and_the_papers_simulation():
 
 def test_simulation_section4():
     d = ifpr_design(T_EX, 0.1)
-    sim = simulate_intruder(d.matrix, T_EX, n_sim=1000, seed=2024)
+    sim = simulate_intruder(d.matrix, T_EX, n_sim=4000, seed=2024)
     # same seed, same result
-    again = simulate_intruder(d.matrix, T_EX, n_sim=1000, seed=2024)
+    again = simulate_intruder(d.matrix, T_EX, n_sim=4000, seed=2024)
     assert again.correct_match == sim.correct_match
     # the simulation's figures within 4 exact standard errors of the exact values, every category
     T = np.asarray(T_EX, dtype=float)
