@@ -36,7 +36,8 @@ def _kron(mats):
 def test_sdcmicro_release_leaves_the_present_cells(sparse_table):
     df, t = sparse_table
     mats = sdcmicro_matrices(t, 0.8, 0.5, seed=0)
-    a = assess_product_space(t, mats, [(0, 1, 2)])
+    combos = [(0, 1), (0, 2), (1, 2)]  # the CBS rule with 3 variables would be the one triple
+    a = assess_product_space(t, mats, combos)
     # brute force over the 18 combinations: the full product matrix, rows = present cells
     every = list(itertools.product(range(3), range(3), range(2)))
     full = _kron(mats)
@@ -47,9 +48,13 @@ def test_sdcmicro_release_leaves_the_present_cells(sparse_table):
     np.testing.assert_allclose(a.leaving, leaving, atol=1e-12)
     assert a.mean_leaving == pytest.approx(t.counts @ leaving / t.n)
     assert a.max_leaving > 0.05
-    # C1 with every combination a released cell (one pi: all three variables), by loops
+    # C1 with every combination a released cell, by loops over pi and its released values k0
     U0 = t.counts
-    risk = max(R[:, k].max() / (U0 @ R[:, k]) for k in range(len(every)) if (U0 @ R[:, k]) > 0)
+    risk = 0.0
+    for pi in combos:
+        for k0 in {tuple(k[i] for i in pi) for k in every}:
+            S = R[:, [j for j, k in enumerate(every) if tuple(k[i] for i in pi) == k0]].sum(axis=1)
+            risk = max(risk, S.max() / (U0 @ S))
     assert a.max_risk == pytest.approx(risk, rel=1e-12)
     # the restricted matrix is what sdcmicro_on_cells gives, and is no longer invariant
     # although every per-variable matrix is (p^T M = p^T for its own shares)
