@@ -31,8 +31,11 @@ import warnings
 def _versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
-    out = {"python": platform.python_version()}
-    for name in ("pandas", "numpy", "pymasq", "pram", "tensorflow-cpu", "joblib"):
+    import numpy
+    import pandas
+
+    out = {"python": platform.python_version(), "pandas": pandas.__version__, "numpy": numpy.__version__}
+    for name in ("pymasq", "pram", "tensorflow-cpu", "joblib"):
         try:
             out[name] = version(name)
         except PackageNotFoundError:

@@ -41,6 +41,13 @@ def test_records_name_the_packages_and_a_pandas_they_support():
     assert rec["pymasq"]["ok"] and rec["pram"]["ok"]
 
 
+def test_under_pandas_3_neither_package_runs():
+    rec = _record("pandas3/example")
+    assert rec["versions"]["pandas"].startswith("3.")
+    assert rec["pymasq"]["error"] == "KeyError: 0"
+    assert rec["pram"]["error"].startswith("AttributeError") and "applymap" in rec["pram"]["error"]
+
+
 @pytest.mark.parametrize("name", ["example", "testdata-7"])
 def test_pram_formula_equals_the_packages_own_function(name, request):
     rec = _record(name)
