@@ -20,7 +20,7 @@ def figure1(out: Path, alpha: float = 0.1) -> Path:
 
     Left (the paper's figure, almost linear): the expected number of changed records of each cell,
     U0(m)(1 - P_mm), against U0(m).  Right: the probability that one record changes, 1 - P_mm,
-    about the same for every cell that sends records at the optimum, hence the line on the left.
+    nearly the same for the cells that send records at the optimum, hence the line on the left.
     """
     df = pramopt.example_data()
     res = pramopt.design(df, list(pramopt.example.EXAMPLE_QI), alpha)
@@ -37,7 +37,7 @@ def figure1(out: Path, alpha: float = 0.1) -> Path:
     right.set_ylabel("probability of change $1 - P_{mm}$")
     right.axvline(1 / alpha, color="grey", ls=":", lw=1)
     right.text(1 / alpha, right.get_ylim()[1] * 0.95, r" $1/\alpha$", color="grey", va="top")
-    right.set_title("probability that one record changes: about the same for every sender", fontsize=9)
+    right.set_title("probability that one record changes: nearly the same for the senders", fontsize=9)
     fig.suptitle(f"Optimal design, built-in example (K={res.table.n_cells}, n={res.n}, α={alpha}): "
                  f"verified max C1 risk {res.max_risk:.4f}, expected changes {res.expected_changes:.2f}",
                  fontsize=9)

@@ -172,7 +172,7 @@ def figure_change_vs_frequency(diag, table: FrequencyTable) -> str:
 
     Left, the paper's almost linear curve: the expected number of changed records of each cell,
     U0(m) (1 - P_mm).  Right, the probability of change of one record, 1 - P_mm: at the optimum
-    it is about the same for every cell that sends records, so it is flat where the left panel
+    it is nearly the same for the cells that send records, so it is flat where the left panel
     is linear.
     """
     from matplotlib.figure import Figure  # no pyplot: the caller's backend stays as it is
@@ -327,7 +327,7 @@ def render_html(d: ReportData) -> str:
                          f"{figure_change_vs_frequency(d.diagonal(), d.table)}'><figcaption>One point per present "
                          "cell m. Left, as Figure 1 of Cator et al. (almost linear): the expected number "
                          "of changed records of the cell, U0(m)(1 − P_mm). Right: the probability that "
-                         "one of its records changes, 1 − P_mm, about the same for every cell that sends "
+                         "one of its records changes, 1 − P_mm, nearly the same for the cells that send "
                          "records, which is why the left panel is a line."
                          "</figcaption></figure>")
             parts.append("<h2>Transitions off the diagonal</h2><figure>"

@@ -101,13 +101,15 @@ def test_figure_1_shows_expected_changes_beside_the_probability(html, result):
     text = caption.group(1)
     assert "Figure 1 of Cator et al." in text and "expected number of changed records" in text
     assert "U0(m)(1 − P_mm)" in text and "probability that one of its records changes, 1 − P_mm" in text
-    # what the caption claims, on the example: the senders (not the three cells receiving most)
-    # change with about the same probability, so expected changes grow linearly with U0(m)
+    # what the caption claims, on the example: the senders (cells receiving nothing) change with
+    # about the same probability, so expected changes grow linearly with U0(m)
     P = result.to_dense()
     u = result.counts
     change = 1.0 - np.diag(P)
     received = (P - np.diag(np.diag(P))).sum(axis=0)
-    senders = (change > 0) & (received == 0) & (u >= 1 / 0.1)
+    senders = (change > 1e-6) & (received < 1e-6) & (u >= 1 / 0.1)
     assert senders.sum() >= 10
-    assert change[senders].max() <= 1.25 * change[senders].min()
+    med = np.median(change[senders])
+    assert np.mean(np.abs(change[senders] / med - 1) < 0.05) >= 0.8  # most within 5% of one value
+    assert change[senders].max() <= 2 * change[senders].min()
     assert np.corrcoef(u[senders], u[senders] * change[senders])[0, 1] > 0.99
