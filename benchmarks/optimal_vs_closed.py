@@ -1,9 +1,10 @@
 """Study 1: the optimal design against closed-form designs calibrated to the same C1 level.
 
 For each data set and alpha: pramopt.design and every calibrated baseline (retention with one rho,
-retention per attribute, IFPR, sdcMicro-style invariant PRAM), each checked by the same verifier
+retention per attribute, IFPR, sdcMicro's per-variable PRAM restricted to the present cells), each checked by the same verifier
 ``pramopt.verify.c1_risk``; exact L2 loss, expected changes, max C1 risk, Pk's k, epsilon, time.
-The PyPI peers run with their defaults (not calibrated): the risk and loss their matrices imply.
+The peers with their defaults (not calibrated): the risk and loss their matrices imply, each row
+naming what was run (the real package and its version, or a formula; see benchmarks/peers.py).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ BASELINES = {
     "retention": lambda t, c, a: pramopt.calibrate_retention(t, c, a),
     "retention-per-attribute": lambda t, c, a: pramopt.calibrate_retention(t, c, a, per_attribute=True),
     "ifpr": lambda t, c, a: pramopt.calibrate_ifpr(t, c, a),
-    "sdcmicro": lambda t, c, a: pramopt.calibrate_sdcmicro(t, c, a, seed=0),
+    "sdcmicro-restricted": lambda t, c, a: pramopt.calibrate_sdcmicro(t, c, a, seed=0),
 }
 
 
@@ -73,7 +74,7 @@ def run(out: Path, quick: bool = False, alphas=ALPHAS, log=print) -> pd.DataFram
         # peers: defaults do not depend on alpha; report them against each alpha
         try:
             from .peers import peers
-            pe = peers(table)
+            pe = peers(table, dname)
         except Exception as exc:  # pragma: no cover - optional
             log(f"peers skipped: {exc}")
             pe = {}
@@ -138,9 +139,14 @@ def _notes(data) -> list[str]:
         "(inf when a column has a zero next to a positive entry).",
         "seconds: median of `runs` runs of pramopt.design (1 run for data sets with K > 300); one run "
         "of each calibration search.",
-        "Peers run with their defaults (pram: m=0.8, alpha=0.5; pymasq: probs=0.8, alpha=0.5), not "
-        "calibrated; their rows repeat for each alpha.  Their loss and risk are those of their per-"
-        "variable product matrix restricted to the present cells; max_risk_product_space is C1 on "
-        "the full product space they actually release into.  See benchmarks/peers.py for how each "
-        "matrix was obtained (`parameters`).",
+        "sdcmicro-restricted: sdcMicro's per-variable PRAM restricted to the present cells with rows "
+        "renormalised (what calibrate_sdcmicro tunes); sdcMicro itself releases over the product space "
+        "(see peers.md).",
+        "Peers run with their defaults (pram: m=0.8, alpha=0.5; pymasq: probs=0.8, alpha=0.5; sdcMicro: "
+        "pd=0.8, alpha=0.5), not calibrated; their rows repeat for each alpha.  `parameters` says what was "
+        "run: the real package (matrices recorded from pymasq 0.6.5 / pram 0.2.0 under pandas 2.3.3, "
+        "results/peers_real/) or a formula (the idealised pymasq formula is not the package).  Their loss "
+        "and risk are those of the per-variable product matrix restricted to the present cells; "
+        "max_risk_product_space is C1 on the full product space they actually release into (peers.md has "
+        "the mass leaving the present cells and the loss over the product space).",
     ]

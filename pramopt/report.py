@@ -7,9 +7,9 @@ they were.  The matrix may be sparse: nothing here makes a dense K x K array of 
 merge requests, and refers to the HTML for the figures.
 
 Contents: the summary figures; the C1 risk before (P = I) and after, per combination of
-identifying variables, worst first; the paper's Figure 1 (probability of change 1 - P_mm
-against the frequency U0(m), Cator et al., Section 4); a heat map of the off-diagonal
-transitions; the largest expected flows; the reduction and solver statistics.
+identifying variables, worst first; the paper's Figure 1 (expected changed records
+U0(m)(1 - P_mm) against the frequency U0(m), Cator et al., Section 4) beside the probability of
+change 1 - P_mm; a heat map of the off-diagonal transitions; the largest expected flows; the reduction and solver statistics.
 """
 from __future__ import annotations
 
@@ -168,15 +168,30 @@ HEATMAP_IMAGE_MAX = 300
 
 
 def figure_change_vs_frequency(diag, table: FrequencyTable) -> str:
-    """Cator et al., Figure 1: probability of change 1 - P_mm against U0(m) (base64 PNG)."""
-    fig, ax = _figure((6.5, 4))
+    """Cator et al., Figure 1, as two panels against U0(m) (base64 PNG).
+
+    Left, the paper's almost linear curve: the expected number of changed records of each cell,
+    U0(m) (1 - P_mm).  Right, the probability of change of one record, 1 - P_mm: at the optimum
+    it is nearly the same for the cells that send records, so it is flat where the left panel
+    is linear.
+    """
+    from matplotlib.figure import Figure  # no pyplot: the caller's backend stays as it is
+
+    fig = Figure(figsize=(11, 4))
+    left, right = fig.subplots(1, 2)
+    u = np.asarray(table.counts, dtype=float)
     change = 1.0 - np.asarray(diag)
-    ax.scatter(table.counts, change, s=18, color="#1f5fa8", alpha=0.8)
-    ax.set_xscale("log")
-    ax.set_xlabel("frequency U0(m) of the cell (log scale)")
-    ax.set_ylabel("probability of change 1 − P_mm")
-    ax.set_title("Probability of change against frequency")
-    ax.grid(alpha=0.3)
+    left.scatter(u, u * change, s=18, color="#1f5fa8", alpha=0.8)
+    left.set_xlabel("frequency U0(m) of the cell")
+    left.set_ylabel("expected changed records U0(m)(1 − P_mm)")
+    left.set_title("Expected changes against frequency (the paper's Figure 1)")
+    right.scatter(u, change, s=18, color="#1f5fa8", alpha=0.8)
+    right.set_xscale("log")
+    right.set_xlabel("frequency U0(m) of the cell (log scale)")
+    right.set_ylabel("probability of change 1 − P_mm")
+    right.set_title("Probability of change of one record")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
     return _png(fig)
 
 
@@ -306,10 +321,14 @@ def render_html(d: ReportData) -> str:
             if d.alpha is not None:
                 parts.append(f"<p>C1 (Cator et al., eq. (1)) requires every risk to be at most α = "
                              f"{d.alpha:g}; 'over' counts the k0 above it.</p>")
-            parts.append("<h2>Probability of change against frequency</h2><figure>"
-                         f"<img alt='probability of change against frequency' src='data:image/png;base64,"
-                         f"{figure_change_vs_frequency(d.diagonal(), d.table)}'><figcaption>As Figure 1 of "
-                         "Cator et al.: one point per present cell m."
+            parts.append("<h2>Changes against frequency</h2><figure>"
+                         "<img alt='expected changes and probability of change against frequency' "
+                         "src='data:image/png;base64,"
+                         f"{figure_change_vs_frequency(d.diagonal(), d.table)}'><figcaption>One point per present "
+                         "cell m. Left, as Figure 1 of Cator et al. (almost linear): the expected number "
+                         "of changed records of the cell, U0(m)(1 − P_mm). Right: the probability that "
+                         "one of its records changes, 1 − P_mm, nearly the same for the cells that send "
+                         "records, which is why the left panel is a line."
                          "</figcaption></figure>")
             parts.append("<h2>Transitions off the diagonal</h2><figure>"
                          f"<img alt='heat map of off-diagonal transitions' src='data:image/png;base64,"
@@ -342,6 +361,6 @@ def render_markdown(d: ReportData) -> str:
         out += [f"## {head}", "", _md_table(obj), ""]
     if d.solver:
         out += [f"Solver: {d.solver}", ""]
-    out += ["The figures (probability of change against frequency, heat map of the transitions) are in "
-            "report.html.", ""]
+    out += ["The figures (expected changes and probability of change against frequency, heat map of "
+            "the transitions) are in report.html.", ""]
     return "\n".join(out)

@@ -93,3 +93,15 @@ def test_census_quick(tmp_path):
     df = census.run(tmp_path, quick=True, log=lambda m: None)
     assert (df.status == "success").all() and (df.max_risk <= 0.1).all()
     assert (tmp_path / "census.md").exists()
+
+
+def test_peers_quick(tmp_path):
+    from benchmarks import peers
+
+    res = peers.run(tmp_path, quick=True, log=lambda m: None)
+    # without a recorded or live run of the packages, no row claims to be one
+    assert not res.peer.str.contains("real package").any()
+    ideal = res[res.peer == "idealised formula after pymasq 0.6.5"]
+    assert len(ideal) and ideal.what_was_run.str.startswith("NOT the package").all()
+    assert (ideal.per_variable_invariance_error < 1e-9).all()
+    assert (res.mean_leaving.dropna() >= 0).all() and (tmp_path / "peers.md").exists()

@@ -10,8 +10,8 @@ import pytest
 from pramopt.errors import InvalidParameterError
 from pramopt.baselines.ifpr import (ifpr_block_matrix, ifpr_block_size, ifpr_design, ifpr_h, ifpr_matrix, ifpr_psi,
                                     ifpr_theta)
-from pramopt.risk.correct_match import (correct_match_risk, correct_match_risks, expected_correct_match, nayak_r1,
-                                        simulate_intruder)
+from pramopt.risk.correct_match import (correct_match_risk, correct_match_risks, expected_correct_match,
+                                        expected_squared_error, nayak_r1, simulate_intruder)
 
 # Ghatak & Roy, Table 1: minimum block size K1(xi, T1); rows T1 = 1..10, columns xi below.
 TABLE1_XI = [0.1, 0.125, 0.15, 0.175, 0.2, 0.25, 0.3]
@@ -153,24 +153,93 @@ def test_expected_correct_match_matches_enumeration():
     assert expected_correct_match(P, t, 0) == pytest.approx(tot, rel=1e-12)
 
 
+# Ghatak & Roy, Section 4: the mean squared estimation error of each category and the average
+# correct-match probability, each from 1,000 simulations of the released data.
+PAPER_E = [4.9350e-07, 7.6125e-07, 0.0, 7.4300e-07, 8.8550e-07, 7.8375e-07, 0.0, 8.5550e-07]
+PAPER_CORRECT_MATCH = 0.07639286
+
+
+def _squared_error_moments(P, T):
+    """Exact E[D^2] and Var(D^2) of D = S_j - T_j per category, from the cumulants of a sum of
+    independent binomials (kappa_2, kappa_3, kappa_4 of Bin(t, p) summed over the rows)."""
+    P, T = np.asarray(P, float), np.asarray(T, float)
+    q = P * (1 - P)
+    mu = T @ P - T
+    k2, k3 = T @ q, T @ (q * (1 - 2 * P))
+    k4 = T @ (q * (1 - 6 * q))
+    m2 = k2 + mu**2
+    m4 = (k4 + 3 * k2**2) + 4 * mu * k3 + 6 * mu**2 * k2 + mu**4
+    return m2, m4 - m2**2
+
+
+def _correct_match_law(P, T, target):
+    """Mean and variance of X = 1{Z_B = c_target} / S_target by a dynamic programme over the
+    other units one at a time (law of the number O of them released as c_target)."""
+    P, T = np.asarray(P, float), np.asarray(T, int).copy()
+    T[target] -= 1
+    pmf = np.zeros(int(T.sum()) + 1)
+    pmf[0] = 1.0
+    for i, t in enumerate(T):
+        p = P[i, target]
+        for _ in range(t):
+            pmf[1:] = pmf[1:] * (1 - p) + pmf[:-1] * p
+            pmf[0] *= 1 - p
+    k = np.arange(pmf.size)
+    a = P[target, target]
+    m1, m2 = a * np.sum(pmf / (1 + k)), a * np.sum(pmf / (1 + k) ** 2)
+    return m1, m2 - m1**2
+
+
+def test_expected_squared_error_matches_enumeration():
+    P = np.array([[0.6, 0.3, 0.1], [0.2, 0.7, 0.1], [0.1, 0.1, 0.8]])
+    t = [2, 1, 2]
+    units = [i for i, n in enumerate(t) for _ in range(n)]
+    n = len(units)
+    want = np.zeros(3)
+    for out in itertools.product(range(3), repeat=n):
+        p = np.prod([P[u, o] for u, o in zip(units, out)])
+        S = np.bincount(out, minlength=3)
+        want += p * ((S - np.array(t)) / n) ** 2
+    np.testing.assert_allclose(expected_squared_error(P, t), want, rtol=1e-12)
+
+
+def test_section4_exact_figures_and_the_papers_simulation():
+    d = ifpr_design(T_EX, 0.1)
+    T = np.asarray(T_EX, dtype=float)
+    n = T.sum()
+    # exact per-category error (closed form) and correct-match probability (law of O)
+    E = expected_squared_error(d.matrix, T_EX)
+    m2, var_d2 = _squared_error_moments(d.matrix, T_EX)
+    np.testing.assert_allclose(E, m2 / n**2, rtol=1e-12)
+    cm, cm_var = _correct_match_law(d.matrix, T_EX, 0)
+    assert expected_correct_match(d.matrix, T_EX, 0) == pytest.approx(cm, rel=1e-10)
+    assert cm < 0.1
+    # the paper's figures are means of 1,000 simulations: every category's E and the correct
+    # match lie within 3 exact standard errors of the exact values (categories 3 and 7 are kept
+    # with probability 1: zero exactly, as in the paper)
+    se_E = np.sqrt(var_d2 / 1000) / n**2
+    paper = np.array(PAPER_E)
+    assert np.all(E[paper == 0] == 0)
+    assert np.all(np.abs(paper - E)[paper > 0] <= 3 * se_E[paper > 0])
+    assert abs(PAPER_CORRECT_MATCH - cm) <= 3 * np.sqrt(cm_var / 1000)
+
+
 def test_simulation_section4():
     d = ifpr_design(T_EX, 0.1)
-    sim = simulate_intruder(d.matrix, T_EX, n_sim=1000, seed=2024)
-    exact = expected_correct_match(d.matrix, T_EX, 0)
-    # below xi, as the paper's 0.07639 (Section 4); within Monte Carlo error of the exact value
-    assert sim.correct_match < 0.1 and exact < 0.1
-    assert abs(sim.correct_match - exact) < 0.025
-    assert abs(exact - 0.07639286) < 0.01
+    sim = simulate_intruder(d.matrix, T_EX, n_sim=4000, seed=2024)
     # same seed, same result
-    again = simulate_intruder(d.matrix, T_EX, n_sim=1000, seed=2024)
+    again = simulate_intruder(d.matrix, T_EX, n_sim=4000, seed=2024)
     assert again.correct_match == sim.correct_match
-    # MSE of S_j/n: invariant PRAM is unbiased, so E = sum_i T_i p_ij (1 - p_ij) / n^2
+    # the simulation's figures within 4 exact standard errors of the exact values, every category
     T = np.asarray(T_EX, dtype=float)
-    var = (T[:, None] * d.matrix * (1 - d.matrix)).sum(axis=0) / T.sum() ** 2
+    n = T.sum()
+    E = expected_squared_error(d.matrix, T_EX)
+    _, var_d2 = _squared_error_moments(d.matrix, T_EX)
+    se_E = np.sqrt(var_d2 / sim.n_sim) / n**2
     assert sim.mse[2] == 0 and sim.mse[6] == 0
-    np.testing.assert_allclose(sim.mse, var, rtol=0.2)
-    # the paper's per-category E has the same order (e.g. 4.935e-07 for category 1)
-    assert var[0] == pytest.approx(4.935e-07, rel=0.15)
+    assert np.all(np.abs(sim.mse - E) <= 4 * se_E + 1e-30)
+    cm, cm_var = _correct_match_law(d.matrix, T_EX, 0)
+    assert abs(sim.correct_match - cm) <= 4 * np.sqrt(cm_var / sim.n_sim)
 
 
 def test_every_category_is_protected():

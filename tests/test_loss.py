@@ -65,14 +65,35 @@ def test_l2_formula_matches_monte_carlo():
 
 
 def test_estimator_is_exactly_unbiased():
-    # E[U] = P^T U0, so E[mu_hat] = P^-T P^T U0 / n = U0 / n exactly (Section 3).
-    rng = np.random.default_rng(3)
-    K = 6
-    P = rng.random((K, K)) + 4 * np.eye(K)
-    P /= P.sum(axis=1, keepdims=True)
-    counts = rng.integers(1, 30, K).astype(float)
-    EU = P.T @ counts
-    np.testing.assert_allclose(np.linalg.inv(P).T @ EU, counts, rtol=1e-12)
+    # pramopt.estimate on every possible release of 5 records, weighted by its probability:
+    # the mean is U0 exactly (eq. (4) is unbiased) and the mean squared error of U/n is the
+    # reported L2 loss, both against the law of the release enumerated here.
+    import pandas as pd
+
+    import pramopt
+    from pramopt.result import DesignResult, Status
+    from reference import l2_loss_from_covariance, release_outcomes
+
+    values = np.array(["a", "b", "c"])
+    units = [0, 0, 0, 1, 2]
+    df = pd.DataFrame({"x": values[units]})
+    table = pramopt.frequency_table(df, ["x"])
+    P = np.array([[0.7, 0.2, 0.1], [0.25, 0.6, 0.15], [0.1, 0.3, 0.6]])
+    res = DesignResult(matrix=P, status=Status.SUCCESS, loss=0.0, expected_changes=0.0, max_risk=0.0,
+                       min_diagonal=0.6, gamma=None, binding_rows=(), reduction=None, solver=None, stages=(),
+                       condition_number=1.0, message="", alpha=0.5, qi=("x",), combinations=(("x",),), table=table)
+    U0 = table.counts.astype(float)
+    n = U0.sum()
+    mean, mse, total = np.zeros(3), 0.0, 0.0
+    for out, prob in release_outcomes(P, units):
+        est = pramopt.estimate(pd.DataFrame({"x": values[list(out)]}), res)["estimate"].to_numpy()
+        mean += prob * est
+        mse += prob * np.sum((est / n - U0 / n) ** 2)
+        total += prob
+    assert total == pytest.approx(1.0, abs=1e-12)
+    np.testing.assert_allclose(mean, U0, rtol=1e-12)
+    assert l2_loss(P, U0) == pytest.approx(mse, rel=1e-12)
+    assert l2_loss_from_covariance(P, U0) == pytest.approx(mse, rel=1e-12)
 
 
 def test_gradient_matches_finite_differences():

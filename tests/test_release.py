@@ -50,8 +50,18 @@ def test_estimate_is_unbiased_in_expectation(example, result):
     est = pramopt.estimate(example, result)  # released == original: estimate = P^-T U0
     Pinv = np.linalg.inv(result.to_dense())
     np.testing.assert_allclose(est["estimate"], Pinv.T @ result.counts, rtol=1e-10)
-    EU = result.matrix.T @ result.counts
-    np.testing.assert_allclose(Pinv.T @ EU, result.counts, atol=1e-8)
+    # E[estimate(release)] through pramopt.estimate: estimate is linear in the released counts,
+    # so applying it to one record of each cell (one `by` group per record) gives its columns,
+    # and E[U_k] = sum over records of P[cell of record, k] (the law of the release, by loops)
+    cells = result.cells.reset_index(drop=True)
+    one_each = cells.assign(record=np.arange(len(cells)))
+    per_record = pramopt.estimate(one_each, result, by="record")["estimate"].to_numpy().reshape(len(cells), len(cells))
+    P = result.to_dense()
+    pos = {tuple(c): i for i, c in enumerate(cells[QI].itertuples(index=False))}
+    EU = np.zeros(len(cells))
+    for rec in example[QI].itertuples(index=False):
+        EU += P[pos[tuple(rec)]]
+    np.testing.assert_allclose(EU @ per_record, result.counts, atol=1e-8)
 
 
 def test_estimate_monte_carlo_mean():

@@ -90,3 +90,26 @@ def test_renders_in_headless_chromium(html, tmp_path):
     # a non-trivial page: many distinct colours, not a blank screen
     assert len(np.unique((img[..., :3] * 255).astype(np.uint8).reshape(-1, 3), axis=0)) > 50
     shutil.rmtree(tmp_path / "profile", ignore_errors=True)
+
+
+def test_figure_1_shows_expected_changes_beside_the_probability(html, result):
+    # the paper's near-linear Figure 1 is the expected number of changed records per cell,
+    # U0(m)(1 - P_mm); the per-record probability 1 - P_mm is the second panel, and the caption
+    # says which is which
+    caption = re.search(r"<h2>Changes against frequency</h2><figure>.*?<figcaption>(.*?)</figcaption>", html, re.S)
+    assert caption is not None
+    text = caption.group(1)
+    assert "Figure 1 of Cator et al." in text and "expected number of changed records" in text
+    assert "U0(m)(1 − P_mm)" in text and "probability that one of its records changes, 1 − P_mm" in text
+    # what the caption claims, on the example: the senders (cells receiving nothing) change with
+    # about the same probability, so expected changes grow linearly with U0(m)
+    P = result.to_dense()
+    u = result.counts
+    change = 1.0 - np.diag(P)
+    received = (P - np.diag(np.diag(P))).sum(axis=0)
+    senders = (change > 1e-6) & (received < 1e-6) & (u >= 1 / 0.1)
+    assert senders.sum() >= 10
+    med = np.median(change[senders])
+    assert np.mean(np.abs(change[senders] / med - 1) < 0.05) >= 0.8  # most within 5% of one value
+    assert change[senders].max() <= 2 * change[senders].min()
+    assert np.corrcoef(u[senders], u[senders] * change[senders])[0, 1] > 0.99

@@ -4,6 +4,7 @@
   (Ikarashi et al.);
 * :mod:`.ifpr` -- inverse-frequency PRAM (Nayak et al.; Ghatak & Roy);
 * :mod:`.sdcmicro` -- sdcMicro's invariant PRAM of one variable;
+* :mod:`.product_space` -- per-variable PRAM measured as released, over the product space;
 * :mod:`.calibrate` -- each family tuned to meet C1 on a data set, returned as a verified
   :class:`~pramopt.DesignResult` (:func:`baseline`).
 

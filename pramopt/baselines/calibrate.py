@@ -122,10 +122,15 @@ def _sdcmicro_uniforms(table: FrequencyTable, seed) -> list[np.ndarray]:
 
 
 def sdcmicro_on_cells(table: FrequencyTable, pd=0.8, alpha=0.5, seed=0) -> np.ndarray:
-    """sdcMicro-style invariant PRAM of every variable (re-implementation), restricted to the cells.
+    """sdcMicro's per-variable PRAM (re-implementation), restricted to the cells, rows renormalised.
 
     See :mod:`pramopt.baselines.sdcmicro`; one ``pd`` and ``alpha`` for all variables (as
-    sdcMicro recycles them), an independent seeded diagonal per variable.
+    sdcMicro recycles them), an independent seeded diagonal per variable.  This restricted matrix
+    is not what sdcMicro releases: its ``pram()`` perturbs each variable over all its categories,
+    so a record may become a combination absent from the data (on testdata with 7 keys and the
+    defaults, 8.3% of the records on average, 56% for the worst cell), and the restriction is no
+    longer invariant.  :func:`pramopt.baselines.product_space.assess_product_space` measures the
+    mechanism as released.
     """
     u = _sdcmicro_uniforms(table, seed)
     mats = [sdcmicro_invariant_matrix(_variable_frequencies(table, v), pd, alpha, uniforms=u[v])
@@ -394,12 +399,14 @@ def calibrate_ifpr(table: FrequencyTable, combinations, alpha, *, n_grid: int = 
 
 
 # ---------------------------------------------------------------------------------------------
-# sdcMicro's invariant PRAM (re-implementation)
+# sdcMicro's per-variable PRAM restricted to the present cells (re-implementation)
 # ---------------------------------------------------------------------------------------------
 
 def calibrate_sdcmicro(table: FrequencyTable, combinations, alpha, *, pd_grid: Sequence[float] | None = None,
                        seed=0, tol: float = 1e-4) -> DesignResult:
-    """sdcMicro-style invariant PRAM (re-implemented; see :mod:`.sdcmicro`) tuned to meet C1.
+    """sdcMicro's per-variable PRAM restricted to the present cells (:func:`sdcmicro_on_cells`;
+    re-implemented, see :mod:`.sdcmicro`) tuned to meet C1.  Restricted, it is neither the
+    mechanism sdcMicro releases nor invariant.
 
     For each ``pd`` of ``pd_grid`` the smallest ``alpha_pram`` (mixing weight with the identity)
     that meets C1 is found by bisection (the risk falls as ``alpha_pram`` grows); among these the
@@ -467,8 +474,8 @@ def baseline(data, qi=None, family: str = "rr", alpha: float = DesignParams.alph
         Identifying variables.
     family : {"rr", "ifpr", "sdcmicro"}
         Retention-replacement (:func:`calibrate_retention`; ``per_attribute=True`` for one ρ
-        per variable), IFPR (:func:`calibrate_ifpr`) or sdcMicro's invariant PRAM restricted
-        to the present cells (:func:`calibrate_sdcmicro`).
+        per variable), IFPR (:func:`calibrate_ifpr`) or sdcMicro's per-variable PRAM restricted
+        to the present cells, rows renormalised (:func:`calibrate_sdcmicro`; not invariant).
     alpha : float in (0, 1)
     combinations, combination_size
         Π, as for :func:`pramopt.design`.

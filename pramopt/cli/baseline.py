@@ -20,7 +20,8 @@ def add_parser(sub):
                     "outputs as 'design':\n"
                     "  rr         retention-replacement (one ρ, or one per variable with --per-attribute)\n"
                     "  ifpr       IFPR of Ghatak & Roy on the present cells\n"
-                    "  invariant  sdcMicro's invariant PRAM per variable, restricted to the present cells",
+                    "  invariant  sdcMicro's PRAM per variable, restricted to the present cells (rows\n"
+                    "             renormalised: not sdcMicro's release, and no longer invariant)",
         epilog="example:\n  pramopt baseline rr --data testdata.csv --qi urbrur,roof,walls,water --alpha 0.1 --out rr")
     p.add_argument("family", choices=list(FAMILY), help="the closed-form family")
     add_data_options(p, required=True)

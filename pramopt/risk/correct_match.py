@@ -20,7 +20,7 @@ from .._validation import InvalidParameterError, check_int, check_real
 from .._validation import as_frequencies, as_transition_matrix
 
 __all__ = ["nayak_r1", "correct_match_risk", "correct_match_risks", "expected_correct_match",
-           "simulate_intruder", "IntruderSimulation"]
+           "expected_squared_error", "simulate_intruder", "IntruderSimulation"]
 
 
 def nayak_r1(T, theta, block: Sequence[int] | None = None) -> float:
@@ -212,6 +212,21 @@ def expected_correct_match(P, T, target: int) -> float:
         if n > 0 and p > 0:
             pmf = np.convolve(pmf, _binom_pmf(int(n), float(p)))
     return float(A[target, target] * np.sum(pmf / (1.0 + np.arange(pmf.size))))
+
+
+def expected_squared_error(P, T) -> np.ndarray:
+    """Exact per-category ``E[(S_j/n - T_j/n)^2]``, the paper's "mean squared estimation error".
+
+    ``S_j`` is a sum of independent binomials ``Bin(T_i, p_ij)``, so its mean is
+    ``sum_i T_i p_ij`` and its variance ``sum_i T_i p_ij (1 - p_ij)``; the expected squared
+    error is the variance plus the squared bias (zero for an invariant P), over ``n^2``.
+    ``simulate_intruder(...).mse`` estimates the same figure by simulation.
+    """
+    A, T = _matrix_and_frequencies(P, T, "expected_squared_error")
+    n = T.sum()
+    bias = T @ A - T
+    var = T @ (A * (1.0 - A))
+    return (var + bias**2) / n**2
 
 
 def _binom_pmf(n: int, p: float) -> np.ndarray:
