@@ -15,7 +15,6 @@ from pramopt.baselines.retention import retention_matrix
 from pramopt.baselines.sdcmicro import sdcmicro_invariant_matrix
 from pramopt.frequency.combinations import resolve_combinations
 from pramopt.frequency.table import frequency_table
-from pramopt.loss import l2_loss
 from pramopt.verify import c1_risk
 
 from reference import l2_loss_from_covariance
