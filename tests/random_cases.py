@@ -89,8 +89,13 @@ def brute_force_risk(res, df: pd.DataFrame, qi, options) -> float:
     if not np.all(np.isfinite(P)) or np.any(P < 0):
         return float("nan")
     cells, U0 = _cells_and_counts(res, df, qi)
+    return _max_risk(P, cells, U0, _combos(qi, options))
+
+
+def _max_risk(P, cells, U0, combos) -> float:
+    """max over π, k0 and m of S[m, g] / sum_l U0(l) S[l, g], S[m, g] = sum_{k in g} P[m, k] (eq. (1))."""
     worst = 0.0
-    for pi in _combos(qi, options):
+    for pi in combos:
         proj = [tuple(c[i] for i in pi) for c in cells]
         for k0 in set(proj):
             cols = [j for j, c in enumerate(proj) if c == k0]
@@ -146,14 +151,7 @@ def witness(df, qi, alpha, options, lam: float = 1e-3) -> float:
             continue
         w = U0[idx] / U0[idx].sum()
         P[np.ix_(idx, idx)] = lam * np.eye(idx.size) + (1 - lam) * np.outer(np.ones(idx.size), w)
-    worst = 0.0
-    for pi in _combos(qi, options):
-        proj = [tuple(c[i] for i in pi) for c in cells]
-        for k0 in set(proj):
-            ing = [j for j, c in enumerate(proj) if c == k0]
-            S = P[:, ing].sum(axis=1)
-            worst = max(worst, float(S.max() / (U0 @ S)))
-    return worst
+    return _max_risk(P, cells, U0, _combos(qi, options))
 
 
 def weaker(options: dict) -> list[tuple[str, dict]]:
