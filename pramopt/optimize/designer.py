@@ -29,7 +29,7 @@ from ..errors import InvalidParameterError, LargeProblemWarning
 from ..frequency.combinations import resolve_combinations
 from ..frequency.table import FrequencyTable, frequency_table
 from ..outcome import finish, verify_stage
-from ..params import GAMMA_LADDER, DesignParams, parameters_doc, signature
+from ..params import GAMMA_LADDER, PRIVACY_MAX_CELLS, DesignParams, parameters_doc, signature
 from ..loss import l2_loss
 from ..result import DesignResult, Status
 from .backends import gives_duals
@@ -39,6 +39,7 @@ from .strategies import AttemptStatus
 from .strategies.blocks import solve_blocks
 from .strategies.replacement import LOCAL_RELAXATION_ABOVE, solve_replacement
 from .strategies.general import solve_general
+from .strategies.privacy import solve_privacy
 from .relaxation import changes_bound, floor_bound
 from .strategies.phase_one import PHASE1_TIEBREAK, largest_floor
 
@@ -122,6 +123,8 @@ def design(data, qi=None, alpha: float = DesignParams.alpha, *, progress: Progre
         table = frequency_table(data, qi, domains=params.domains, max_categories=params.max_categories,
                                 owner=owner)
     combos = resolve_combinations(table.qi, params.combination_size, params.combinations, owner)
+    if params.epsilon is not None or params.k is not None:
+        _check_privacy(params, table, owner)
     trace = Trace(progress)
     with trace.stage("model") as info:
         problem = DesignProblem.build(table, combos, params, owner)
@@ -143,6 +146,31 @@ design.__signature__ = signature(
                     inspect.Parameter("qi", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None),
                     inspect.Parameter("alpha", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=DesignParams.alpha)],
     after=[inspect.Parameter("progress", inspect.Parameter.KEYWORD_ONLY, default=None)])
+
+
+def _check_privacy(p: DesignParams, table: FrequencyTable, owner: str) -> None:
+    """Designs under epsilon or k: dense over the present cells, so a bounded K and no option that
+    forces zeros into a column (fixed strata, kept cells)."""
+    what = " and ".join(f"{n}={v:g}" for n, v in (("epsilon", p.epsilon), ("k", p.k)) if v is not None)
+    if table.n_cells > PRIVACY_MAX_CELLS:
+        raise InvalidParameterError(
+            f"The 'epsilon' and 'k' parameters of {owner} need a dense matrix over the present cells (every "
+            f"entry of a column positive together); with {table.n_cells} cells (more than {PRIVACY_MAX_CELLS}) "
+            f"that is too large to design ({what} given). Coarsen the identifying variables or use fewer.")
+    for name in ("fixed", "keep_cells"):
+        if getattr(p, name):
+            raise InvalidParameterError(
+                f"The {name!r} parameter of {owner} cannot be combined with {what}: it forces zeros next to "
+                "positive entries in a column of P, which makes epsilon infinite and k = 1.")
+    if p.invariant:
+        raise InvalidParameterError(f"The 'invariant' parameter of {owner} is not supported with {what}.")
+    if p.structure not in ("auto", "general"):
+        raise InvalidParameterError(
+            f"The 'structure' parameter of {owner} must be 'auto' or 'general' with {what} (a dense design over "
+            f"the present cells); got {p.structure!r}.")
+    if p.k is not None and p.k > table.n:
+        raise InvalidParameterError(
+            f"The 'k' parameter of {owner} must be at most the number of records ({table.n}); got {p.k:g}.")
 
 
 @dataclass(frozen=True)
@@ -192,6 +220,8 @@ class _Designer:
         if pb.n * alpha < 1:
             return self.identity(Status.INFEASIBLE_DATA,
                                  f"C1 cannot hold for any matrix: n = {pb.n} < 1/alpha = {1 / alpha:g}.")
+        if p.epsilon is not None or p.k is not None:
+            return self.privacy()
         # Nothing to do when the original data already satisfy C1 (P = I).
         eye = sp.identity(pb.K, format="csr")
         rep = self.verify(eye, "check P=I")
@@ -226,6 +256,97 @@ class _Designer:
                 return self.rare(why)
             return self.identity(Status.INFEASIBLE, f"{why}{self._invariant_hint()} {_ADVICE}", g_low)
         return self.general(floor, g_low, auto_blocks)
+
+    def privacy(self) -> DesignResult:
+        """A dense design under epsilon and/or k (and C1 unless alpha is None); see
+        :mod:`.strategies.privacy`.  Success only when every requirement holds exactly."""
+        from ..baselines.privacy import retention_meeting
+
+        pb, p = self.problem, self.p
+        c1 = p.alpha is not None
+        m = p.margin if p.margin > 0 else MARGIN_FLOOR
+        eps_s = None if p.epsilon is None else p.epsilon * (1.0 - m)
+        k_s = None if p.k is None else min(float(pb.n), 1.0 + (p.k - 1.0) * (1.0 + m))
+        a_s = pb.alpha * (1.0 - m) if c1 else None
+        with self.trace.stage("retention start") as info:
+            start = retention_meeting(pb.table, pb.combos, epsilon=eps_s, k=k_s, alpha=a_s)
+            info["detail"] = (f"rho {start.rho[0]:.4g}, loss {start.loss:.4g}" if start.ok else
+                              "no retention-replacement matrix meets the requirements")
+        R = start.P if start.ok else None
+        att = solve_privacy(pb, R, eps_s, k_s, a_s, self.trace)
+        cands = []
+        if att.ok:
+            P = att.P.toarray()
+            meas = self._privacy_measure(P)
+            if not meas["ok"] and R is not None:
+                # the solver's tolerance: mix with the start (feasible, strictly inside the margin)
+                for t in (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 0.1, 0.5):
+                    Pt = (1.0 - t) * P + t * R
+                    mt = self._privacy_measure(Pt)
+                    if mt["ok"]:
+                        P, meas = Pt, dict(mt, mixed=t)
+                        break
+            if meas["ok"]:
+                cands.append(("optimal", P, meas, l2_loss(sp.csr_matrix(P), pb.counts)))
+        if R is not None:
+            cands.append(("retention-replacement", R, self._privacy_measure(R), start.loss))
+        ok = [c for c in cands if c[2]["ok"]]
+        want = ", ".join(f"{n} {v}" for n, v in (("alpha", p.alpha), ("epsilon", p.epsilon), ("k", p.k))
+                         if v is not None)
+        if not ok:
+            if att.ok:
+                P = att.P.toarray()
+                return self.finish(P, Status.UNVERIFIED, f"The design fails the exact checks of {want}: "
+                                   + self._privacy_says(self._privacy_measure(P)) + ".",
+                                   details=self._privacy_details(self._privacy_measure(P), start))
+            status = Status.SOLVER_ERROR if att.status is AttemptStatus.SOLVER_ERROR else Status.INFEASIBLE
+            return self.identity(status, f"No matrix over the present cells meets {want} "
+                                 f"({att.detail or 'no feasible start'}). Relax epsilon, k or alpha.")
+        name, P, meas, loss = min(ok, key=lambda c: c[3])
+        det = self._privacy_details(meas, start)
+        det["tried"] = {c[0]: c[3] for c in cands if c[2]["ok"]}
+        why = ("The optimal dense design under " if name == "optimal" else
+               "The retention-replacement matrix (no better design found) under ") + want + ". "
+        msg = why + self._privacy_says(meas) + f"; binding: {det['binding']}. All requirements verified exactly."
+        return self.finish(P, Status.SUCCESS, msg, solver=att.solver if name == "optimal" else "closed form",
+                           loss=loss, details=det)
+
+    def _privacy_measure(self, P) -> dict:
+        """The independent checks: C1 (pramopt.verify), Theorem 1's epsilon and Theorem 3's k."""
+        from ..risk.privacy import dp_epsilon, pk_ratio
+
+        pb, p = self.problem, self.p
+        rep = self.verify(P, "verify")
+        eps = dp_epsilon(P)
+        ar = pk_ratio(P)
+        k = 1.0 + (pb.n - 1) * ar
+        ok = rep.max_risk <= pb.alpha
+        if p.epsilon is not None:
+            ok = ok and eps <= p.epsilon
+        if p.k is not None:
+            ok = ok and k >= p.k
+        return {"ok": bool(ok), "max_risk": float(rep.max_risk), "epsilon": float(eps), "k": float(k),
+                "pk_ratio": float(ar)}
+
+    def _privacy_says(self, meas: dict) -> str:
+        return (f"measured epsilon {meas['epsilon']:.6g}, k {meas['k']:.6g}, C1 max risk {meas['max_risk']:.6g}")
+
+    def _privacy_details(self, meas: dict, start) -> dict:
+        p = self.p
+        slack = {}
+        if p.alpha is not None:
+            slack["alpha"] = 1.0 - meas["max_risk"] / p.alpha
+        if p.epsilon is not None:
+            slack["epsilon"] = 1.0 - meas["epsilon"] / p.epsilon
+        if p.k is not None:
+            slack["k"] = 1.0 - p.k / meas["k"]
+        tight = [n for n, v in slack.items() if v <= 1e-3]
+        binding = " and ".join(tight) if tight else f"none (closest: {min(slack, key=slack.get)})"
+        return {"epsilon": meas["epsilon"], "k": meas["k"], "pk_ratio": meas["pk_ratio"],
+                "c1_max_risk": meas["max_risk"], "epsilon_target": p.epsilon, "k_target": p.k,
+                "alpha_target": p.alpha, "slack": slack, "binding": binding, "mixed_with_start": meas.get("mixed", 0.0),
+                "retention_start": {"rho": [float(r) for r in start.rho], "loss": start.loss,
+                                    "epsilon": start.epsilon, "k": start.k, "ok": start.ok}}
 
     def _invariant_hint(self) -> str:
         if not self.p.invariant:
