@@ -27,7 +27,7 @@ from ..risk.privacy import dp_epsilon, pk_anonymity
 from ..verify import c1_risk
 from .calibrate import retention_on_cells
 
-__all__ = ["PrivacyRetention", "retention_meeting", "rho_of_epsilon"]
+__all__ = ["PrivacyRetention", "retention_meeting", "rho_of_epsilon", "joint_retention"]
 
 
 @dataclass(frozen=True)
@@ -83,8 +83,14 @@ def _largest(build, ok, iters: int = 50):
     return lo
 
 
+def joint_retention(K: int, rho: float) -> np.ndarray:
+    """Retention-replacement over the present cells as one attribute (K-ary randomized response):
+    ``ρ I + (1 - ρ) J / K``; its ε is ``ln(1 + K ρ/(1 - ρ))`` (Corollary 2 with |V| = K)."""
+    return rho * np.eye(K) + (1.0 - rho) / K * np.ones((K, K))
+
+
 def retention_meeting(table: FrequencyTable, combos=(), *, epsilon=None, k=None, alpha=None,
-                      per_attribute: bool = False, max_evals: int = 60) -> PrivacyRetention:
+                      per_attribute: bool = False, joint: bool = False, max_evals: int = 60) -> PrivacyRetention:
     """The retention-replacement matrix on the present cells of largest ρ meeting ε, k and C1.
 
     Parameters
@@ -94,6 +100,8 @@ def retention_meeting(table: FrequencyTable, combos=(), *, epsilon=None, k=None,
     epsilon, k, alpha : the requirements (None: not required)
     per_attribute : bool
         One ρ per attribute (the ε budget split to minimise the L2 loss) instead of one for all.
+    joint : bool
+        The present cells as one attribute (:func:`joint_retention`), not a product over attributes.
 
     Returns
     -------
@@ -111,6 +119,10 @@ def retention_meeting(table: FrequencyTable, combos=(), *, epsilon=None, k=None,
         m = _measure(table, combos, P)
         return PrivacyRetention(P, rho, m[0], m[1], m[2], l2_loss(P, table.counts), _meets(m, epsilon, k, alpha))
 
+    if joint:
+        t = _largest(lambda r: joint_retention(table.n_cells, r), ok)
+        rho = 0.0 if t is None else t
+        return result(joint_retention(table.n_cells, rho), [rho])
     if not per_attribute:
         t = _largest(lambda r: retention_on_cells(table, r), ok)
         rho = 0.0 if t is None else t
@@ -153,3 +165,4 @@ def retention_meeting(table: FrequencyTable, combos=(), *, epsilon=None, k=None,
     if rho is None:
         rho = [0.0] * d
     return result(retention_on_cells(table, rho), list(rho))
+

@@ -22,6 +22,7 @@ import inspect
 import warnings
 from dataclasses import dataclass
 
+import numpy as np
 import scipy.sparse as sp
 
 from .._validation import check_choice
@@ -269,11 +270,22 @@ class _Designer:
         k_s = None if p.k is None else min(float(pb.n), 1.0 + (p.k - 1.0) * (1.0 + m))
         a_s = pb.alpha * (1.0 - m) if c1 else None
         with self.trace.stage("retention start") as info:
-            start = retention_meeting(pb.table, pb.combos, epsilon=eps_s, k=k_s, alpha=a_s)
-            info["detail"] = (f"rho {start.rho[0]:.4g}, loss {start.loss:.4g}" if start.ok else
-                              "no retention-replacement matrix meets the requirements")
-        R = start.P if start.ok else None
-        att = solve_privacy(pb, R, eps_s, k_s, a_s, self.trace)
+            # retention-replacement over the attributes (Ikarashi et al.) and over the cells as one
+            # attribute (K-ary randomized response), each calibrated inside the margins: feasible
+            # starts, the better one refined
+            starts = [(n, s) for n, s in (
+                ("K-ary randomized response", retention_meeting(pb.table, pb.combos, epsilon=eps_s, k=k_s, alpha=a_s,
+                                                                joint=True)),
+                ("retention-replacement", retention_meeting(pb.table, pb.combos, epsilon=eps_s, k=k_s, alpha=a_s)))
+                if s.ok]
+            start = min((s for _, s in starts), key=lambda s: s.loss) if starts else None
+            info["detail"] = ("; ".join(f"{n}: rho {s.rho[0]:.4g}, loss {s.loss:.4g}" for n, s in starts) if starts
+                              else "no retention-replacement matrix meets the requirements")
+        R = None if start is None else start.P
+        # the fallback: retention-replacement calibrated at the requirements themselves (checked
+        # exactly), so that the design is never worse than it at the same epsilon and k
+        fall = retention_meeting(pb.table, pb.combos, epsilon=p.epsilon, k=p.k, alpha=p.alpha)
+        att = solve_privacy(pb, [(n, s.P) for n, s in starts], eps_s, k_s, a_s, self.trace)
         cands = []
         if att.ok:
             P = att.P.toarray()
@@ -288,9 +300,11 @@ class _Designer:
                         break
             if meas["ok"]:
                 cands.append(("optimal", P, meas, l2_loss(sp.csr_matrix(P), pb.counts)))
-        if R is not None:
-            cands.append(("retention-replacement", R, self._privacy_measure(R), start.loss))
-        ok = [c for c in cands if c[2]["ok"]]
+        if fall.ok:
+            cands.append(("retention-replacement", fall.P, self._privacy_measure(fall.P), fall.loss))
+        # a singular P meets epsilon and k (equal rows are perfectly private) but has no unbiased
+        # estimator: it is never a design
+        ok = [c for c in cands if c[2]["ok"] and np.isfinite(c[3])]
         want = ", ".join(f"{n} {v}" for n, v in (("alpha", p.alpha), ("epsilon", p.epsilon), ("k", p.k))
                          if v is not None)
         if not ok:
@@ -298,12 +312,13 @@ class _Designer:
                 P = att.P.toarray()
                 return self.finish(P, Status.UNVERIFIED, f"The design fails the exact checks of {want}: "
                                    + self._privacy_says(self._privacy_measure(P)) + ".",
-                                   details=self._privacy_details(self._privacy_measure(P), start))
+                                   details=self._privacy_details(self._privacy_measure(P), fall))
             status = Status.SOLVER_ERROR if att.status is AttemptStatus.SOLVER_ERROR else Status.INFEASIBLE
-            return self.identity(status, f"No matrix over the present cells meets {want} "
-                                 f"({att.detail or 'no feasible start'}). Relax epsilon, k or alpha.")
+            return self.identity(status, f"No invertible matrix over the present cells was found that meets {want} "
+                                 f"({att.detail or 'no feasible start with a finite loss'}). Relax epsilon, k or "
+                                 "alpha.")
         name, P, meas, loss = min(ok, key=lambda c: c[3])
-        det = self._privacy_details(meas, start)
+        det = self._privacy_details(meas, fall)
         det["tried"] = {c[0]: c[3] for c in cands if c[2]["ok"]}
         why = ("The optimal dense design under " if name == "optimal" else
                "The retention-replacement matrix (no better design found) under ") + want + ". "
@@ -345,7 +360,7 @@ class _Designer:
         return {"epsilon": meas["epsilon"], "k": meas["k"], "pk_ratio": meas["pk_ratio"],
                 "c1_max_risk": meas["max_risk"], "epsilon_target": p.epsilon, "k_target": p.k,
                 "alpha_target": p.alpha, "slack": slack, "binding": binding, "mixed_with_start": meas.get("mixed", 0.0),
-                "retention_start": {"rho": [float(r) for r in start.rho], "loss": start.loss,
+                "retention_replacement": {"rho": [float(r) for r in start.rho], "loss": start.loss,
                                     "epsilon": start.epsilon, "k": start.k, "ok": start.ok}}
 
     def _invariant_hint(self) -> str:

@@ -43,11 +43,12 @@ __all__ = ["solve_privacy", "K_ROUNDS"]
 K_ROUNDS = 6
 
 
-def solve_privacy(problem: DesignProblem, start: np.ndarray | None, eps_solve: float | None,
+def solve_privacy(problem: DesignProblem, starts_given, eps_solve: float | None,
                   k_solve: float | None, a_solve: float | None, trace: Trace) -> Attempt:
     """Minimal-loss P with ε <= eps_solve, k >= k_solve and C1 at a_solve (None: not required).
 
-    ``start`` is a feasible matrix (or None); the returned matrix is not verified.
+    ``starts_given`` lists ``(name, matrix)`` of feasible matrices (may be empty: the linear stage
+    then gives the start); the returned matrix is not verified.
     """
     p = problem.params
     K, counts = problem.K, problem.counts
@@ -90,11 +91,14 @@ def solve_privacy(problem: DesignProblem, start: np.ndarray | None, eps_solve: f
     cost[sup.diag] = -counts
     trace.add("privacy(model)", time.perf_counter() - t0, 0,
               f"dense support {sup.size}, {len(bounds())} ratio bounds, {ws.m.size} C1 rows")
-    # the linear stage: fewest expected changes, lazy C1 rows
+    # the linear stage (fewest expected changes, lazy C1 rows) only without a feasible start: its
+    # vertex usually has equal rows or a zero column (a singular P, no unbiased estimator)
     t_lin = time.perf_counter()
     rounds = 0
     x_lin = None
-    while True:
+    solver = "closed form"
+    out = None
+    while not starts_given:
         rounds += 1
         lp = load()
         out = lp.solve(cost, lo, hi)
@@ -106,7 +110,8 @@ def solve_privacy(problem: DesignProblem, start: np.ndarray | None, eps_solve: f
             x_lin = x
             break
         ws.add(new)
-    solver = out.solver
+    if out is not None:
+        solver = out.solver
     exact = problem.objective.on_support(sup, counts, sparse=False)
 
     def evaluate(x):  # a singular P (a zero column, or rows made equal) has no unbiased estimator
@@ -120,42 +125,53 @@ def solve_privacy(problem: DesignProblem, start: np.ndarray | None, eps_solve: f
         starts.append(("linear stage", x_lin, f_lin))
         trace.add("privacy(linear)", time.perf_counter() - t_lin, rounds,
                   f"expected changes {expected_changes(sup.to_matrix(x_lin), counts):.4g}, loss {f_lin:.4g}")
-    else:
+    elif out is not None:
         trace.add("privacy(linear)", time.perf_counter() - t_lin, rounds, out.status)
-    if start is not None:
-        xs = sup.from_matrix(start)
-        starts.append(("retention-replacement", xs, evaluate(xs)[0]))
+    for name, S in starts_given:
+        xs = sup.from_matrix(S)
+        starts.append((name, xs, evaluate(xs)[0]))
     starts = [s for s in starts if np.isfinite(s[2])]
     if not starts:
-        if out.x is None:
+        if out is not None and out.x is None:
             kind = AttemptStatus.INFEASIBLE if out.status == "infeasible" else AttemptStatus.SOLVER_ERROR
             return Attempt(kind, detail=out.status)
         return Attempt(AttemptStatus.SOLVER_ERROR, detail="no start with a finite loss (singular P)")
-    name, x, f = min(starts, key=lambda s: s[2])
-    trace.add("privacy(start)", 0.0, 0, f"from the {name} (loss {f:.4g})")
+    starts.sort(key=lambda s: s[2])
     if not (p.refine_loss and p.max_iter > 0):
+        name, x, f = starts[0]
+        trace.add("privacy(start)", 0.0, 0, f"the {name} (loss {f:.4g})")
         return Attempt(AttemptStatus.OK, P=sup.to_matrix(x), solver=solver)
-    t_ref = time.perf_counter()
-    its, k_round = 0, 0
-    f_prev = f
-    lp = load()
-    while its < p.max_iter:
-        x, info = refine(lp, x, lo, hi, evaluate, check=pending, rtol=p.rtol, max_iter=p.max_iter - its,
-                         progress=trace.progress)
-        its += info.iterations
-        if info.stop_reason == "constraints":
-            ws.add(info.added_constraints)
-            lp = load()
-            continue
-        if r_k is None or not math.isfinite(r_k) or k_round >= K_ROUNDS or its >= p.max_iter:
-            break
-        if k_round and f_prev - info.loss_end <= p.rtol * abs(info.loss_end):
-            break
-        # re-choose the k rows' weights at the current P: it stays feasible, the linear set grows
-        k_round += 1
-        f_prev = info.loss_end
-        scale = balancing_weights(sup.to_matrix(x).toarray())
+    solver = f"trust-region SLP ({p.solver or 'HiGHS'})"
+    best = None
+    # the loss is not convex: a symmetric start (K-ary randomized response) is often a stationary
+    # point of the refinement, while the product form leads elsewhere; each start is refined
+    for name, x, f in starts:
+        t_ref = time.perf_counter()
+        scale[:] = 1.0
+        its, k_round = 0, 0
+        f_prev = f
         lp = load()
-    trace.add("privacy(refine)", time.perf_counter() - t_ref, its,
-              f"stop: {info.stop_reason}, loss {info.loss_end:.4g}" + (f", {k_round} re-weightings" if k_round else ""))
+        while its < p.max_iter:
+            x, info = refine(lp, x, lo, hi, evaluate, check=pending, rtol=p.rtol, max_iter=p.max_iter - its,
+                             progress=trace.progress)
+            its += info.iterations
+            if info.stop_reason == "constraints":
+                ws.add(info.added_constraints)
+                lp = load()
+                continue
+            if r_k is None or not math.isfinite(r_k) or k_round >= K_ROUNDS or its >= p.max_iter:
+                break
+            if k_round and f_prev - info.loss_end <= p.rtol * abs(info.loss_end):
+                break
+            # re-choose the k rows' weights at the current P: it stays feasible, the linear set grows
+            k_round += 1
+            f_prev = info.loss_end
+            scale[:] = balancing_weights(sup.to_matrix(x).toarray())
+            lp = load()
+        trace.add(f"privacy(refine {name})", time.perf_counter() - t_ref, its,
+                  f"loss {f:.4g} -> {info.loss_end:.4g}, stop: {info.stop_reason}"
+                  + (f", {k_round} re-weightings" if k_round else ""))
+        if best is None or info.loss_end < best[1]:
+            best = (x, info.loss_end)
+    x = best[0]
     return Attempt(AttemptStatus.OK, P=sup.to_matrix(x), solver=solver)
