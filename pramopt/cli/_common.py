@@ -146,7 +146,8 @@ def _alpha(s: str):
     try:
         return float(s)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1) or 'none'; got {s!r}") from None
+        raise argparse.ArgumentTypeError(f"invalid float value: {s!r} (a number in (0, 1), or 'none' for no C1 "
+                                         "with --epsilon or --k)") from None
 
 
 #: Converters named by the ``"type"`` of a parameter's ``cli`` metadata.
