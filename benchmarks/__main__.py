@@ -1,6 +1,6 @@
 """``python -m benchmarks [study ...] [--quick] [--out DIR]``
 
-Studies: optimal_vs_closed, solvers, scaling, records, figures, cells, census (default: all, in that order).
+Studies: optimal_vs_closed, solvers, scaling, records, figures, cells, census, privacy_design (default: all, in that order).
 ``--quick`` runs tiny cases (what the smoke test uses); results go to benchmarks/results/ by default.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ._common import RESULTS
 
-STUDIES = ("optimal_vs_closed", "solvers", "scaling", "records", "figures", "cells", "census")
+STUDIES = ("optimal_vs_closed", "solvers", "scaling", "records", "figures", "cells", "census", "privacy_design")
 
 
 def main(argv=None) -> int:

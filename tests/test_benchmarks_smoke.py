@@ -93,3 +93,16 @@ def test_census_quick(tmp_path):
     df = census.run(tmp_path, quick=True, log=lambda m: None)
     assert (df.status == "success").all() and (df.max_risk <= 0.1).all()
     assert (tmp_path / "census.md").exists()
+
+
+def test_privacy_design_quick(tmp_path):
+    from benchmarks import privacy_design
+    res = privacy_design.run(tmp_path, quick=True, log=lambda m: None)
+    eps = res["epsilon"]
+    opt = eps[eps.design == privacy_design.OPT]
+    assert (opt.status == "success").all() and opt.meets_epsilon.all()
+    # at equal epsilon no calibrated retention-replacement matrix loses less than the optimum
+    fair = eps[eps.meets_epsilon]
+    assert (fair.loss_vs_optimal >= 1 - 1e-9).all()
+    assert (res["k"].loc[res["k"].design == privacy_design.OPT, "meets_k"]).all()
+    assert (tmp_path / "privacy_design.md").exists() and (tmp_path / "privacy_design_c1.csv").exists()

@@ -133,6 +133,8 @@ def test_epsilon_design_holds_by_brute_force_and_beats_retention(small, eps):
     assert rr.ok and brute_epsilon_holds(rr.P, eps)
     assert res.loss <= rr.loss * (1 + 1e-12)
     assert res.loss <= rr_per.loss * (1 + 1e-12)
+    joint = retention_meeting(t, epsilon=eps, joint=True)  # the cells as one attribute (K-ary RR)
+    assert res.loss <= joint.loss * (1 + 1e-12)
     assert "epsilon" in res.details["binding"]
 
 

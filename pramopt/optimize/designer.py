@@ -282,9 +282,11 @@ class _Designer:
             info["detail"] = ("; ".join(f"{n}: rho {s.rho[0]:.4g}, loss {s.loss:.4g}" for n, s in starts) if starts
                               else "no retention-replacement matrix meets the requirements")
         R = None if start is None else start.P
-        # the fallback: retention-replacement calibrated at the requirements themselves (checked
-        # exactly), so that the design is never worse than it at the same epsilon and k
+        # the fallbacks: both calibrated at the requirements themselves (checked exactly), so that
+        # the design is never worse than either at the same epsilon and k (the solver works inside
+        # the margins, and where K-ary randomized response is optimal it would lose by the margin)
         fall = retention_meeting(pb.table, pb.combos, epsilon=p.epsilon, k=p.k, alpha=p.alpha)
+        fall_joint = retention_meeting(pb.table, pb.combos, epsilon=p.epsilon, k=p.k, alpha=p.alpha, joint=True)
         att = solve_privacy(pb, [(n, s.P) for n, s in starts], eps_s, k_s, a_s, self.trace)
         cands = []
         if att.ok:
@@ -300,8 +302,9 @@ class _Designer:
                         break
             if meas["ok"]:
                 cands.append(("optimal", P, meas, l2_loss(sp.csr_matrix(P), pb.counts)))
-        if fall.ok:
-            cands.append(("retention-replacement", fall.P, self._privacy_measure(fall.P), fall.loss))
+        for name, f in (("retention-replacement", fall), ("K-ary randomized response", fall_joint)):
+            if f.ok:
+                cands.append((name, f.P, self._privacy_measure(f.P), f.loss))
         # a singular P meets epsilon and k (equal rows are perfectly private) but has no unbiased
         # estimator: it is never a design
         ok = [c for c in cands if c[2]["ok"] and np.isfinite(c[3])]
@@ -321,7 +324,7 @@ class _Designer:
         det = self._privacy_details(meas, fall)
         det["tried"] = {c[0]: c[3] for c in cands if c[2]["ok"]}
         why = ("The optimal dense design under " if name == "optimal" else
-               "The retention-replacement matrix (no better design found) under ") + want + ". "
+               f"The {name} matrix (no better design found) under ") + want + ". "
         msg = why + self._privacy_says(meas) + f"; binding: {det['binding']}. All requirements verified exactly."
         return self.finish(P, Status.SUCCESS, msg, solver=att.solver if name == "optimal" else "closed form",
                            loss=loss, details=det)
