@@ -30,17 +30,26 @@ import scipy.sparse as sp
 from ...loss import expected_changes
 from ..backends import chain
 from ..constraints.c1 import WorkingSet
-from ..constraints.privacy import RatioBound, balancing_weights, dense_support, pk_ratio_target
+from ..constraints.privacy import (RatioBound, balancing_weights, dense_support, pk_log_program, pk_ratio_target,
+                                   softmax_rows)
+from ...risk.privacy import dp_epsilon
 from ..problem import DesignProblem, Trace
 from ..program import build_program
 from ..support import clean
 from . import Attempt, AttemptStatus
 from .refine import refine
 
-__all__ = ["solve_privacy", "K_ROUNDS"]
+__all__ = ["solve_privacy", "polish_exact_k", "K_ROUNDS", "EXACT_K_MAX_CELLS"]
 
 #: Most rounds of re-chosen row weights for k.
 K_ROUNDS = 6
+
+#: Up to this many cells a design under k is polished over Theorem 3's exact set in log space
+#: (:func:`polish_exact_k`; K^2 (K - 1) rows): on testdata with 4 keys (30 cells) its programs take
+#: about 1-3 s each on a shared 2-CPU machine, and most of the gain comes in the first iterations.
+EXACT_K_MAX_CELLS = 30
+#: Most iterations of that polish.
+EXACT_K_MAX_ITER = 30
 
 
 def solve_privacy(problem: DesignProblem, starts_given, eps_solve: float | None,
@@ -174,4 +183,61 @@ def solve_privacy(problem: DesignProblem, starts_given, eps_solve: float | None,
         if best is None or info.loss_end < best[1]:
             best = (x, info.loss_end)
     x = best[0]
+    if k_solve is not None and math.isfinite(r_k) and K <= EXACT_K_MAX_CELLS:
+        P = polish_exact_k(problem, sup.to_matrix(x).toarray(), k_solve, eps_solve, a_solve, trace)
+        x = sup.from_matrix(P)
     return Attempt(AttemptStatus.OK, P=sup.to_matrix(x), solver=solver)
+
+
+def polish_exact_k(problem: DesignProblem, P0: np.ndarray, k_solve: float, eps_solve: float | None,
+                   a_solve: float | None, trace: Trace) -> np.ndarray:
+    """The refinement again, in ``y = ln P`` over Theorem 3's exact set (linear there,
+    :func:`..constraints.privacy.pk_log_program`), from a design meeting k through the sufficient
+    condition.  Every iterate meets k exactly (up to the LP's tolerance); a step that would break
+    epsilon or C1 (checked exactly, at the solve levels) is rejected like a step that does not
+    lower the loss.  On the tests' small data (11 cells) it lowers the loss by about 16% at k = 20, on
+    testdata with 4 keys (30 cells) by 11% at k = 50 in 30 iterations: the sufficient condition is
+    that conservative there, though the designs meet k with equality either way.
+    """
+    p = problem.params
+    K, counts, n = problem.K, problem.counts, problem.n
+    a = pk_ratio_target(k_solve, n)
+    if not (0 < a < 1) or np.any(P0 <= 0):
+        return P0
+    t0 = time.perf_counter()
+    lp = chain(pk_log_program(K, math.log(a)), p.solver)
+    exact = problem.objective.on_support(dense_support(K), counts, sparse=False)
+    ws = None
+    if a_solve is not None:
+        ws = WorkingSet(np.zeros(0, np.int64), np.zeros(0, np.int64), problem.table, problem.groups, problem.combos,
+                        a_solve)
+
+    def evaluate(y):
+        P = softmax_rows(y.reshape(K, K))
+        if eps_solve is not None and dp_epsilon(P) > eps_solve:
+            return math.inf, None, None
+        if ws is not None and ws.missing(sp.csr_matrix(P)):
+            return math.inf, None, None
+        try:
+            f, g, _ = exact(P.ravel())  # the dense support is row-major: x = P.ravel()
+        except np.linalg.LinAlgError:
+            return math.inf, None, None
+        G = g.reshape(K, K)
+        gy = P * (G - (G * P).sum(axis=1, keepdims=True))  # d/dy of softmax rows
+        return f, gy.ravel(), None
+
+    def normalise(y):
+        Y = y.reshape(K, K)
+        return np.log(softmax_rows(Y)).ravel()
+
+    y0 = np.log(P0).ravel()
+    f0 = evaluate(y0)[0]
+    if not np.isfinite(f0):
+        return P0
+    lo, hi = np.full(K * K, -30.0), np.zeros(K * K)
+    y, info = refine(lp, y0, lo, hi, evaluate, rtol=p.rtol, max_iter=min(p.max_iter, EXACT_K_MAX_ITER), radius=0.5,
+                     clean_fn=normalise,
+                     progress=trace.progress)
+    trace.add("privacy(exact k)", time.perf_counter() - t0, info.iterations,
+              f"Theorem 3 in log space: loss {f0:.4g} -> {info.loss_end:.4g}, stop: {info.stop_reason}")
+    return softmax_rows(y.reshape(K, K)) if info.loss_end < f0 else P0
