@@ -262,3 +262,11 @@ def test_cli_epsilon_and_k(tmp_path, small):
     assert doc["params"]["alpha"] is None and doc["params"]["epsilon"] == 2.0 and doc["params"]["k"] == 5.0
     md = (out / "report.md").read_text()
     assert "ε (Theorem 1), measured" in md and "Pk-anonymity k, measured" in md
+
+
+@pytest.mark.slow  # about a minute: 47 cells under C1, epsilon and k together
+def test_privacy_spec_meets_its_expected_figures(tmp_path):
+    from pathlib import Path
+    from pramopt.cli import main
+    spec = Path(__file__).resolve().parents[1] / "models" / "example_privacy.toml"
+    assert main(["design", str(spec), "--out", str(tmp_path / "d"), "--check", "--quiet"]) == 0
