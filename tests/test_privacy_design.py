@@ -270,3 +270,10 @@ def test_privacy_spec_meets_its_expected_figures(tmp_path):
     from pramopt.cli import main
     spec = Path(__file__).resolve().parents[1] / "models" / "example_privacy.toml"
     assert main(["design", str(spec), "--out", str(tmp_path / "d"), "--check", "--quiet"]) == 0
+
+
+def test_min_diagonal_is_honoured(small):
+    res = pramopt.design(small, QI, alpha=None, epsilon=3.0, min_diagonal=0.5)
+    assert res.success, res.message
+    P = res.to_dense()
+    assert P.diagonal().min() >= 0.5 and brute_epsilon_holds(P, 3.0)

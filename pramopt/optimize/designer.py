@@ -343,6 +343,8 @@ class _Designer:
             ok = ok and eps <= p.epsilon
         if p.k is not None:
             ok = ok and k >= p.k
+        if p.min_diagonal is not None:
+            ok = ok and float(np.min(np.diag(P))) >= p.min_diagonal
         return {"ok": bool(ok), "max_risk": float(rep.max_risk), "epsilon": float(eps), "k": float(k),
                 "pk_ratio": float(ar)}
 
