@@ -92,7 +92,8 @@ def _gamma_ladder(gamma: float, floor: float) -> list[float]:
 
 def design(data, qi=None, alpha: float = DesignParams.alpha, *, progress: ProgressFn | None = None,
            **options) -> DesignResult:
-    """Design a PRAM matrix of minimal exact L2 loss under the C1 security constraint.
+    """Design a PRAM matrix of minimal exact L2 loss under the C1 security constraint, and under
+    ε-DP (``epsilon``) and Pk-anonymity (``k``) of Ikarashi et al. when they are given.
 
     Parameters
     ----------
@@ -107,7 +108,9 @@ def design(data, qi=None, alpha: float = DesignParams.alpha, *, progress: Progre
     Returns
     -------
     DesignResult
-        ``success`` is True only when the full, unreduced C1 holds with ``max_risk <= alpha``.
+        ``success`` is True only when the full, unreduced C1 holds with ``max_risk <= alpha``
+        (and, when given, ε and k, measured exactly: ``details["epsilon"]``, ``details["k"]``,
+        ``details["binding"]``).
         ``params`` holds every parameter, so ``design(result.table, **result.params)`` makes
         the same design again.
     """
