@@ -156,7 +156,7 @@ def run(out: Path, quick: bool = False, log=print, epsilons=None, ks=None) -> di
             both = _design(table, combos, alpha=0.1, epsilon=eps)
             alone = [r for r in eps_rows if r["dataset"] == dname and r["epsilon_target"] == eps and r["design"] == OPT]
             c1_rows.append(dict(base, alpha=0.1, epsilon_target=eps, design="C1 + epsilon", **both,
-                                loss_vs_c1_alone=both["loss"] / c1["loss"],
+                                loss_vs_c1_alone=both["loss"] / c1["loss"] if c1["loss"] > 0 else np.inf,
                                 loss_vs_epsilon_alone=both["loss"] / alone[0]["loss"] if alone else np.nan))
             if not alone:  # epsilon alone at this level, for the comparison
                 a = _design(table, combos, alpha=None, epsilon=eps)
