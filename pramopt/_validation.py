@@ -15,10 +15,18 @@ import scipy.sparse as sp
 from .errors import InvalidParameterError
 
 
+def _shown(value: Any) -> str:
+    """A value as a person writes it: numpy scalars as plain numbers (0.9, not np.float64(0.9))."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    text = repr(value)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
 def fail(name: str, owner: str, allowed: str, value: Any) -> None:
     """Raise the standard error for parameter ``name`` of ``owner``."""
     raise InvalidParameterError(
-        f"The {name!r} parameter of {owner} must be {allowed}; got {value!r}."
+        f"The {name!r} parameter of {owner} must be {allowed}; got {_shown(value)}."
     )
 
 
@@ -85,8 +93,12 @@ def _fmt(x: float) -> str:
 ROW_SUM_TOL = 1e-8
 
 
-def as_transition_matrix(P, name: str, owner: str, *, square: bool = True) -> np.ndarray:
-    """Return ``P`` as a dense float array after checking it is a (square) stochastic matrix."""
+def as_transition_matrix(P, name: str, owner: str, *, square: bool = True, renormalize: float | None = None) -> np.ndarray:
+    """Return ``P`` as a dense float array after checking it is a (square) stochastic matrix.
+
+    With ``renormalize=tol`` rows whose sums are within ``tol`` of 1 (a matrix rounded to a few
+    decimals) are divided by their sums, with a warning saying how many and how far they were.
+    """
     if sp.issparse(P):
         P = P.toarray()
     try:
@@ -108,10 +120,20 @@ def as_transition_matrix(P, name: str, owner: str, *, square: bool = True) -> np
             f"got {float(A[i, j])!r} at row {i}, column {j} ({int(bad.sum())} such entries)."
         )
     rs = A.sum(axis=1)
-    if np.abs(rs - 1.0).max() > ROW_SUM_TOL:
+    off = np.abs(rs - 1.0)
+    if renormalize is not None and ROW_SUM_TOL < off.max() <= renormalize:
+        import warnings
+
+        n_off = int((off > ROW_SUM_TOL).sum())
+        warnings.warn(f"{owner}: {n_off} rows of {name!r} summed to between {rs.min():.6g} and {rs.max():.6g}; "
+                      f"they were divided by their sums (renormalize tolerance {renormalize:g}).", stacklevel=3)
+        return A / rs[:, None]
+    if off.max() > ROW_SUM_TOL:
+        hint = "" if renormalize is not None else (
+            " (a matrix rounded to a few decimals can be renormalised: renormalize=TOL, --renormalize TOL)")
         raise InvalidParameterError(
             f"The {name!r} parameter of {owner} must have rows summing to 1; "
-            f"got a row sum of {rs[np.argmax(np.abs(rs - 1.0))]!r}."
+            f"got a row sum of {_shown(rs[np.argmax(off)])}{hint}."
         )
     return A
 

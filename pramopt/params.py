@@ -185,6 +185,12 @@ class DesignParams:
         "Cells (a value of every identifying variable) whose records must stay as they are.",
         cli={"type": "cells_file", "metavar": "FILE",
              "help": "CSV or Parquet file of cells (a column per identifying variable) whose records stay"})
+    missing: str = _param(
+        "keep", _choice("keep", "category"), '{"keep", "category"}, default "keep"',
+        "Records with a missing identifying value: 'keep' leaves every missing value missing and makes "
+        "no value missing (such records change only their other values, among cells with the same "
+        "missing pattern); 'category' treats missing as one more category that PRAM may change.",
+        cli={"choices": ["keep", "category"]})
     invariant: bool = _param(
         False, _bool, "bool, default False",
         "Require U0^T P = U0^T (expected released frequencies equal the original ones).",

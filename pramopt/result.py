@@ -306,6 +306,7 @@ class DesignResult:
             f"  records n = {self.n}, cells K = {self.table.n_cells}, identifying variables = {', '.join(map(str, self.qi))}",
             f"  combinations |Pi| = {len(self.combinations)}, alpha = {self.alpha:g}" + (
                 " (None: C1 not required)" if self.params.get("alpha", 0) is None else ""),
+            *self._missing_line(),
             f"  max C1 risk      = {self.max_risk:.6g}  (bound {self.alpha:g}, all m, pi, k0 checked)",
             f"  exact L2 loss    = {self.loss:.6g}",
             f"  expected changes = {self.expected_changes:.4g} of {self.n} records" + (
@@ -335,6 +336,19 @@ class DesignResult:
         for s in self.stages:
             lines.append(f"  stage {s.name:<10} {s.seconds:8.2f} s  {s.iterations:4d} it  {s.detail}")
         return "\n".join(lines)
+
+    def _missing_line(self) -> list[str]:
+        t = self.table
+        miss = np.zeros(t.n_cells, dtype=bool)
+        for j, cats in enumerate(t.categories):
+            na = np.flatnonzero(pd.isna(cats))
+            if na.size:
+                miss |= t.codes[:, j] == na[0]
+        if not miss.any():
+            return []
+        how = {"keep": "they stay missing and no value becomes missing",
+               "category": "missing is a category PRAM may change"}.get(self.params.get("missing"), "")
+        return [f"  records with a missing identifying value = {int(t.counts[miss].sum())}" + (f" ({how})" if how else "")]
 
     def __str__(self) -> str:  # pragma: no cover - convenience
         return self.summary()

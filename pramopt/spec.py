@@ -10,7 +10,7 @@ files.  Layout::
     paper = "Cator, Hensbergen & Rozenholc, Section 4"    # optional
 
     [data]                       # exactly one of: path, builtin; or a [generator] table
-    path = "../shared/data/testdata.csv"
+    path = "../../shared/data/testdata.csv"
     qi = ["urbrur", "roof", "walls"]
 
     [design]                     # parameters of pramopt.design (pramopt.params; alpha required)
@@ -31,9 +31,9 @@ files.  Layout::
     min_diagonal = { min = 0.95 }
     loss = { max = 1e-5 }
 
-**Relative data paths** are resolved against the parent of the folder holding the spec: for a
-spec in ``models/`` that is the repository root, so ``../shared/data/testdata.csv`` means the
-``shared`` folder next to the checkout.
+**Relative data paths** are resolved against the folder holding the spec, as a path written in
+any file is: for a spec in ``models/``, ``../../shared/data/testdata.csv`` means the ``shared``
+folder next to the checkout.
 """
 from __future__ import annotations
 
@@ -140,8 +140,8 @@ def load_spec(path) -> Spec:
     data_path = builtin = None
     if "path" in data:
         dp = Path(data["path"])
-        # relative paths are relative to the repository root: the parent of the spec's folder
-        data_path = dp if dp.is_absolute() else (p.resolve().parent.parent / dp).resolve()
+        # relative to the spec file's own folder, wherever the command is run from
+        data_path = dp if dp.is_absolute() else (p.resolve().parent / dp).resolve()
     elif "builtin" in data:
         builtin = data["builtin"]
         if builtin != "example":

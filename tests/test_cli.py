@@ -77,7 +77,8 @@ def test_design_writes_matrix_equal_to_library_result(example):
 
 def test_design_json_counts_and_checksum_match_the_data(example):
     rec = json.loads((example["dir"] / "design.json").read_text())
-    data = example["data"]
+    # the command line keeps identifying values as the text written in the file
+    data = pd.read_csv(example["tmp"] / "data.csv", dtype=str)
     # counts recomputed with pandas, independent of pramopt's frequency table
     grouped = data.groupby(QI).size()
     cells = pd.DataFrame(rec["codes"], columns=QI)
@@ -99,12 +100,13 @@ def test_release_subprocess_reproducible_and_keeps_other_columns(example):
     r2 = run_cli("release", "--design", example["dir"], "--data", tmp / "data.csv", "--out", tmp / "r2.parquet",
                  "--seed", 5, "-q")
     assert r2.returncode == 0, r2.stderr
-    a, b = pd.read_csv(tmp / "r1.csv"), pd.read_parquet(tmp / "r2.parquet")
+    # identifying values are text as written in the CSV, in both outputs
+    a, b = pd.read_csv(tmp / "r1.csv", dtype={q: str for q in QI}), pd.read_parquet(tmp / "r2.parquet")
     pd.testing.assert_frame_equal(a, b, check_dtype=False)
     orig = example["data"]
     assert len(a) == len(orig)
     np.testing.assert_allclose(a["income"], orig["income"])
-    changed = int((a[QI].to_numpy() != orig[QI].to_numpy()).any(axis=1).sum())
+    changed = int((a[QI].to_numpy() != orig[QI].astype(str).to_numpy()).any(axis=1).sum())
     # expected changes are 7.5; a draw with more than 40 changes is out of any reasonable range
     assert changed <= 40
 
@@ -397,8 +399,8 @@ def test_assess_matrix_on_the_whole_product_space(example, tmp_path):
     long.to_csv(tmp_path / "full.csv", index=False)
     code, out, err = run_main("assess", "--matrix", tmp_path / "full.csv", "--data", example["tmp"] / "data.csv",
                               "--qi", ",".join(QI), "--json", "--out", tmp_path / "rep")
-    assert code == 0, err
     a = json.loads(out)
+    assert code == (0 if a["meets_c1"] else 1), err  # C1 judged at the default alpha
     assert a["n_cells"] == K and a["n_present"] == len(example["ref"].counts)
     # every record leaves its cell with probability 0.02
     assert a["expected_changes"] == pytest.approx(0.02 * len(example["data"]))

@@ -277,3 +277,12 @@ def test_min_diagonal_is_honoured(small):
     assert res.success, res.message
     P = res.to_dense()
     assert P.diagonal().min() >= 0.5 and brute_epsilon_holds(P, 3.0)
+
+
+def test_missing_values_kept_are_refused_and_as_a_category_designed(small):
+    df = small.astype(object)
+    df.loc[:4, "b"] = None
+    with pytest.raises(InvalidParameterError, match="'missing'"):
+        pramopt.design(df, QI, alpha=None, epsilon=2.0)
+    res = pramopt.design(df, QI, alpha=None, epsilon=2.0, missing="category")
+    assert res.success and brute_epsilon_holds(res.to_dense(), 2.0)

@@ -104,6 +104,39 @@ def test_block_path_reports_unverified_not_infeasible(example, monkeypatch):
     assert "failed the full C1 check" in res.message
 
 
+# -- INFEASIBLE only when an option rules every design out, and then it is named ---------------
+
+def test_infeasible_names_min_diagonal(example):
+    # invariant designs of the example at alpha 0.1 have diagonal floors of at most 0.4 (flow relaxation)
+    res = pramopt.design(example, QI, alpha=0.1, invariant=True, min_diagonal=0.6, max_iter=3)
+    assert res.status is pramopt.Status.INFEASIBLE
+    assert "min_diagonal = 0.6 rules out every design" in res.message
+
+
+def test_infeasible_names_a_stratum_too_small(example):
+    # three records alone in a stratum of v1: for a combination with v1, the U0-weighted mean of
+    # S[m, g] / D_g over the stratum's cells is 1/3, so some left-hand side of C1 is >= 1/3 > alpha
+    df = example.copy()
+    df.loc[:2, "v1"] = 9
+    res = pramopt.design(df, QI, alpha=0.1, fixed=["v1"], max_iter=3)
+    assert res.status is pramopt.Status.INFEASIBLE
+    assert "fixed = ['v1']: the 3 records with v1 = 9 can only move among themselves" in res.message
+    assert pramopt.design(df, QI, alpha=0.1, max_iter=3).success
+
+
+def test_infeasible_names_options_that_forbid_together(example):
+    # a unique cell kept as it is, in an invariant design: its groups' denominators are their own
+    # counts, too small for alpha; either option alone leaves designs
+    t = pramopt.frequency_table(example, QI)
+    k = int(np.argmin(t.counts))
+    cell = {q: int(t.categories[j][t.codes[k, j]]) for j, q in enumerate(QI)}
+    res = pramopt.design(example, QI, alpha=0.1, keep_cells=[cell], invariant=True, max_iter=3)
+    assert res.status is pramopt.Status.INFEASIBLE
+    assert "keep_cells and invariant together rule out every design" in res.message
+    for one in ({"keep_cells": [cell]}, {"invariant": True}):
+        assert pramopt.design(example, QI, alpha=0.1, max_iter=3, **one).success
+
+
 # -- errors at the door ---------------------------------------------------------------------------
 
 def test_unhashable_values_are_refused_with_the_variable_named(example):
@@ -152,6 +185,50 @@ def test_large_problems_warn_before_the_work(monkeypatch):
         warnings.simplefilter("error")
         with pytest.raises(RuntimeError, match="started"):
             pramopt.design(df, list(df.columns), alpha=0.1, combination_size=1)
+
+
+# -- every check fails closed ---------------------------------------------------------------------
+
+def _bad_matrices(K):
+    base = np.full((K, K), 1.0 / K)
+    out = {}
+    for name, v in (("nan", np.nan), ("inf", np.inf), ("negative", -0.1)):
+        M = base.copy()
+        M[1, 2] = v
+        out[name] = M
+    out["all nan"] = np.full((K, K), np.nan)
+    out["wrong shape"] = np.full((K + 1, K + 1), 1.0 / (K + 1))
+    return out
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "negative", "all nan", "wrong shape"])
+def test_every_check_fails_closed(example, bad):
+    # each check either refuses the matrix or reports a figure that passes no threshold
+    t = pramopt.frequency_table(example, QI)
+    M = _bad_matrices(t.n_cells)[bad]
+    combos = pramopt.resolve_combinations(QI)
+    try:
+        risk = pramopt.c1_risk(M, t.codes, t.counts, combos).max_risk
+    except (ValueError, pramopt.PramoptError):
+        risk = None
+    assert risk is None or not risk <= 0.99
+    checks = {
+        "dp_epsilon": lambda: pramopt.dp_epsilon(M),
+        "pk_anonymity": lambda: pramopt.pk_anonymity(M, 100),
+        "pk_ratio": lambda: pramopt.pk_ratio(M),
+        "assess": lambda: pramopt.assess(example, M, QI),
+    }
+    if bad == "wrong shape":  # a matrix alone has no wrong shape; against the data it has
+        checks = {"assess": checks["assess"]}
+    for name, check in checks.items():
+        with pytest.raises(pramopt.InvalidParameterError):
+            check()
+    res = pramopt.design(example, QI, alpha=0.1, max_iter=3)
+    if M.shape == res.matrix.shape:
+        import dataclasses
+        forged = dataclasses.replace(res, matrix=sp.csr_array(M))
+        with pytest.raises(pramopt.DesignMismatchError):
+            pramopt.release(example, forged, seed=1)
 
 
 # -- release trusts nothing it reads -----------------------------------------------------------

@@ -30,8 +30,9 @@ def test_every_spec_validates_and_its_data_has_the_qi(path):
     assert 0 < spec.alpha < 1 and spec.alpha == raw["design"]["alpha"]
     assert list(spec.qi) == raw["data"]["qi"]
     if spec.data_path is not None:
-        # relative paths are resolved against the repository root (the parent of models/)
-        assert spec.data_path == (MODELS.parent / raw["data"]["path"]).resolve()
+        # relative paths are resolved against the spec file's own folder
+        assert spec.data_path == (MODELS / raw["data"]["path"]).resolve()
+        assert spec.data_path.parent.name == "data" and spec.data_path.parent.parent.name == "shared"
         if not spec.data_path.exists():
             pytest.skip(f"data not found at {spec.data_path}")
     df = spec.load_data()

@@ -55,8 +55,27 @@ def main(argv=None) -> int:
         print(f"{PROG}: interrupted; nothing was written.", file=sys.stderr)
         return 130
     except (PramoptError, OSError) as e:
-        print(f"{PROG} {args.command}: error: {e}", file=sys.stderr)
+        print(f"{PROG} {args.command}: error: {_in_flags(str(e), parser, args)}", file=sys.stderr)
         return 2
+
+
+#: Library parameters that the command line spells otherwise.
+_FLAG_OF = {"src": "--data", "dst": "--out", "path": "--data", "data": "--data", "df": "--data",
+            "result": "--design", "combinations": "--combination", "combination_size": "--combinations"}
+
+
+def _in_flags(message: str, parser: argparse.ArgumentParser, args) -> str:
+    """A library message in the user's words: "The 'dst' parameter of release_file" becomes "--out"."""
+    import re
+
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
+    flags = {a.dest: a.option_strings[0] for a in sub._actions if a.option_strings}
+
+    def flag(m):
+        name = m.group(1)
+        f = _FLAG_OF.get(name) if _FLAG_OF.get(name) in flags.values() else flags.get(name)
+        return f"{f}" if f else m.group(0)
+    return re.sub(r"[Tt]he '(\w+)' parameter of \w+", flag, message)
 
 
 if __name__ == "__main__":  # pragma: no cover

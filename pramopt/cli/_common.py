@@ -81,12 +81,29 @@ def formatter(prog):
     return argparse.RawDescriptionHelpFormatter(prog, max_help_position=30)
 
 
+def add_csv_options(p):
+    """--sep, --encoding and --decimal: the dialect of a CSV data file (released in the same)."""
+    g = p.add_argument_group("CSV data files")
+    g.add_argument("--sep", default=None, metavar="C", help="field separator (default ','; '\\t' for a tab)")
+    g.add_argument("--encoding", default=None, metavar="NAME", help="text encoding (default utf-8; e.g. latin-1)")
+    g.add_argument("--decimal", default=None, choices=[".", ","], help="decimal mark of numbers (default '.')")
+
+
+def dialect_of(args):
+    """The checked CSV dialect of the command line's data file (errors name the flags)."""
+    from .._csv import csv_dialect
+
+    return csv_dialect(args.sep, args.encoding, args.decimal, owner=args.command)
+
+
 def add_data_options(p, *, required: bool, combos: bool = True, alpha: bool = True):
     p.add_argument("--data", required=required, metavar="FILE", help="microdata: .csv, .parquet or .pq")
+    add_csv_options(p)
     p.add_argument("--qi", type=csv_list, required=required, metavar="A,B,C",
                    help="identifying variables, comma-separated")
     if alpha:
-        p.add_argument("--alpha", type=float, default=None, help="C1 security level α in (0, 1) (default 0.1)")
+        p.add_argument("--alpha", type=float, default=DesignParams.alpha,
+                       help=f"C1 security level α in (0, 1) (default {DesignParams.alpha:g})")
     if combos:
         add_parameter_flags(p, names=("combinations", "combination_size"))
 
@@ -187,3 +204,12 @@ def parameters_given(args: argparse.Namespace) -> dict:
     """The design parameters given on the command line (flags left out are not in the dict)."""
     return {f.name: getattr(args, f.name) for f in dataclasses.fields(DesignParams)
             if f.metadata["cli"] is not None and getattr(args, f.name, None) is not None}
+
+
+def text_keys(result) -> list:
+    """The identifying variables whose design categories are text (as the command line reads a
+    file), to read from a data file as the text written."""
+    import pandas as pd
+
+    return [q for q, cats in zip(result.table.qi, result.table.categories)
+            if all(isinstance(v, str) for v in cats if not pd.isna(v))]

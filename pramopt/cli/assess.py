@@ -11,7 +11,7 @@ from .._plain import plain
 from ..io import atomic_dir, read_matrix, read_table, write_text
 from ..io.atomic import check_out_dir
 from ..report import ReportData, render_html, render_markdown
-from ._common import add_data_options, add_quiet, combos_kw, formatter, say
+from ._common import add_data_options, add_quiet, combos_kw, dialect_of, formatter, say
 
 HELP = "risk report of any PRAM matrix on a data set"
 
@@ -31,6 +31,8 @@ def add_parser(sub):
     p.add_argument("--out", metavar="DIR", default=None,
                    help="write report.html, report.md and assessment.json to this folder")
     p.add_argument("--json", action="store_true", help="print the assessment as JSON")
+    p.add_argument("--renormalize", type=float, default=None, metavar="TOL",
+                   help="accept rows summing to within TOL of 1 (a rounded matrix) and renormalise them")
     add_quiet(p)
     p.set_defaults(func=run)
     return p
@@ -43,11 +45,15 @@ def run(args) -> int:
 
     if args.out is not None:
         check_out_dir(Path(args.out))
-    df = read_table(args.data)
+    df = read_table(args.data, text=args.qi, dialect=dialect_of(args))  # identifying values as written
     P, cells = read_matrix(args.matrix, args.qi, data=df)
+    if args.renormalize is not None:  # once, so that the report shows the matrix assessed
+        from .._validation import as_transition_matrix, check_real
+        tol = check_real(args.renormalize, "renormalize", "assess", low=0.0, high=0.1, high_open=False)
+        P = as_transition_matrix(P, "matrix", "assess", renormalize=tol)
     ckw = combos_kw(args)
     a = assess(df, P, qi=args.qi, cells=cells, combinations=ckw.get("combinations"),
-               combination_size=ckw.get("combination_size", 3), alpha=args.alpha)
+               combination_size=ckw.get("combination_size", 3), alpha=args.alpha, renormalize=args.renormalize)
     if args.json:
         print(json.dumps(plain(a.to_dict()), indent=1))
     else:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from ..io import read_table
 from ..io.atomic import check_out_dir
-from ._common import add_data_options, add_quiet, combos_kw, formatter, say, write_outputs
+from ._common import add_data_options, add_quiet, combos_kw, dialect_of, formatter, say, write_outputs
 
 HELP = "closed-form designs calibrated to meet C1"
 
@@ -36,7 +36,7 @@ def run(args) -> int:
     from ..baselines import baseline
 
     check_out_dir(Path(args.out))
-    df = read_table(args.data)
+    df = read_table(args.data, text=args.qi, dialect=dialect_of(args))  # identifying values as written
     family = FAMILY[args.family]
     options = {"per_attribute": args.per_attribute} if family == "rr" else (
         {"seed": args.seed} if family == "sdcmicro" else {})

@@ -7,8 +7,8 @@ from pathlib import Path
 from ..errors import InvalidParameterError
 from ..io.atomic import check_out_dir
 from ..params import DesignParams
-from ._common import (PROG, Progress, add_parameter_flags, add_quiet, csv_list, formatter, parameters_given, say,
-                      stage_log, write_outputs)
+from ._common import (PROG, Progress, add_csv_options, add_parameter_flags, add_quiet, csv_list, dialect_of, formatter,
+                      parameters_given, say, stage_log, write_outputs)
 
 HELP = "design an optimal PRAM matrix"
 
@@ -28,6 +28,7 @@ def add_parser(sub):
                "(from_*, to_*, probability), report.html and report.md.")
     p.add_argument("spec", nargs="?", metavar="SPEC.toml", help="a design spec (see models/)")
     p.add_argument("--data", metavar="FILE", help="microdata: .csv, .parquet or .pq")
+    add_csv_options(p)
     p.add_argument("--qi", type=csv_list, metavar="A,B,C", help="identifying variables, comma-separated")
     add_parameter_flags(p)
     p.add_argument("--out", metavar="DIR", default=None, help="output folder (default: design-NAME)")
@@ -71,8 +72,9 @@ def run(args) -> int:
     check_out_dir(out)
     if data is None:
         # the design only needs the frequency table: count the file in record batches
+        # identifying values as the text written, so that a release writes them back exactly
         data = count_table(args.data, qi, owner="design", domains=params.domains,
-                           max_categories=params.max_categories)
+                           max_categories=params.max_categories, keys_as_text=True, dialect=dialect_of(args))
     progress = None if args.quiet else Progress()
     with stage_log(args.quiet):
         result = design(data, qi, progress=progress, **params.to_dict())

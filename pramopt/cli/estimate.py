@@ -5,7 +5,7 @@ import sys
 
 from ..io import load_design, read_table, write_table
 from ..io.atomic import check_out_file
-from ._common import csv_list, formatter
+from ._common import add_csv_options, csv_list, dialect_of, formatter, text_keys
 
 HELP = "unbiased frequency estimates from released data"
 
@@ -14,11 +14,16 @@ def add_parser(sub):
     p = sub.add_parser(
         "estimate", formatter_class=formatter, help=HELP,
         description="Estimate the original cell frequencies from released data (Cator et al., eq. (4)),\n"
-                    "optionally jointly with other categorical columns.",
+                    "optionally jointly with other categorical columns, with a standard error per estimate.\n"
+                    "The estimates are unbiased and may be negative for small cells; --nonnegative projects\n"
+                    "them onto counts >= 0 with the same total (no longer unbiased).",
         epilog="example:\n  pramopt estimate --design td4 --data released.csv --by hhcivil --out estimates.csv")
     p.add_argument("--design", required=True, metavar="DIR", help="design folder (or its design.json)")
     p.add_argument("--data", required=True, metavar="FILE", help="released microdata")
+    add_csv_options(p)
     p.add_argument("--by", type=csv_list, default=None, metavar="A,B", help="non-identifying columns to cross with")
+    p.add_argument("--nonnegative", action="store_true",
+                   help="project the estimates onto counts >= 0 with the same total")
     p.add_argument("--out", metavar="FILE", default=None, help=".csv, .parquet or .pq (default: CSV on stdout)")
     p.set_defaults(func=run)
     return p
@@ -30,8 +35,8 @@ def run(args) -> int:
     res = load_design(args.design)
     if args.out is not None:
         check_out_file(args.out)
-    df = read_table(args.data)
-    est = estimate(df, res, by=args.by)
+    df = read_table(args.data, text=text_keys(res), dialect=dialect_of(args))
+    est = estimate(df, res, by=args.by, nonnegative=args.nonnegative)
     if args.out is None:
         sys.stdout.write(est.to_csv(index=False))
     else:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from ..io import load_design, read_table, table_for_design, write_table
 from ..io.atomic import check_out_file
-from ._common import add_quiet, formatter, say
+from ._common import add_csv_options, add_quiet, dialect_of, formatter, say, text_keys
 
 HELP = "perturb the identifying columns with a design"
 
@@ -19,6 +19,7 @@ def add_parser(sub):
         epilog="example:\n  pramopt release --design td4 --data testdata.csv --out released.parquet --seed 1")
     p.add_argument("--design", required=True, metavar="DIR", help="design folder (or its design.json)")
     p.add_argument("--data", required=True, metavar="FILE", help="the microdata the design was made for")
+    add_csv_options(p)
     p.add_argument("--out", required=True, metavar="FILE", help="released microdata: .csv, .parquet or .pq")
     p.add_argument("--seed", type=int, default=None,
                    help="seed for a reproducible draw (default: from the OS's secure source)")
@@ -43,12 +44,13 @@ def run(args) -> int:
     if _same_format(args.data, args.out):
         # stream the file in record batches: checked against the design in the same pass
         from ..publish.files import release_file
-        rel = release_file(args.data, args.out, res, seed=args.seed)
+        d = dialect_of(args)
+        rel = release_file(args.data, args.out, res, seed=args.seed, sep=d.sep, encoding=d.encoding, decimal=d.decimal)
         say(args, f"released {rel.n} records to {args.out}: {rel.changed} changed "
                   f"(expected {res.expected_changes:.4g}).")
         return 0
     # CSV to Parquet or back: in memory, with pandas' types
-    df = read_table(args.data)
+    df = read_table(args.data, text=text_keys(res), dialect=dialect_of(args))
     check_same_table(table_for_design(df, res), res.table, repr(args.data))
     out = release(df, res, seed=args.seed)
     write_table(out, args.out)

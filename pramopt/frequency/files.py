@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from .._csv import DEFAULT_DIALECT, CsvDialect, csv_dialect
 from .._validation import InvalidParameterError, check_choice, check_int
 from .table import (
     MAX_CATEGORIES, FrequencyTable, check_domains, check_qi_names, count_rows, encode_column,
@@ -64,20 +65,20 @@ def _arrow_to_pandas(table: pa.Table) -> pd.DataFrame:
     return arrow_table_to_pandas(table)
 
 
-def _parse_csv_texts(texts: Sequence[str], as_str: bool = False) -> pd.Series:
+def _parse_csv_texts(texts: Sequence[str], as_str: bool = False, decimal: str = ".") -> pd.Series:
     """Values of a CSV column holding exactly ``texts``, typed as ``pd.read_csv`` types a column.
 
     The texts are written, quoted, into a small CSV that pandas reads with its defaults (missing
-    value markers, number and boolean inference over all the values at once); ``as_str`` keeps
-    the texts as strings (missing value markers still become NaN).
+    value markers, number and boolean inference over all the values at once; ``decimal`` the
+    decimal mark); ``as_str`` keeps the texts as strings (missing value markers still become NaN).
     """
     buf = io.StringIO()
-    w = csv.writer(buf, quoting=csv.QUOTE_ALL, lineterminator="\n")
+    w = csv.writer(buf, quoting=csv.QUOTE_ALL, lineterminator="\n", delimiter="\t")
     w.writerow(["v", "w"])
     w.writerows([t, "0"] for t in texts)
     buf.seek(0)
     kw = {"dtype": {"v": str}} if as_str else {}
-    return pd.read_csv(buf, low_memory=False, **kw)["v"]
+    return pd.read_csv(buf, low_memory=False, sep="\t", decimal=decimal, **kw)["v"]
 
 
 class _Source:
@@ -87,7 +88,8 @@ class _Source:
     later, to the distinct texts).  Parquet: Arrow arrays as stored.
     """
 
-    def __init__(self, path, fmt, owner: str, param: str = "path"):
+    def __init__(self, path, fmt, owner: str, param: str = "path", dialect: CsvDialect = DEFAULT_DIALECT):
+        self.dialect = dialect
         try:
             p = Path(path)
         except TypeError:
@@ -117,7 +119,7 @@ class _Source:
                          if md.num_row_groups and md.num_columns else "snappy")
                 self.compression = "none" if codec == "uncompressed" else codec
             else:
-                with pacsv.open_csv(p, read_options=pacsv.ReadOptions(block_size=_MiB),
+                with pacsv.open_csv(p, read_options=pacsv.ReadOptions(block_size=_MiB, encoding=dialect.encoding),
                                     parse_options=self._parse_options()) as r:
                     self.schema = r.schema
         except (pa.ArrowException, OSError) as e:
@@ -127,10 +129,9 @@ class _Source:
         if dup:
             raise InvalidParameterError(f"Cannot read {str(p)!r}: repeated column names {dup!r}.")
 
-    @staticmethod
-    def _parse_options():
+    def _parse_options(self):
         # pandas accepts quoted line breaks, so must we
-        return pacsv.ParseOptions(newlines_in_values=True)
+        return pacsv.ParseOptions(newlines_in_values=True, delimiter=self.dialect.sep)
 
     def _block_size(self, batch_size: int) -> int:
         """CSV block (bytes) that holds about ``batch_size`` records, at least 1 MiB."""
@@ -149,7 +150,8 @@ class _Source:
             co = pacsv.ConvertOptions(column_types={c: pa.string() for c in cols}, include_columns=cols,
                                       strings_can_be_null=False, quoted_strings_can_be_null=False,
                                       null_values=[])
-            ro = pacsv.ReadOptions(block_size=self._block_size(batch_size), use_threads=True)
+            ro = pacsv.ReadOptions(block_size=self._block_size(batch_size), use_threads=True,
+                                   encoding=self.dialect.encoding)
             with pacsv.open_csv(self.path, read_options=ro, parse_options=self._parse_options(),
                                 convert_options=co) as reader:
                 for batch in reader:
@@ -161,7 +163,8 @@ class _Source:
     def to_pandas(self, name: str, values: pa.Array, *, as_str: bool = False) -> pd.Series:
         """The distinct raw ``values`` of column ``name`` as pandas would have read them."""
         if self.format == "csv":
-            return _parse_csv_texts(values.to_pylist(), as_str=as_str).reset_index(drop=True)
+            return _parse_csv_texts(values.to_pylist(), as_str=as_str,
+                                    decimal=self.dialect.decimal).reset_index(drop=True)
         field = self.schema.field(name)
         if pa.types.is_dictionary(field.type):
             idx = pa.array(np.arange(len(values), dtype=np.int32))
@@ -265,8 +268,11 @@ class _Cells:
 class _Counter:
     """Everything :func:`count_file` accumulates: distinct values per column and cell counts."""
 
-    def __init__(self, src: _Source, qi: tuple, owner: str):
+    def __init__(self, src: _Source, qi: tuple, owner: str, as_text=False):
         self.src, self.qi, self.owner = src, qi, owner
+        # keys kept as the text written ('03' stays '03'): one flag, or one per column
+        flags = as_text if isinstance(as_text, (list, tuple)) else [as_text] * len(qi)
+        self.as_text = [bool(f) and src.format == "csv" for f in flags]
         self.cols = [_Distinct(q, owner) for q in qi]
         self.cells = _Cells(len(qi))
         self.n = 0
@@ -287,7 +293,7 @@ class _Counter:
     def check_categories(self, j: int, max_categories: int) -> None:
         """Raise early (as encode_column would at the end) when column j has too many categories."""
         obs = self.observed(j)
-        vals = self.src.to_pandas(self.qi[j], self.cols[j].values()).take(obs)
+        vals = self.src.to_pandas(self.qi[j], self.cols[j].values(), as_str=self.as_text[j]).take(obs)
         k = vals.nunique(dropna=True) + int(vals.isna().any())
         if k > max_categories:
             encode_column(vals.reset_index(drop=True), self.qi[j], None, max_categories, self.owner)
@@ -299,9 +305,11 @@ class _Counter:
         cats, luts = [], []
         for j, q in enumerate(self.qi):
             obs = np.unique(rows[:, j])
-            vals = self.src.to_pandas(q, self.cols[j].values()).take(obs).reset_index(drop=True)
+            vals = self.src.to_pandas(q, self.cols[j].values(), as_str=self.as_text[j]).take(obs).reset_index(drop=True)
             mc = max_categories if not isinstance(max_categories, Sequence) else max_categories[j]
             codes, c = encode_column(vals, q, domains.get(q), mc, owner)
+            if self.as_text[j] and q not in domains:
+                codes, c = _numeric_order(codes, c, self.src.dialect.decimal)
             lut = np.full(self.cols[j].size, -1, dtype=np.int64)
             lut[obs] = codes
             mapped[:, j] = lut[rows[:, j]]
@@ -311,13 +319,30 @@ class _Counter:
         return FrequencyTable(qi=tuple(self.qi), categories=tuple(cats), codes=cells, counts=counts), luts
 
 
-def _count_file(path, qi, domains, max_categories, batch_size, fmt, owner: str) -> FrequencyTable:
+def _numeric_order(codes: np.ndarray, cats: pd.Index, decimal: str = ".") -> tuple[np.ndarray, pd.Index]:
+    """Text categories in the order of the numbers they write, when they all write numbers
+    ('2' < '10', '03' next to '3'), so that a design on text keys has the cells, hence the
+    design, of the same data read as numbers; other text keeps its order; missing stays last."""
+    present = [i for i, c in enumerate(cats) if isinstance(c, str)]
+    texts = [cats[i] if decimal == "." else cats[i].replace(decimal, ".") for i in present]
+    nums = pd.to_numeric(pd.Series(texts, dtype=object), errors="coerce")
+    if nums.isna().any() or not present:
+        return codes, cats
+    order = sorted(range(len(present)), key=lambda a: (float(nums.iloc[a]), cats[present[a]]))
+    perm = [present[a] for a in order] + [i for i in range(len(cats)) if i not in set(present)]
+    new_code = np.empty(len(cats), dtype=np.int64)
+    new_code[perm] = np.arange(len(cats))
+    return new_code[codes], pd.Index([cats[i] for i in perm], dtype=object)
+
+
+def _count_file(path, qi, domains, max_categories, batch_size, fmt, owner: str,
+                keys_as_text: bool = False, dialect: CsvDialect = DEFAULT_DIALECT) -> FrequencyTable:
     batch_size = check_int(batch_size, "batch_size", owner, low=1)
     max_categories = check_int(max_categories, "max_categories", owner, low=1)
-    src = _Source(path, fmt, owner)
+    src = _Source(path, fmt, owner, dialect=dialect)
     qi = check_qi_names(src.names, qi, owner)
     domains = check_domains(domains, qi, owner)
-    counter = _Counter(src, qi, owner)
+    counter = _Counter(src, qi, owner, as_text=keys_as_text)
     limits = [max_categories] * len(qi)
     for batch in src.batches(list(qi), batch_size):
         counter.add(batch)
@@ -334,7 +359,8 @@ def _count_file(path, qi, domains, max_categories, batch_size, fmt, owner: str) 
 def count_table(path, qi, *, owner: str = "count_file", **kw) -> FrequencyTable:
     """:func:`count_file` with another function's name in its error messages (for the CLI)."""
     return _count_file(path, qi, kw.get("domains"), kw.get("max_categories", MAX_CATEGORIES),
-                       kw.get("batch_size", DEFAULT_BATCH_SIZE), kw.get("format"), owner)
+                       kw.get("batch_size", DEFAULT_BATCH_SIZE), kw.get("format"), owner, kw.get("keys_as_text", False),
+                       kw.get("dialect", DEFAULT_DIALECT))
 
 
 def count_file(
@@ -345,6 +371,10 @@ def count_file(
     max_categories: int = MAX_CATEGORIES,
     batch_size: int = DEFAULT_BATCH_SIZE,
     format: str | None = None,
+    keys_as_text: bool = False,
+    sep: str = ",",
+    encoding: str = "utf-8",
+    decimal: str = ".",
 ) -> FrequencyTable:
     """Frequency table of a CSV or Parquet file, read in record batches.
 
@@ -366,6 +396,12 @@ def count_file(
         ``batch_size``).
     format : {"csv", "parquet"}, optional
         The file's format; by default from its extension.
+    keys_as_text : bool, default False
+        CSV only: keep each identifying value as the text written in the file (``03`` stays
+        ``03``, ``1.0`` stays ``1.0``; an empty field is missing), so that a release writes it back
+        exactly; text that writes numbers is ordered by the numbers.  The command line does this.
+    sep, encoding, decimal : str
+        CSV only: the field separator, the text encoding and the decimal mark of the file.
 
     Returns
     -------
@@ -381,4 +417,5 @@ def count_file(
         repeated ``qi`` column, bad ``batch_size`` or ``max_categories``, a file without
         records, or a variable with too many categories.
     """
-    return _count_file(path, qi, domains, max_categories, batch_size, format, "count_file")
+    return _count_file(path, qi, domains, max_categories, batch_size, format, "count_file", keys_as_text,
+                       csv_dialect(sep, encoding, decimal, "count_file"))

@@ -171,6 +171,9 @@ def load_design(path) -> DesignResult:
     p = _design_path(path)
     try:
         rec = json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise DesignFileError(f"The design {str(p)!r} is not a complete design file (cut short or edited by hand?): "
+                              f"it stops making sense at line {e.lineno}. Write it again with pramopt design.") from None
     except (OSError, ValueError) as e:
         raise DesignFileError(f"Cannot read the design {str(p)!r}: {e}") from None
     if not isinstance(rec, dict) or rec.get("format") not in (FORMAT, _FORMAT_1):

@@ -23,6 +23,44 @@ def _coerce(col: pd.Series, like: pd.Series) -> pd.Series:
     return out if (out.astype(str) == col.astype(str)).all() else col
 
 
+#: Separators accepted between the values of a cell in a square matrix's column headers ("1_2").
+LABEL_SEPARATORS = ("_", ":", "|", ",", ";", ".", "/", "-", " ")
+
+
+def _row_texts(p: Path, qi, K: int, renamed: dict) -> list[list[str]]:
+    """Each row's cell as the texts written in the file (so that '03' and 3.0 stay as written)."""
+    if p.suffix.lower() == ".csv":
+        raw = pd.read_csv(p, dtype=str, keep_default_na=False).rename(columns=renamed)[list(qi)]
+    else:
+        raw = read_table(p).rename(columns=renamed)[list(qi)].astype(str)
+    return [list(r) for r in raw.itertuples(index=False)][:K]
+
+
+def _column_order(p: Path, headers: list[str], rows: list[list[str]]) -> np.ndarray:
+    """The column of each row's cell, matched by label; positional headers (c0..c{K-1}, V1..VK)
+    keep the rows' order.  A square matrix whose headers are neither is refused: reading its
+    columns in file order would pair probabilities with the wrong cells."""
+    K = len(headers)
+    for sep in LABEL_SEPARATORS:
+        labels = [sep.join(r) for r in rows]
+        pos = {h: j for j, h in enumerate(headers)}
+        if len(pos) == K and len(set(labels)) == K and all(lab in pos for lab in labels):
+            return np.array([pos[lab] for lab in labels], dtype=np.int64)
+        if len(rows[0]) == 1:
+            break  # one variable: the separator plays no part
+    stems = {h.rstrip("0123456789") for h in headers}
+    nums = [h[len(h.rstrip("0123456789")):] for h in headers]
+    if len(stems) == 1 and all(nums):
+        idx = [int(x) for x in nums]
+        if idx in (list(range(K)), list(range(1, K + 1))):
+            return np.arange(K)
+    unmatched = [h for h in headers if h not in {"_".join(r) for r in rows}][:5]
+    raise InvalidParameterError(
+        f"Cannot read the matrix {str(p)!r}: the probability columns of a square matrix must be labelled with the "
+        f"cells of its rows (one value, or the values joined by '_', e.g. {'_'.join(rows[0])!r}), or be numbered "
+        f"in the rows' order (c0, c1, ...); headers {unmatched!r} match no row.")
+
+
 def read_matrix(path, qi, data: pd.DataFrame | None = None) -> tuple[np.ndarray, pd.DataFrame]:
     """Read a transition matrix and its cell labels.
 
@@ -32,8 +70,10 @@ def read_matrix(path, qi, data: pd.DataFrame | None = None) -> tuple[np.ndarray,
     * a **long** CSV/Parquet with ``from_<var>`` and ``to_<var>`` columns for every identifying
       variable and a ``probability`` column (missing pairs are 0);
     * a **square** CSV/Parquet whose first columns are the identifying variables (the row
-      cell) and whose other K columns are the probabilities of moving into the K cells, in the
-      same order as the rows (their headers are not used).
+      cell) and whose other K columns are the probabilities of moving into the K cells.  Each
+      column is matched to a row by its header: the cell's value (or values joined by ``_``,
+      ``:``, ``|``, ...), as written in the file; headers that only number the columns (``c0``
+      ... or ``V1`` ...) keep the rows' order; any other header is refused.
 
     Parameters
     ----------
@@ -55,7 +95,10 @@ def read_matrix(path, qi, data: pd.DataFrame | None = None) -> tuple[np.ndarray,
             raise InvalidParameterError(
                 f"The design {str(path)!r} is for identifying variables {list(res.qi)!r}, not {qi!r}.")
         return res.to_dense(), res.cells
-    df = read_table(p)
+    # labels of variables the data hold as text are read as the text written ('03' stays '03')
+    text = [q for q in qi if data is not None and q in data.columns and data[q].dropna().map(type).eq(str).all()
+            and data[q].notna().any()]
+    df = read_table(p, text=[c for q in text for c in (q, f"from_{q}", f"to_{q}")])
     fcols, tcols = [f"from_{q}" for q in qi], [f"to_{q}" for q in qi]
     if all(c in df.columns for c in fcols + tcols) and "probability" in df.columns:
         frm = df[fcols].set_axis(qi, axis=1)
@@ -74,6 +117,11 @@ def read_matrix(path, qi, data: pd.DataFrame | None = None) -> tuple[np.ndarray,
         cells = both.drop_duplicates().reset_index(drop=True)
         cells = cells.iloc[pd.MultiIndex.from_frame(cells.astype(object)).get_indexer(cells_idx)].reset_index(drop=True)
         return P, cells
+    renamed = {}
+    if len(qi) == 1 and qi[0] not in df.columns and len(df.columns) and str(df.columns[0]).startswith("Unnamed: 0"):
+        # R's write.csv of a matrix with dimnames: an empty first header over the row names
+        renamed = {df.columns[0]: qi[0]}
+        df = df.rename(columns=renamed)
     missing = [q for q in qi if q not in df.columns]
     if missing:
         raise InvalidParameterError(
@@ -86,8 +134,9 @@ def read_matrix(path, qi, data: pd.DataFrame | None = None) -> tuple[np.ndarray,
         raise InvalidParameterError(
             f"Cannot read the matrix {str(p)!r}: a square matrix needs as many probability columns as rows; "
             f"got {probs.shape[1]} columns for {len(df)} rows.")
+    order = _column_order(p, [str(c) for c in probs.columns], _row_texts(p, qi, len(df), renamed))
     try:
-        P = probs.to_numpy(dtype=float)
+        P = probs.to_numpy(dtype=float)[:, order]
     except (TypeError, ValueError):
         raise InvalidParameterError(f"Cannot read the matrix {str(p)!r}: non-numeric probabilities.") from None
     if data is not None:

@@ -5,14 +5,20 @@ from pathlib import Path
 
 import pandas as pd
 
+from .._csv import DEFAULT_DIALECT, CsvDialect
 from ..errors import InvalidParameterError
 from .atomic import PARQUET_SUFFIXES, atomic_write, check_out_file
 
 __all__ = ["read_table", "write_table"]
 
 
-def read_table(path, param: str | None = None, owner: str | None = None) -> pd.DataFrame:
+def read_table(path, param: str | None = None, owner: str | None = None, text=(),
+               dialect: CsvDialect = DEFAULT_DIALECT) -> pd.DataFrame:
     """Read microdata from ``.csv`` or ``.parquet``/``.pq`` (by extension).
+
+    ``text`` names CSV columns read as the text written (``03`` stays ``03``; an empty field or
+    pandas' missing markers are still missing), as the command line reads identifying variables;
+    ``dialect`` gives a CSV's separator, encoding and decimal mark.
 
     Raises
     ------
@@ -26,7 +32,10 @@ def read_table(path, param: str | None = None, owner: str | None = None) -> pd.D
     if not p.is_file():
         raise InvalidParameterError(f"Cannot read {str(p)!r}: no such file.")
     try:
-        return pd.read_parquet(p) if suffix in PARQUET_SUFFIXES else pd.read_csv(p)
+        if suffix in PARQUET_SUFFIXES:
+            return pd.read_parquet(p)
+        return pd.read_csv(p, dtype={str(c): str for c in text} or None, sep=dialect.sep, encoding=dialect.encoding,
+                           decimal=dialect.decimal)
     except (OSError, ValueError, ImportError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise InvalidParameterError(f"Cannot read {str(p)!r}: {first}") from None

@@ -18,13 +18,16 @@ verified, and the smallest exact loss wins.
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import warnings
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 import scipy.sparse as sp
 
+from .._plain import plain
 from .._validation import check_choice
 from ..errors import InvalidParameterError, LargeProblemWarning
 from ..frequency.combinations import resolve_combinations
@@ -38,10 +41,10 @@ from .constraints.c1 import floor_upper_bound
 from .problem import DesignProblem, ProgressFn, Trace
 from .strategies import AttemptStatus
 from .strategies.blocks import solve_blocks
-from .strategies.replacement import LOCAL_RELAXATION_ABOVE, solve_replacement
+from .strategies.replacement import LOCAL_RELAXATION_ABOVE, solve_replacement, solve_uniform
 from .strategies.general import solve_general
 from .strategies.privacy import solve_privacy
-from .relaxation import changes_bound, floor_bound
+from .relaxation import changes_bound, floor_bound, flow_relaxation
 from .strategies.phase_one import PHASE1_TIEBREAK, largest_floor
 
 __all__ = ["design", "GAMMA_LADDER"]
@@ -62,6 +65,10 @@ BLOCKS_AUTO_MAX_CELLS = 4000
 #: identifying variables (220 triples) and 2,000 records the replacement design takes 6 s and each
 #: block size minutes (440,000 rows).
 BLOCKS_AUTO_MAX_ROWS = 100_000
+
+#: The expected-changes bound is one program over every row of the reduced C1 (no lazy rows): with
+#: 440,000 rows (12 identifying variables, 2,000 records) it takes 25 s of CPU, more than the design.
+CHANGES_BOUND_MAX_ROWS = 250_000
 
 #: Above this many rows of the reduced C1 the designer warns before it starts (see LargeProblemWarning).
 LARGE_PROBLEM_ROWS = 1_000_000
@@ -166,6 +173,11 @@ def _check_privacy(p: DesignParams, table: FrequencyTable, owner: str) -> None:
             raise InvalidParameterError(
                 f"The {name!r} parameter of {owner} cannot be combined with {what}: it forces zeros next to "
                 "positive entries in a column of P, which makes epsilon infinite and k = 1.")
+    if p.missing == "keep" and any(bool(np.any(pd.isna(c))) for c in table.categories):
+        raise InvalidParameterError(
+            f"The 'missing' parameter of {owner} must be 'category' with {what} on data with missing identifying "
+            "values: 'keep' forces zeros next to positive entries in a column of P (records move only among cells "
+            "with their missing pattern), which makes epsilon infinite and k = 1.")
     if p.invariant:
         raise InvalidParameterError(f"The 'invariant' parameter of {owner} is not supported with {what}.")
     if p.structure not in ("auto", "general"):
@@ -224,6 +236,9 @@ class _Designer:
         if pb.n * alpha < 1:
             return self.identity(Status.INFEASIBLE_DATA,
                                  f"C1 cannot hold for any matrix: n = {pb.n} < 1/alpha = {1 / alpha:g}.")
+        small = self._small_stratum()
+        if small:
+            return self.identity(Status.INFEASIBLE, small)
         if p.epsilon is not None or p.k is not None:
             return self.privacy()
         # Nothing to do when the original data already satisfy C1 (P = I).
@@ -370,6 +385,54 @@ class _Designer:
                 "alpha_target": p.alpha, "slack": slack, "binding": binding, "mixed_with_start": meas.get("mixed", 0.0),
                 "retention_replacement": {"rho": [float(r) for r in start.rho], "loss": start.loss,
                                     "epsilon": start.epsilon, "k": start.k, "ok": start.ok}}
+    def _small_stratum(self) -> str:
+        """Why ``fixed`` (or ``missing="keep"``) forbids every design, when it does: the argument for
+        n < 1/alpha, within strata.
+
+        For a combination π, the records that agree on the fixed variables in π (and on which of
+        π's values are missing, when missing values are kept) can only move among themselves, and
+        every group of π lies within one such set; so the U0-weighted mean over its cells of their
+        left-hand sides of C1 is 1 / (its records), and C1 needs at least 1/alpha records in every
+        such set.
+        """
+        pb, t = self.problem, self.problem.table
+        fixed = set(pb.fixed_idx)
+        keep_missing = self.p.missing == "keep"
+        miss_any = pb.missing_pattern.any(axis=0)
+        for pi in pb.combos:
+            shared = [j for j in pi if j in fixed]
+            miss = [j for j in pi if keep_missing and miss_any[j] and j not in fixed]
+            if not shared and not miss:
+                continue
+            key = np.column_stack([t.codes[:, shared], pb.missing_pattern[:, miss].astype(np.int64)])
+            keys, inv = np.unique(key, axis=0, return_inverse=True)
+            inv = inv.ravel()
+            sizes = np.bincount(inv, weights=pb.counts)
+            i = int(np.argmin(sizes))
+            if sizes[i] * pb.alpha > 1 + 1e-12:
+                continue
+            cells = np.flatnonzero(inv == i)
+            singular = len(np.unique(t.codes[np.ix_(cells, list(pi))], axis=0)) == cells.size
+            if sizes[i] * pb.alpha > 1 - 1e-12 and not singular:
+                continue  # 1/alpha records exactly: C1 can hold, with every record released alike
+            where = [f"{t.qi[j]} = {plain(t.categories[j][keys[i][a]])!r}" for a, j in enumerate(shared)]
+            where += [f"{t.qi[j]} {'missing' if keys[i][len(shared) + a] else 'not missing'}"
+                      for a, j in enumerate(miss)]
+            culprit = []
+            if shared:
+                culprit.append(f"fixed = {list(self.p.fixed)}")
+            if miss:
+                culprit.append("missing = 'keep'")
+            way = ("Merge that stratum with another or fix fewer variables" if shared else
+                   "Impute or recode the missing values, or let PRAM change them (missing='category')")
+            strict = sizes[i] * pb.alpha < 1 - 1e-12
+            return (f"C1 cannot hold for any {'' if strict else 'invertible '}matrix with {' and '.join(culprit)}: the {int(sizes[i])} records with "
+                    f"{', '.join(where)} can only move among themselves, and combination {[t.qi[j] for j in pi]} "
+                    f"keeps them apart from the others, so some left-hand side of C1 is at least 1/{int(sizes[i])}"
+                    + (f" > alpha = {pb.alpha:g}" if strict else
+                       f" = alpha = {pb.alpha:g}, reached only if all their cells are released alike (P singular)")
+                    + f". {way}.")
+        return ""
 
     def _invariant_hint(self) -> str:
         if not self.p.invariant:
@@ -381,7 +444,8 @@ class _Designer:
         """The block structure alone (``structure="blocks"``)."""
         c = self._blocks()
         if c is None:
-            return self.unverified(reason) or self.identity(Status.INFEASIBLE, reason + " No block design satisfied C1.")
+            return self.unverified(reason) or self.identity(
+                Status.INFEASIBLE, f"{reason} No block design satisfied C1. {self._forbidden()}")
         return self._finish(c, reason)
 
     def unverified(self, reason: str) -> DesignResult | None:
@@ -410,8 +474,10 @@ class _Designer:
         if not found or (self.problem.K <= BLOCKS_AUTO_MAX_CELLS and self.problem.rare_rows <= BLOCKS_AUTO_MAX_ROWS):
             found += [c for c in (self._blocks(),) if c is not None]
         if not found:
+            found = [c for c in (self._uniform(),) if c is not None]
+        if not found:
             return self.unverified(reason) or self.identity(
-                Status.INFEASIBLE, reason + " No block or replacement design satisfied C1 either.")
+                Status.INFEASIBLE, f"{reason} No block or replacement design satisfied C1 either. {self._forbidden()}")
         return self._finish(min(found, key=lambda c: c.loss), reason, others=found)
 
     def _finish(self, c: "_Candidate", reason: str, others=()) -> DesignResult:
@@ -420,7 +486,7 @@ class _Designer:
             # evidence of optimality: no design meeting C1 changes fewer records in expectation
             # (one program over the whole table: not attempted where even the floor's is too large)
             lb = None
-            if self.problem.K <= LOCAL_RELAXATION_ABOVE:
+            if self.problem.K <= LOCAL_RELAXATION_ABOVE and self.problem.rare_rows <= CHANGES_BOUND_MAX_ROWS:
                 lb = changes_bound(self.problem, self.p.min_diagonal or 0.0)
             info["detail"] = ("unknown" if lb is None else
                               f"every design changes >= {lb:.4g} records in expectation")
@@ -454,6 +520,53 @@ class _Designer:
                           f"{r.min_lambda:.3g} and otherwise draws from one replacement distribution per "
                           f"{'stratum' if r.block_target_records is None else 'block'}; invertible for any "
                           "retention).")
+
+    def _uniform(self) -> "_Candidate | None":
+        def check(P):  # the bisection's checks are not stages of their own
+            return verify_stage(P, self.problem.table, self.problem.combos, "verify")[0]
+        found = solve_uniform(self.problem, self.trace, check)
+        if found is None:
+            return None
+        att, rep, f, cond = found
+        return _Candidate("uniform", att.P, rep, f, cond, att.reduction, None, None,
+                          f"A uniform replacement design was made (each cell keeps its records with probability "
+                          f"{att.reduction.min_lambda:.3g} and otherwise draws a record of its stratum at random; "
+                          "invertible for any retention).")
+
+    def _forbidden(self) -> str:
+        """Which option rules out every design, by the flow relaxation of C1 (a relaxation: when it
+        has no solution, or caps the diagonal floor below ``min_diagonal``, no design exists)."""
+        pb, p = self.problem, self.p
+        floor = p.min_diagonal or 0.0
+        sol = flow_relaxation(pb)
+        if sol.status == "ok" and sol.t >= floor - RELAXATION_TOL:
+            return (f"The flow relaxation of C1 does not rule a design out (it allows diagonal floors up to "
+                    f"{sol.t:.4g}); {_ADVICE[0].lower()}{_ADVICE[1:]}")
+        if sol.status not in ("ok", "infeasible"):
+            return _ADVICE
+        if sol.status == "ok":  # feasible, but below the floor asked for
+            return (f"min_diagonal = {floor:g} rules out every design: the flow relaxation of C1 bounds every "
+                    f"diagonal floor by {sol.t:.4g}.")
+        named = []
+        for name, off in (("keep_cells", None), ("fixed", None), ("invariant", False)):
+            if getattr(p, name) in (None, False, ()):
+                continue
+            other = DesignProblem.build(pb.table, pb.combos, dataclasses.replace(p, **{name: off}), "design")
+            alt = flow_relaxation(other)
+            if alt.status == "ok" and alt.t >= floor - RELAXATION_TOL:
+                named.append(name)
+        if not named:
+            return f"The options together rule out every design (the flow relaxation of C1 has no solution). {_ADVICE}"
+        extra = ""
+        if "fixed" in named:
+            sizes = np.bincount(pb.strata, weights=pb.counts)
+            extra = (f" Its smallest stratum holds {int(sizes.min())} records (C1 needs the records a cell can be "
+                     f"confused with to number at least 1/alpha = {1 / pb.alpha:g}).")
+        if len(named) == 1:
+            return (f"{named[0]} rules out every design: the flow relaxation of C1 has no solution with it, and has "
+                    f"one without it.{extra}")
+        return (f"{' and '.join(named)} together rule out every design: the flow relaxation of C1 has no solution with "
+                f"them, and has one without any one of them.{extra}")
 
     def general(self, floor: float, g_low: float, auto_blocks: bool) -> DesignResult:
         """Phase one, then the gamma ladder; the margin grows if verification ever fails."""

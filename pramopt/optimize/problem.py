@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
+import pandas as pd
 
 from ..errors import CallbackError, InvalidParameterError
 from ..frequency.table import FrequencyTable, cells_of
@@ -102,7 +103,25 @@ class DesignProblem:
 
     @functools.cached_property
     def _fixed_codes(self) -> np.ndarray | None:
-        return self.table.codes[:, list(self.fixed_idx)] if self.fixed_idx else None
+        """What a record never changes: its fixed variables' codes and, with ``missing="keep"``,
+        which of its identifying values are missing."""
+        parts = [self.table.codes[:, list(self.fixed_idx)]] if self.fixed_idx else []
+        if self.params.missing == "keep":
+            miss = self.missing_pattern
+            if miss.any():
+                parts.append(miss.astype(np.int64))
+        return np.column_stack(parts) if parts else None
+
+    @functools.cached_property
+    def missing_pattern(self) -> np.ndarray:
+        """(K, d) booleans: which identifying values of each cell are missing."""
+        t = self.table
+        out = np.zeros(t.codes.shape, dtype=bool)
+        for j, cats in enumerate(t.categories):
+            na = np.flatnonzero(pd.isna(cats))
+            if na.size:
+                out[:, j] = t.codes[:, j] == na[0]
+        return out
 
     @functools.cached_property
     def rare_rows(self) -> int:
@@ -112,7 +131,7 @@ class DesignProblem:
 
     @functools.cached_property
     def strata(self) -> np.ndarray:
-        """Stratum of every cell: the combination of its fixed variables (all 0 without any)."""
+        """Stratum of every cell: its fixed variables and missing pattern (all 0 without any)."""
         if self._fixed_codes is None:
             return np.zeros(self.K, dtype=np.int64)
         return np.unique(self._fixed_codes, axis=0, return_inverse=True)[1].ravel().astype(np.int64)

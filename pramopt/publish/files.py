@@ -30,6 +30,7 @@ Memory
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from .._csv import DEFAULT_DIALECT, CsvDialect, csv_dialect
 from .._validation import InvalidParameterError, check_int
 from ..errors import DesignMismatchError
 from ..frequency.files import (
@@ -99,23 +101,21 @@ def _csv_text(x) -> str:
     return str(x)
 
 
-_NEEDS_QUOTES = r'[",\r\n]'
-
-
-def _may_need_quotes(arr: pa.Array) -> bool:
+def _may_need_quotes(arr: pa.Array, sep: str = ",") -> bool:
     """False when no value can need quotes: a fast byte scan of the array's whole data buffer."""
     bufs = arr.buffers()
     if len(bufs) < 3 or bufs[2] is None:
         return False
     raw = bufs[2].to_pybytes()  # a copy, but searched at memchr speed
-    return any(ch in raw for ch in (b'"', b",", b"\n", b"\r"))
+    return any(ch in raw for ch in (b'"', sep.encode(), b"\n", b"\r"))
 
 
-def _quote(arr: pa.Array, quote_empty: bool = False) -> pa.Array:
-    """Minimal CSV quoting (as Python's csv.QUOTE_MINIMAL): only fields with , " or line breaks."""
-    if not quote_empty and not _may_need_quotes(arr):
+def _quote(arr: pa.Array, quote_empty: bool = False, sep: str = ",") -> pa.Array:
+    """Minimal CSV quoting (as Python's csv.QUOTE_MINIMAL): only fields with the separator, " or
+    line breaks."""
+    if not quote_empty and not _may_need_quotes(arr, sep):
         return arr
-    need = pc.match_substring_regex(arr, _NEEDS_QUOTES)
+    need = pc.match_substring_regex(arr, '["\r\n' + re.escape(sep) + "]")
     if quote_empty:  # a one-column file must not have empty lines
         need = pc.or_(need, pc.equal(pc.utf8_length(arr), 0))
     if not pc.any(need).as_py():
@@ -125,11 +125,11 @@ def _quote(arr: pa.Array, quote_empty: bool = False) -> pa.Array:
     return pc.if_else(need, quoted, arr)
 
 
-def _csv_bytes(columns: list[pa.Array]) -> memoryview:
-    """The CSV lines of already quoted text columns, as one buffer."""
+def _csv_bytes(columns: list[pa.Array], sep: str = ",") -> memoryview:
+    """The CSV lines of already quoted text columns, as one (UTF-8) buffer."""
     L = pa.large_string()
     columns = [c if c.type == L else c.cast(L) for c in columns]
-    row = columns[0] if len(columns) == 1 else pc.binary_join_element_wise(*columns, pa.scalar(",", L))
+    row = columns[0] if len(columns) == 1 else pc.binary_join_element_wise(*columns, pa.scalar(sep, L))
     lines = pc.binary_join_element_wise(row, pa.scalar("", L), pa.scalar("\n", L))
     _, offsets, data = lines.buffers()
     off = np.frombuffer(offsets, dtype=np.int64)
@@ -138,14 +138,23 @@ def _csv_bytes(columns: list[pa.Array]) -> memoryview:
 
 
 class _CsvSink:
-    def __init__(self, fh, names: list[str]):
-        self.fh = fh
-        header = _quote(pa.array(names, type=pa.large_string()), quote_empty=len(names) == 1)
-        self.fh.write(_csv_bytes([header[i:i + 1] for i in range(len(names))]))
+    """CSV lines in the source's dialect: its separator, and its encoding (Arrow's text is UTF-8)."""
+
+    def __init__(self, fh, names: list[str], dialect: CsvDialect = DEFAULT_DIALECT):
+        self.fh, self.sep = fh, dialect.sep
+        self.encoding = None if dialect.encoding == "utf-8" else dialect.encoding
+        header = _quote(pa.array(names, type=pa.large_string()), quote_empty=len(names) == 1, sep=self.sep)
+        self._put(_csv_bytes([header[i:i + 1] for i in range(len(names))], self.sep))
+
+    def _put(self, data: memoryview) -> None:
+        if self.encoding is None:
+            self.fh.write(data)
+        else:
+            self.fh.write(bytes(data).decode("utf-8").encode(self.encoding))
 
     def write(self, columns: list[pa.Array]) -> None:
         if len(columns[0]):
-            self.fh.write(_csv_bytes(columns))
+            self._put(_csv_bytes(columns, self.sep))
 
     def close(self) -> None:
         pass
@@ -216,7 +225,7 @@ class _Releaser:
         self.as_str = [src.format == "csv" and _all_strings(c) for c in table.categories]
         if src.format == "csv":
             self.labels = [_quote(pa.array([_csv_text(c) for c in cats], type=pa.large_string()),
-                                  quote_empty=len(src.names) == 1)
+                                  quote_empty=len(src.names) == 1, sep=src.dialect.sep)
                            for cats in table.categories]
         else:
             self.labels = [_arrow_labels(src.schema.field(q), cats) for q, cats in zip(table.qi, table.categories)]
@@ -230,7 +239,20 @@ class _Releaser:
             # typed one value at a time where typing them together failed (mixed-type categories)
             texts = raw.to_pylist()
             for i in np.flatnonzero(codes < 0)[:100]:
-                codes[i] = category_codes(_parse_csv_texts([texts[i]]), cats)[0]
+                codes[i] = category_codes(_parse_csv_texts([texts[i]], decimal=self.src.dialect.decimal), cats)[0]
+        if self.src.format == "csv" and not self.as_str[j]:
+            # a design on typed values (1, 1.0) writes its categories back as typed: refuse a file
+            # that writes them otherwise ('01', '1'), rather than rewrite values the user did not
+            # ask to change
+            texts = raw.to_pylist()
+            for i in np.flatnonzero(codes >= 0):
+                want = _csv_text(cats[codes[i]])
+                if texts[i] != want and not (texts[i] is None or is_missing(cats[codes[i]])):
+                    raise DesignMismatchError(
+                        f"The data do not match the design: {q!r} is written {texts[i]!r} in {str(self.src.path)!r} "
+                        f"where the design's category is {want!r}, and a release would write it back as {want!r}. "
+                        "Make the design from this file (the command line reads identifying values as the text "
+                        "written; in Python, count_file(..., keys_as_text=True)).")
         return codes
 
     def codes(self, ids: list[np.ndarray]) -> np.ndarray:
@@ -257,6 +279,9 @@ def release_file(
     batch_size: int = DEFAULT_BATCH_SIZE,
     format: str | None = None,
     allow_unverified: bool = False,
+    sep: str = ",",
+    encoding: str = "utf-8",
+    decimal: str = ".",
 ) -> FileRelease:
     """Release a CSV or Parquet file with a design, streaming it in record batches.
 
@@ -284,6 +309,9 @@ def release_file(
         The format of ``src`` (and so of ``dst``); by default from the extension of ``src``.
     allow_unverified : bool
         Release even with a design that failed verification (never do this for publication).
+    sep, encoding, decimal : str
+        CSV only: the source's field separator, text encoding and decimal mark; the released
+        file is written in the same.
 
     Returns
     -------
@@ -303,10 +331,11 @@ def release_file(
     table = releasable_table(result, owner, allow_unverified)
     batch_size = check_int(batch_size, "batch_size", owner, low=1)
     entropy = seed_entropy(seed, owner)
-    source = _Source(src, format, owner, param="src")
+    source = _Source(src, format, owner, param="src", dialect=csv_dialect(sep, encoding, decimal, owner))
     out = _check_dst(dst, source, owner)
     qi = check_qi_names(source.names, table.qi, owner)
-    counter = _Counter(source, qi, owner)
+    # identifying values of a design made on text keys are read as the text written
+    counter = _Counter(source, qi, owner, as_text=[_all_strings(c) for c in table.categories])
     releaser = _Releaser(source, table, counter)
     sampler = Sampler(result.matrix)
     lookup = CellLookup(table)
@@ -314,7 +343,7 @@ def release_file(
     positions = [source.names.index(q) for q in qi]
     offset = changed = batches = 0
     with atomic_write(out) as fh:
-        sink = (_CsvSink(fh, source.names) if source.format == "csv"
+        sink = (_CsvSink(fh, source.names, source.dialect) if source.format == "csv"
                 else _ParquetSink(fh, source.schema, source.compression, ROW_GROUP_SIZE))
         for batch in source.batches(None, batch_size):
             m = batch.num_rows
@@ -359,7 +388,8 @@ def _released(batch: pa.RecordBatch, new: np.ndarray, source: _Source, table: Fr
         return pa.RecordBatch.from_arrays(columns, schema=source.schema)
     for p in range(len(columns)):
         if p not in positions:
-            columns[p] = _quote(columns[p].cast(pa.large_string()), quote_empty=len(columns) == 1)
+            columns[p] = _quote(columns[p].cast(pa.large_string()), quote_empty=len(columns) == 1,
+                                sep=source.dialect.sep)
     return columns
 
 

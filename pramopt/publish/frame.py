@@ -76,9 +76,13 @@ def record_cells(df: pd.DataFrame, table: FrequencyTable, owner: str) -> np.ndar
     idx = cells_of(df, table)
     if (idx < 0).any():
         bad = df.loc[idx < 0, list(qi)].head(3).to_dict("records")
+        text = [q for q, c in zip(table.qi, table.categories)
+                if all(isinstance(v, str) for v in c if not pd.isna(v)) and not pd.api.types.is_string_dtype(df[q])]
+        hint = (f" The design's categories of {text} are text, as written in a file (the command line reads "
+                "them so); read the data as text too, e.g. pd.read_csv(path, dtype=str).") if text else ""
         raise DesignMismatchError(
             f"{int((idx < 0).sum())} records of the data fall in cells the design does not have "
-            f"(for example {bad}); the design was made for other data.")
+            f"(for example {bad}); the design was made for other data.{hint}")
     return idx
 
 
@@ -137,48 +141,109 @@ def _factor(P):
         raise DesignMismatchError("The design's matrix is singular: the estimator (4) needs P^-1.") from None
 
 
-def estimate(released: pd.DataFrame, result, by=None) -> pd.DataFrame:
-    """Unbiased estimate of the original cell frequencies (Cator et al., eq. (4)).
+#: Columns of P^-1 solved at once for the standard errors (K x this many floats at a time).
+_SE_BLOCK = 512
+
+
+def _variances(lu, U: np.ndarray, est: np.ndarray) -> np.ndarray:
+    """Plug-in variances of the estimates, one row per ``by`` group (rows of ``U`` and ``est``).
+
+    Given the original counts T, each record is released independently from its cell's row of P,
+    so Cov(U) = diag(P^T T) - P^T diag(T) P and, with T_hat = P^-T U,
+    Var(T_hat_j) = sum_k (P^-1)_kj^2 (P^T T)_k - T_j.  T is unknown: with T_hat in its place,
+    P^T T_hat = U exactly, so the estimate is sum_k (P^-1)_kj^2 U_k - T_hat_j (clipped at 0).
+    The columns of P^-1 are solved in blocks; no K x K array is made.
+    """
+    K = U.shape[1]
+    out = np.empty_like(est)
+    for a in range(0, K, _SE_BLOCK):
+        b = min(K, a + _SE_BLOCK)
+        E = np.zeros((K, b - a))
+        E[np.arange(a, b), np.arange(b - a)] = 1.0
+        W = lu.solve(E) ** 2  # (P^-1)_kj^2 for the columns j of this block
+        out[:, a:b] = U @ W - est[:, a:b]
+    return np.maximum(out, 0.0)
+
+
+def _project_simplex(x: np.ndarray, total: float) -> np.ndarray:
+    """The Euclidean projection of x onto {y >= 0, sum y = total} (sort-based, exact)."""
+    if total <= 0:
+        return np.zeros_like(x)
+    u = np.sort(x)[::-1]
+    css = np.cumsum(u) - total
+    idx = np.arange(1, x.size + 1)
+    rho = np.flatnonzero(u - css / idx > 0)[-1]
+    return np.maximum(x - css[rho] / (rho + 1), 0.0)
+
+
+def estimate(released: pd.DataFrame, result, by=None, *, nonnegative: bool = False) -> pd.DataFrame:
+    """Unbiased estimate of the original cell frequencies (Cator et al., eq. (4)), with standard errors.
 
     ``mu_hat(k; y) = (1/n) sum_l (P^-1)_{lk} U(l; y)``; returned on the count scale
     (``n * mu_hat``) for every cell, jointly with the categorical columns ``by`` if given.
 
+    Parameters
+    ----------
+    released : pandas.DataFrame
+        The released microdata.
+    result : DesignResult
+        The design they were released with.
+    by : str or list of str, optional
+        Non-identifying categorical columns to cross with.
+    nonnegative : bool, default False
+        The unbiased estimate can be negative for small cells (P^-1 has negative entries).  By
+        default it is returned as it is (unbiased; the negative values are information about the
+        noise).  With ``nonnegative=True`` each estimate vector (per ``by`` group) is replaced by
+        its Euclidean projection onto the counts that are >= 0 and sum to the group's records
+        (no longer unbiased); ``se`` stays that of the unbiased estimate.
+
     Returns
     -------
     pandas.DataFrame
-        The cell values (and ``by`` values), ``observed`` released counts U and ``estimate``.
+        The cell values (and ``by`` values), ``observed`` released counts U, ``estimate`` and
+        ``se``, its standard error (the plug-in variance of :func:`_variances`: the square root
+        of sum_k (P^-1)_kj^2 U_k - estimate_j, at least 0).
     """
+    if not isinstance(nonnegative, (bool, np.bool_)):
+        raise InvalidParameterError(f"The 'nonnegative' parameter of estimate must be True or False; got {nonnegative!r}.")
     table = _table_of(result)
     cells = record_cells(released, table, "estimate")
     K = table.n_cells
     lu = _factor(result.matrix)
     labels = result.cells.reset_index(drop=True)
     if by is None:
-        U = np.bincount(cells, minlength=K).astype(float)
-        out = labels.copy()
-        out["observed"] = U
-        out["estimate"] = lu.solve(U, trans="T")  # P^-T U
-        return out
-    by = [by] if isinstance(by, str) else list(by)
-    missing = [b for b in by if b not in released.columns]
-    if missing:
-        raise InvalidParameterError(f"The 'by' parameter of estimate must name columns of the data; {missing!r} are not.")
-    clash = [b for b in by if b in table.qi]
-    if clash:
-        raise InvalidParameterError(f"The 'by' parameter of estimate must not name identifying variables; got {clash!r}.")
-    ycode, yvals = pd.MultiIndex.from_frame(released[by]).factorize() if len(by) > 1 else pd.factorize(released[by[0]])
-    ycode = np.asarray(ycode)
-    Y = int(ycode.max()) + 1 if ycode.size else 0
+        ycode, yvals, Y = np.zeros(len(cells), dtype=np.int64), None, 1
+    else:
+        by = [by] if isinstance(by, str) else list(by)
+        missing = [b for b in by if b not in released.columns]
+        if missing:
+            raise InvalidParameterError(
+                f"The 'by' parameter of estimate must name columns of the data; {missing!r} are not.")
+        clash = [b for b in by if b in table.qi]
+        if clash:
+            raise InvalidParameterError(
+                f"The 'by' parameter of estimate must not name identifying variables; got {clash!r}.")
+        ycode, yvals = (pd.MultiIndex.from_frame(released[by]).factorize() if len(by) > 1
+                        else pd.factorize(released[by[0]]))
+        ycode = np.asarray(ycode)
+        Y = int(ycode.max()) + 1 if ycode.size else 0
     U = np.zeros((Y, K))
     np.add.at(U, (ycode, cells), 1.0)
     est = lu.solve(np.ascontiguousarray(U.T), trans="T").T if Y else U  # row y: P^-T U(.; y)
+    se = np.sqrt(_variances(lu, U, est)) if Y else U
+    if nonnegative:
+        est = np.vstack([_project_simplex(e, u.sum()) for e, u in zip(est, U)]) if Y else est
     frames = []
     for y in range(Y):
         f = labels.copy()
-        yv = yvals[y] if len(by) > 1 else (yvals[y],)
-        for b, v in zip(by, yv):
-            f[b] = v
+        if by is not None:
+            yv = yvals[y] if len(by) > 1 else (yvals[y],)
+            for b, v in zip(by, yv):
+                f[b] = v
         f["observed"] = U[y]
         f["estimate"] = est[y]
+        f["se"] = se[y]
         frames.append(f)
+    if not frames:
+        return pd.concat([labels.iloc[:0]], ignore_index=True).assign(observed=[], estimate=[], se=[])
     return pd.concat(frames, ignore_index=True)

@@ -113,7 +113,7 @@ class Assessment:
 
 
 def assess(data, matrix, qi=None, cells=None, *, combinations=None, combination_size=3,
-           alpha=None) -> Assessment:
+           alpha=None, renormalize: float | None = None) -> Assessment:
     """Report every risk notion of the seeds for one PRAM matrix on one data set.
 
     Parameters
@@ -135,6 +135,10 @@ def assess(data, matrix, qi=None, cells=None, *, combinations=None, combination_
         Size of the subsets of Π when ``combinations`` is not given.
     alpha : float in (0, 1), optional
         C1 level to report against.
+    renormalize : float, optional
+        Accept rows that sum to within this of 1 (a matrix rounded to a few decimals, as other
+        tools write them) and divide them by their sums, with a warning.  By default a row must
+        sum to 1 within 1e-8.
 
     Returns
     -------
@@ -160,7 +164,9 @@ def assess(data, matrix, qi=None, cells=None, *, combinations=None, combination_
     if alpha is not None:
         alpha = check_real(alpha, "alpha", owner, low=0.0, high=1.0)
     combos = resolve_combinations(table.qi, size=combination_size, explicit=combinations, owner=owner)
-    P = as_transition_matrix(matrix, "matrix", owner)
+    if renormalize is not None:
+        renormalize = check_real(renormalize, "renormalize", owner, low=0.0, high=0.1, high_open=False)
+    P = as_transition_matrix(matrix, "matrix", owner, renormalize=renormalize)
     K = table.n_cells
     if cells is None:
         if P.shape[0] != K:

@@ -44,15 +44,17 @@ BLOCK_SUPPORT_MAX = 2_000_000
 LAMBDA_MIN = 1e-3
 
 
-def make_blocks(table: FrequencyTable, target: float, fixed_idx=(), keep_rows=()) -> list[np.ndarray]:
+def make_blocks(table: FrequencyTable, target: float, fixed_idx=(), keep_rows=(), strata=None) -> list[np.ndarray]:
     """Consecutive cells (in lexicographic order, so neighbours share their leading values)
-    grouped until a block holds at least ``target`` records; never across the strata of the
-    fixed variables; kept cells form blocks of their own."""
+    grouped until a block holds at least ``target`` records; never across strata (``strata``,
+    by default those of the fixed variables); kept cells form blocks of their own."""
     K = table.n_cells
     counts = table.counts
     keep = np.zeros(K, dtype=bool)
     keep[np.asarray(keep_rows, dtype=np.int64)] = True
-    if fixed_idx:
+    if strata is not None:
+        strata = np.asarray(strata)
+    elif fixed_idx:
         strata = np.unique(table.codes[:, list(fixed_idx)], axis=0, return_inverse=True)[1].ravel()
     else:
         strata = np.zeros(K, dtype=np.int64)
@@ -139,7 +141,7 @@ def _solve_at_size(problem: DesignProblem, target: float, a_solve: float, trace:
     counts = problem.counts
     t0 = time.perf_counter()
     # min_diagonal holds when every lambda_b does (P_kk = lambda_b + v_k >= lambda_b)
-    bm = BlockModel(make_blocks(problem.table, target, problem.fixed_idx, problem.keep_rows), K,
+    bm = BlockModel(make_blocks(problem.table, target, keep_rows=problem.keep_rows, strata=problem.strata), K,
                     floor=p.min_diagonal or LAMBDA_MIN)
     sup = bm.support
     # start with each rare row's own groups; rows outside their group join when violated

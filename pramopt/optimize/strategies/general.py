@@ -20,7 +20,8 @@ from ...params import DENSE_SUPPORT_MAX
 from ...result import Reduction
 from ..backends import chain, gives_duals
 from ..constraints.c1 import WorkingSet, membership, protected_groups, reduce_constraints
-from ..objectives.l2 import SparseL2
+from ..objectives.l2 import L2Loss, SparseL2
+from ..objectives.l2_curvature import l2_curvature_on_support
 from ..pricing import Pricer
 from ..problem import DesignProblem, Trace
 from ..program import build_program
@@ -29,7 +30,7 @@ from . import Attempt, AttemptStatus
 from .refine import refine
 
 __all__ = ["solve_general", "ColumnGeneration", "initial_support", "MAX_PRICING_ROUNDS", "LP_GAP_RTOL",
-           "REFINE_CHUNK", "REFINE_SUPPORT_MAX", "DENSE_SUPPORT_MAX", "COVER_BUDGET"]
+           "REFINE_CHUNK", "REFINE_SUPPORT_MAX", "REFINE_QP_MAX", "DENSE_SUPPORT_MAX", "COVER_BUDGET"]
 
 #: Sources of the initial cover support: at most this many support entries from the largest
 #: cells into the cover (column generation adds whatever else helps).
@@ -43,6 +44,19 @@ MAX_PRICING_ROUNDS = 60
 LP_GAP_RTOL = 1e-4
 #: The refinement prices new transitions after every this many iterations.
 REFINE_CHUNK = 10
+#: Largest support on which the refinement's steps are QPs (curved model).  Clarabel's time per
+#: QP grows with the support: about 7 s on 11,424 entries (340 rare-heavy cells, 3,466 rows),
+#: more than 8 minutes on the 63,844 of the same case's first refinement support, where the
+#: warm-started LP takes under a second.  Larger supports take REFINE_LINEAR_CHUNK linear steps,
+#: after which pricing drops the unused transitions.
+REFINE_QP_MAX = 25_000
+#: Linear (SLP) steps on a support too large for QPs before pricing trims it.
+REFINE_LINEAR_CHUNK = 3
+#: A curved step gaining less than this many ``rtol`` (relative) ends a chunk early, so that
+#: pricing widens the support: on 340 rare-heavy cells the first step after pricing gained
+#: 5e-3 while the steps before it gained 3e-4 to 1e-3 each.  A chunk of curved steps after
+#: pricing that gains less than that in all ends the refinement.
+REFINE_STALL = 10
 #: Largest initial refinement support beyond the linear stage's transitions (see _refine_pairs).
 REFINE_SUPPORT_MAX = 100_000
 
@@ -251,7 +265,11 @@ class ColumnGeneration:
 
     # -- the refinement ---------------------------------------------------------------------------
     def refine(self, x, trace: Trace):
-        """Trust-region SLP on the exact loss from the linear stage's ``x`` (on ``self.sup``)."""
+        """Trust-region steps on the exact loss from the linear stage's ``x`` (on ``self.sup``).
+
+        Curved (QP) steps with the L2 loss's Hessian diagonal; linear ones (SLP) for another
+        objective or when a QP fails (see :func:`.refine.refine`).
+        """
         problem = self.problem
         p = problem.params
         K = problem.K
@@ -278,7 +296,7 @@ class ColumnGeneration:
         its = 0
         info = None
         lp = None
-        radius, hist = 0.05, ()
+        radius, hist, sigma = 0.05, (), 1.0
         dropped = np.empty(0, dtype=np.int64)  # keys row * K + col dropped once: never again
         idle = 0  # chunks in a row without an accepted step
         stop = None
@@ -287,12 +305,19 @@ class ColumnGeneration:
                 lp = self.load(sup)
             lo, hi = self.bounds(sup)
             evaluate = problem.objective.on_support(sup, counts, sparse=self.mode != "dense")
+            # the curved model needs the loss's Hessian diagonal: known for the L2 loss only
+            curvature = (l2_curvature_on_support(sup, counts, sparse=self.mode != "dense")
+                         if isinstance(problem.objective, L2Loss) and sup.size <= REFINE_QP_MAX else None)
+            chunk = REFINE_CHUNK if (curvature is not None or not isinstance(problem.objective, L2Loss)) \
+                else REFINE_LINEAR_CHUNK
             # in chunks, so that pricing can widen the support while the refinement runs
             x, info = refine(lp, x, lo, hi, evaluate, check=lambda z: self.pending(sup, z), rtol=p.rtol,
-                             max_iter=min(REFINE_CHUNK if self.widen else p.max_iter, p.max_iter - its),
-                             progress=trace.progress, radius=radius, history=hist, want_duals=self.widen)
+                             max_iter=min(chunk if self.widen else p.max_iter, p.max_iter - its),
+                             progress=trace.progress, radius=radius, history=hist, want_duals=self.widen,
+                             curvature=curvature, sigma=sigma,
+                             stall=REFINE_STALL * p.rtol if self.widen else None)
             its += info.iterations
-            radius, hist = info.radius, info.history
+            radius, hist, sigma = info.radius, info.history, info.sigma
             if info.stop_reason == "constraints":
                 self.ws.add(info.added_constraints)
                 lp = None
@@ -304,6 +329,12 @@ class ColumnGeneration:
             idle = idle + 1 if info.accepted == 0 else 0
             if idle >= 2:
                 stop = "stalled (no accepted step after pricing)"
+                break
+            # curved steps after pricing that gain less than REFINE_STALL * rtol in all: what
+            # pricing still finds is worth less than the QPs it costs (each ~10 LPs' time)
+            if (info.model == "quadratic" and its > info.iterations
+                    and info.loss_start - info.loss_end < REFINE_STALL * p.rtol * abs(info.loss_end)):
+                stop = "converged (pricing gains < 10 rtol)"
                 break
             r = np.empty(0)
             drop = np.zeros(sup.size, dtype=bool)
@@ -328,7 +359,7 @@ class ColumnGeneration:
                 self.added_cols += r.size
                 lp = None
                 radius, hist = max(radius, 0.0125), ()
-            elif info.stop_reason != "max_iter":
+            elif info.stop_reason != "max_iter":  # converged, or stalled with nothing to widen
                 break
         self.sup = sup
         return x, its, info, stop

@@ -34,7 +34,7 @@ from ..relaxation import FlowSolution, flow_relaxation
 from . import Attempt, AttemptStatus
 from .blocks import LAMBDA_MIN, make_blocks
 
-__all__ = ["solve_replacement", "replacement_matrix", "replacement_loss", "replacement_condition",
+__all__ = ["solve_replacement", "solve_uniform", "replacement_matrix", "replacement_loss", "replacement_condition",
            "REPLACEMENT_MAX_ENTRIES", "REPLACEMENT_MARGINS"]
 
 #: Largest number of stored entries (senders x receivers) of a replacement design before the cells
@@ -120,7 +120,7 @@ def _block_pools(problem: DesignProblem, cells: float) -> tuple[np.ndarray, floa
     """Blocks of neighbouring cells of about ``cells`` cells each (within strata), as pools."""
     K, n = problem.K, problem.n
     target = max(2.0 / problem.alpha, cells * n / K)
-    blocks = make_blocks(problem.table, target, problem.fixed_idx, problem.keep_rows)
+    blocks = make_blocks(problem.table, target, keep_rows=problem.keep_rows, strata=problem.strata)
     out = np.empty(K, dtype=np.int64)
     for i, b in enumerate(blocks):
         out[b] = i
@@ -213,3 +213,56 @@ def solve_replacement(problem: DesignProblem, trace: Trace, verify) -> tuple | N
                             block_target_records=target, min_lambda=float(sol.t), support=int(P.nnz))
             return Attempt(AttemptStatus.OK, P=P, reduction=red, solver="HIGHS(scipy, flow relaxation)"), rep, f, cond
     return None
+
+
+#: Bisection steps of the uniform design's retention (the largest verified one to 1/4096).
+UNIFORM_STEPS = 12
+
+
+def solve_uniform(problem: DesignProblem, trace: Trace, verify) -> tuple | None:
+    """The last resort: ``P = lam I + (1 - lam) 1 w^T`` per stratum over the cells that may move,
+    with ``w`` proportional to their counts.
+
+    It honours every option: transitions stay within strata and out of kept cells; it is
+    invariant (each cell receives exactly what it sends, ``(1 - lam) U0(k)``); every diagonal
+    entry is at least ``lam >= min_diagonal``; and it is invertible (det = lam^(k-1) per stratum).
+    C1's left-hand sides grow with lam (a cell's share of its own groups is
+    ``lam + (1 - lam) w(g)`` over a fixed denominator U(g)), so the largest lam that passes the full
+    check is found by bisection; as lam -> 0 every risk tends to at most 1 / (records of the
+    stratum).  Returns ``(attempt, report, loss, condition)`` or None.
+    """
+    alpha, counts = problem.alpha, problem.counts
+    pools = problem.strata
+    move = ~problem.kept
+    per_pool = np.bincount(pools, weights=move.astype(float))
+    if float(per_pool @ per_pool) > REPLACEMENT_MAX_ENTRIES:
+        return None
+    tot = np.bincount(pools, weights=counts * move)[pools]
+    w = np.where(move & (tot > 0), counts / np.where(tot > 0, tot, 1.0), 0.0)
+    floor = max(LAMBDA_MIN, problem.params.min_diagonal or 0.0)
+
+    def at(lam):
+        o = np.where(move, 1.0 - lam, 0.0)
+        return o, replacement_matrix(o, w, pools)
+
+    t0 = time.perf_counter()
+    o, P = at(floor)
+    rep = verify(P)
+    if not rep.max_risk <= alpha:
+        trace.add("uniform", time.perf_counter() - t0, 0, f"fails C1 even at retention {floor:g}")
+        return None
+    lo, hi, best = floor, 1.0, (floor, o, P, rep)
+    for _ in range(UNIFORM_STEPS):
+        mid = 0.5 * (lo + hi)
+        o, P = at(mid)
+        r = verify(P)
+        if r.max_risk <= alpha:
+            lo, best = mid, (mid, o, P, r)
+        else:
+            hi = mid
+    lam, o, P, rep = best
+    trace.add("uniform", time.perf_counter() - t0, UNIFORM_STEPS, f"retention {lam:.4g}")
+    red = Reduction(structure="replacement", blocks=int(np.unique(pools).size), min_lambda=float(lam),
+                    support=int(P.nnz))
+    return (Attempt(AttemptStatus.OK, P=P, reduction=red, solver=None), rep, replacement_loss(o, w, pools, counts),
+            replacement_condition(o, w, pools))

@@ -1,0 +1,57 @@
+"""The CSV dialect of a data file: field separator, text encoding and decimal mark.
+
+Real files are not always comma-separated UTF-8 with decimal points (a semicolon and a decimal
+comma are common in Europe, Latin-1 in older exports).  Every reader and writer of data files
+takes one :class:`CsvDialect`, so that a file is read and released in its own dialect.
+"""
+from __future__ import annotations
+
+import codecs
+from dataclasses import dataclass
+
+from .errors import InvalidParameterError
+
+__all__ = ["CsvDialect", "DEFAULT_DIALECT", "csv_dialect"]
+
+
+@dataclass(frozen=True)
+class CsvDialect:
+    """``sep``: one character between fields; ``encoding``: a Python codec name; ``decimal``: the
+    decimal mark of numbers ('.' or ',')."""
+
+    sep: str = ","
+    encoding: str = "utf-8"
+    decimal: str = "."
+
+    @property
+    def is_default(self) -> bool:
+        return self == DEFAULT_DIALECT
+
+
+DEFAULT_DIALECT = CsvDialect()
+
+
+def csv_dialect(sep: str | None = None, encoding: str | None = None, decimal: str | None = None,
+                owner: str = "read") -> CsvDialect:
+    """A checked dialect (None: the default of that part)."""
+    d = DEFAULT_DIALECT
+    sep = d.sep if sep is None else sep
+    encoding = d.encoding if encoding is None else encoding
+    decimal = d.decimal if decimal is None else decimal
+    if sep == "\\t":
+        sep = "\t"
+    if not isinstance(sep, str) or len(sep) != 1 or sep in '"\r\n':
+        raise InvalidParameterError(
+            f"The 'sep' parameter of {owner} must be one character other than a quote or a line break; got {sep!r}.")
+    if decimal not in (".", ","):
+        raise InvalidParameterError(f"The 'decimal' parameter of {owner} must be '.' or ','; got {decimal!r}.")
+    if decimal == sep:
+        raise InvalidParameterError(
+            f"The 'decimal' parameter of {owner} must differ from the separator {sep!r}; got {decimal!r}.")
+    try:
+        encoding = codecs.lookup(encoding).name
+    except (LookupError, TypeError):
+        raise InvalidParameterError(
+            f"The 'encoding' parameter of {owner} must name a text encoding (utf-8, latin-1, cp1252, ...); "
+            f"got {encoding!r}.") from None
+    return CsvDialect(sep=sep, encoding=encoding, decimal=decimal)
