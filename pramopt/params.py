@@ -28,7 +28,8 @@ import pandas as pd
 from ._validation import check_choice, check_int, check_real, fail
 from .frequency.table import MAX_CATEGORIES
 
-__all__ = ["DesignParams", "SPEC_KEYS", "parameters_doc", "signature", "GAMMA_LADDER", "DENSE_SUPPORT_MAX"]
+__all__ = ["DesignParams", "SPEC_KEYS", "parameters_doc", "signature", "GAMMA_LADDER", "DENSE_SUPPORT_MAX",
+           "PRIVACY_MAX_CELLS"]
 
 #: Floors tried in turn when the reduced problem is infeasible at the requested gamma.  They
 #: stay above 1/2: a strictly diagonally dominant P is invertible, which the estimator (4) and
@@ -36,6 +37,10 @@ __all__ = ["DesignParams", "SPEC_KEYS", "parameters_doc", "signature", "GAMMA_LA
 GAMMA_LADDER = (0.95, 0.9, 0.8, 0.7, 0.6, 0.51)
 #: Up to this many cells the support of a general design is dense (every pair of cells).
 DENSE_SUPPORT_MAX = 300
+#: Designs under epsilon or k are dense over the present cells (every entry of a column is
+#: positive together): refused above this many cells.  Measured on a shared 2-CPU machine: 47
+#: cells take about 7 s, 112 cells 2-3 minutes (each trust-region LP has 2 K^2 ratio rows).
+PRIVACY_MAX_CELLS = 200
 
 # ---------------------------------------------------------------------------------------------
 # Checks: each takes (value, name, owner) and returns the normalised value
@@ -111,6 +116,13 @@ def _domains(v, name, owner):
     return MappingProxyType({k: tuple(c) for k, c in v.items()})
 
 
+def _alpha(v, name, owner):
+    # None (or "none" from a spec or the command line): no C1 constraint, allowed only with epsilon or k
+    if v is None or (isinstance(v, str) and v.strip().lower() == "none"):
+        return None
+    return check_real(v, name, owner, low=0, high=1)
+
+
 def _solver(v, name, owner):
     # the name is checked against the solvers installed here by the designer, before any work
     if v is None:
@@ -143,10 +155,11 @@ def _param(default, check: Callable, kind: str, doc: str, cli: dict | None = Non
 class DesignParams:
     """The validated parameters of one design (see :func:`pramopt.design`)."""
 
-    alpha: float = _param(
-        0.1, _real(0, 1), "float in (0, 1)",
-        "Security level of C1: no present cell may be identified with posterior > alpha.",
-        cli={"type": float, "metavar": "A"})
+    alpha: float | None = _param(
+        0.1, _alpha, "float in (0, 1) or None",
+        "Security level of C1: no present cell may be identified with posterior > alpha.  None "
+        "(``--alpha none``) drops C1, which is allowed only when epsilon or k is given.",
+        cli={"type": "alpha", "metavar": "A"})
     combinations: tuple | None = _param(
         None, _combinations, "list of lists of str, optional",
         "Explicit set Π of combinations of identifying variables.  Default: every subset of "
@@ -234,6 +247,20 @@ class DesignParams:
                      "retention-replacement blocks; replacement: a retention per cell and one replacement "
                      "distribution; auto: the verified design of smallest loss among those that can exist "
                      "(default auto)"})
+    epsilon: float | None = _param(
+        None, _real(0, optional=True), "float > 0, optional",
+        "ε-differential privacy (Ikarashi et al., Theorem 1) over the present cells: in every column "
+        "of P, P_mk <= exp(epsilon) P_m'k for all cells m, m' (so every entry is positive).  The design "
+        f"is then dense over the present cells (at most {PRIVACY_MAX_CELLS} cells).  Combines with C1 "
+        "(alpha) and k.",
+        cli={"type": float, "metavar": "EPS"})
+    k: float | None = _param(
+        None, _real(1, low_open=False, optional=True), "float >= 1, optional",
+        "Pk-anonymity (Ikarashi et al., Theorem 3) of the released records: k = 1 + (n - 1) AR "
+        "must be at least this, AR = min P[u,v']P[v,u'] / (P[u,u']P[v,v']) over the present cells.  "
+        "Imposed through a row-scaled bound on every column's max/min ratio (a sufficient linear "
+        "condition, re-scaled from the design until it stops helping); checked exactly.",
+        cli={"type": float, "metavar": "K"})
     margin: float = _param(
         1e-5, _real(0, 0.1, low_open=False), "float in [0, 0.1), default 1e-5",
         "Relative margin inside alpha at which the solver works; grown tenfold (at most twice) if "
@@ -254,6 +281,11 @@ class DesignParams:
         for f in dataclasses.fields(self):
             value = f.metadata["check"](getattr(self, f.name), f.name, "design")
             object.__setattr__(self, f.name, value)
+        if self.alpha is None and self.epsilon is None and self.k is None:
+            from .errors import InvalidParameterError
+            raise InvalidParameterError(
+                "The 'alpha' parameter of design may be None (no C1) only when 'epsilon' or 'k' is given; "
+                "got alpha=None with neither.")
 
     @classmethod
     def from_options(cls, owner: str = "design", **options) -> "DesignParams":

@@ -93,6 +93,15 @@ def from_result(result, title: str = "pramopt design") -> ReportData:
         "condition number": result.condition_number,
         "binding (π, k0)": len(result.binding),
     }
+    d = result.details
+    if d.get("epsilon_target") is not None or d.get("k_target") is not None:
+        # a design under ε-DP and/or Pk-anonymity (Ikarashi et al.): the exact measures and the targets
+        figures["α"] = d.get("alpha_target")  # None: no C1 requested
+        figures["ε (Theorem 1), target"] = d.get("epsilon_target")
+        figures["ε (Theorem 1), measured"] = d.get("epsilon")
+        figures["Pk-anonymity k, target"] = d.get("k_target")
+        figures["Pk-anonymity k, measured"] = d.get("k")
+        figures["binding requirement"] = d.get("binding")
     return ReportData(title=title, matrix=result.matrix, table=result.table,
                       combinations=combos, alpha=result.alpha, figures=figures,
                       status=result.status.value, message=result.message,

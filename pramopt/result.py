@@ -289,9 +289,13 @@ class DesignResult:
 
     def figures(self) -> dict[str, Any]:
         """The summary figures by name (the keys a spec's ``[expected]`` may bound)."""
-        return {"max_risk": self.max_risk, "loss": self.loss, "expected_changes": self.expected_changes,
-                "min_diagonal": self.min_diagonal, "condition_number": self.condition_number,
-                "n": self.n, "cells": self.table.n_cells}
+        out = {"max_risk": self.max_risk, "loss": self.loss, "expected_changes": self.expected_changes,
+               "min_diagonal": self.min_diagonal, "condition_number": self.condition_number,
+               "n": self.n, "cells": self.table.n_cells}
+        for name in ("epsilon", "k"):  # measured, for designs under ε-DP or Pk-anonymity
+            if self.details.get(name) is not None:
+                out[name] = self.details[name]
+        return out
 
     def summary(self) -> str:
         """Human-readable summary: status, loss, risk, changes, reduction and solver figures."""
@@ -300,7 +304,8 @@ class DesignResult:
             + ("" if self.success else " (NOT SAFE TO RELEASE)"),
             f"  {self.message}",
             f"  records n = {self.n}, cells K = {self.table.n_cells}, identifying variables = {', '.join(map(str, self.qi))}",
-            f"  combinations |Pi| = {len(self.combinations)}, alpha = {self.alpha:g}",
+            f"  combinations |Pi| = {len(self.combinations)}, alpha = {self.alpha:g}" + (
+                " (None: C1 not required)" if self.params.get("alpha", 0) is None else ""),
             *self._missing_line(),
             f"  max C1 risk      = {self.max_risk:.6g}  (bound {self.alpha:g}, all m, pi, k0 checked)",
             f"  exact L2 loss    = {self.loss:.6g}",
@@ -311,6 +316,13 @@ class DesignResult:
             f"  condition number = {self.condition_number:.4g}",
             f"  binding C1 rows  = {len(self.binding_rows)}",
         ]
+        d = self.details
+        if d.get("epsilon_target") is not None or d.get("k_target") is not None:
+            def t(v):
+                return "-" if v is None else f"{v:g}"
+            lines.append(f"  epsilon (Thm 1)  = {d['epsilon']:.6g}  (target {t(d.get('epsilon_target'))}); "
+                         f"Pk-anonymity k = {d['k']:.6g}  (target {t(d.get('k_target'))}); C1 alpha "
+                         f"{t(d.get('alpha_target'))}; binding: {d.get('binding')}")
         r = self.reduction
         if r is not None and r.full is not None:
             def f(v):

@@ -50,7 +50,7 @@ from .params import SPEC_KEYS as DESIGN_KEYS
 
 __all__ = ["Spec", "load_spec", "check_expected", "zipf_data", "DESIGN_KEYS", "FIGURES"]
 #: Figures of a design that ``[expected]`` may bound.
-FIGURES = ("max_risk", "loss", "expected_changes", "min_diagonal", "condition_number", "n", "cells")
+FIGURES = ("max_risk", "loss", "expected_changes", "min_diagonal", "condition_number", "n", "cells", "epsilon", "k")
 
 _TOP = ("name", "description", "paper", "data", "design", "generator", "expected", "notes")
 

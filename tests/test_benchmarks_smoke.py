@@ -105,3 +105,16 @@ def test_peers_quick(tmp_path):
     assert len(ideal) and ideal.what_was_run.str.startswith("NOT the package").all()
     assert (ideal.per_variable_invariance_error < 1e-9).all()
     assert (res.mean_leaving.dropna() >= 0).all() and (tmp_path / "peers.md").exists()
+
+
+def test_privacy_design_quick(tmp_path):
+    from benchmarks import privacy_design
+    res = privacy_design.run(tmp_path, quick=True, log=lambda m: None)
+    eps = res["epsilon"]
+    opt = eps[eps.design == privacy_design.OPT]
+    assert (opt.status == "success").all() and opt.meets_epsilon.all()
+    # at equal epsilon no calibrated retention-replacement matrix loses less than the optimum
+    fair = eps[eps.meets_epsilon]
+    assert (fair.loss_vs_optimal >= 1 - 1e-9).all()
+    assert (res["k"].loc[res["k"].design == privacy_design.OPT, "meets_k"]).all()
+    assert (tmp_path / "privacy_design.md").exists() and (tmp_path / "privacy_design_c1.csv").exists()

@@ -46,6 +46,7 @@ PRODUCERS = {
     "design": lambda df: pramopt.design(df, QI, alpha=ALPHA),
     "design-blocks": lambda df: pramopt.design(df, QI, alpha=ALPHA, structure="blocks"),
     "design-replacement": lambda df: pramopt.design(df, QI, alpha=ALPHA, structure="replacement"),
+    "design-epsilon": lambda df: pramopt.design(df, QI, alpha=ALPHA, epsilon=3.0),
     "rr": lambda df: pramopt.baseline(df, QI, "rr", ALPHA),
     "rr-per-attribute": lambda df: pramopt.baseline(df, QI, "rr", ALPHA, per_attribute=True),
     "ifpr": lambda df: pramopt.baseline(df, QI, "ifpr", ALPHA),

@@ -157,8 +157,18 @@ def _json_mapping(s: str):
     return v
 
 
+def _alpha(s: str):
+    if s.strip().lower() == "none":
+        return "none"  # no C1 (allowed with --epsilon or --k); DesignParams turns it into None
+    try:
+        return float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {s!r} (a number in (0, 1), or 'none' for no C1 "
+                                         "with --epsilon or --k)") from None
+
+
 #: Converters named by the ``"type"`` of a parameter's ``cli`` metadata.
-CONVERTERS = {"names": csv_list, "cells_file": _cells_file, "json": _json_mapping}
+CONVERTERS = {"alpha": _alpha, "names": csv_list, "cells_file": _cells_file, "json": _json_mapping}
 
 
 def add_parameter_flags(parser: argparse.ArgumentParser, names=None) -> None:

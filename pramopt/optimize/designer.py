@@ -24,7 +24,7 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-
+import pandas as pd
 import scipy.sparse as sp
 
 from .._plain import plain
@@ -33,7 +33,7 @@ from ..errors import InvalidParameterError, LargeProblemWarning
 from ..frequency.combinations import resolve_combinations
 from ..frequency.table import FrequencyTable, frequency_table
 from ..outcome import finish, verify_stage
-from ..params import GAMMA_LADDER, DesignParams, parameters_doc, signature
+from ..params import GAMMA_LADDER, PRIVACY_MAX_CELLS, DesignParams, parameters_doc, signature
 from ..loss import l2_loss
 from ..result import DesignResult, Status
 from .backends import gives_duals
@@ -43,6 +43,7 @@ from .strategies import AttemptStatus
 from .strategies.blocks import solve_blocks
 from .strategies.replacement import LOCAL_RELAXATION_ABOVE, solve_replacement, solve_uniform
 from .strategies.general import solve_general
+from .strategies.privacy import solve_privacy
 from .relaxation import changes_bound, floor_bound, flow_relaxation
 from .strategies.phase_one import PHASE1_TIEBREAK, largest_floor
 
@@ -98,7 +99,8 @@ def _gamma_ladder(gamma: float, floor: float) -> list[float]:
 
 def design(data, qi=None, alpha: float = DesignParams.alpha, *, progress: ProgressFn | None = None,
            client=None, **options) -> DesignResult:
-    """Design a PRAM matrix of minimal exact L2 loss under the C1 security constraint.
+    """Design a PRAM matrix of minimal exact L2 loss under the C1 security constraint, and under
+    ε-DP (``epsilon``) and Pk-anonymity (``k``) of Ikarashi et al. when they are given.
 
     Parameters
     ----------
@@ -116,7 +118,9 @@ def design(data, qi=None, alpha: float = DesignParams.alpha, *, progress: Progre
     Returns
     -------
     DesignResult
-        ``success`` is True only when the full, unreduced C1 holds with ``max_risk <= alpha``.
+        ``success`` is True only when the full, unreduced C1 holds with ``max_risk <= alpha``
+        (and, when given, ε and k, measured exactly: ``details["epsilon"]``, ``details["k"]``,
+        ``details["binding"]``).
         ``params`` holds every parameter, so ``design(result.table, **result.params)`` makes
         the same design again.
     """
@@ -133,6 +137,8 @@ def design(data, qi=None, alpha: float = DesignParams.alpha, *, progress: Progre
         table = frequency_table(data, qi, domains=params.domains, max_categories=params.max_categories,
                                 owner=owner)
     combos = resolve_combinations(table.qi, params.combination_size, params.combinations, owner)
+    if params.epsilon is not None or params.k is not None:
+        _check_privacy(params, table, owner)
     if params.workers is not None or client is not None:
         from .strata import check_client, design_strata  # independent designs per stratum of `fixed`
         res = design_strata(table, combos, params, client=check_client(client, owner), progress=progress,
@@ -161,6 +167,36 @@ design.__signature__ = signature(
                     inspect.Parameter("alpha", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=DesignParams.alpha)],
     after=[inspect.Parameter("progress", inspect.Parameter.KEYWORD_ONLY, default=None),
            inspect.Parameter("client", inspect.Parameter.KEYWORD_ONLY, default=None)])
+
+
+def _check_privacy(p: DesignParams, table: FrequencyTable, owner: str) -> None:
+    """Designs under epsilon or k: dense over the present cells, so a bounded K and no option that
+    forces zeros into a column (fixed strata, kept cells)."""
+    what = " and ".join(f"{n}={v:g}" for n, v in (("epsilon", p.epsilon), ("k", p.k)) if v is not None)
+    if table.n_cells > PRIVACY_MAX_CELLS:
+        raise InvalidParameterError(
+            f"The 'epsilon' and 'k' parameters of {owner} need a dense matrix over the present cells (every "
+            f"entry of a column positive together); with {table.n_cells} cells (more than {PRIVACY_MAX_CELLS}) "
+            f"that is too large to design ({what} given). Coarsen the identifying variables or use fewer.")
+    for name in ("fixed", "keep_cells"):
+        if getattr(p, name):
+            raise InvalidParameterError(
+                f"The {name!r} parameter of {owner} cannot be combined with {what}: it forces zeros next to "
+                "positive entries in a column of P, which makes epsilon infinite and k = 1.")
+    if p.missing == "keep" and any(bool(np.any(pd.isna(c))) for c in table.categories):
+        raise InvalidParameterError(
+            f"The 'missing' parameter of {owner} must be 'category' with {what} on data with missing identifying "
+            "values: 'keep' forces zeros next to positive entries in a column of P (records move only among cells "
+            "with their missing pattern), which makes epsilon infinite and k = 1.")
+    if p.invariant:
+        raise InvalidParameterError(f"The 'invariant' parameter of {owner} is not supported with {what}.")
+    if p.structure not in ("auto", "general"):
+        raise InvalidParameterError(
+            f"The 'structure' parameter of {owner} must be 'auto' or 'general' with {what} (a dense design over "
+            f"the present cells); got {p.structure!r}.")
+    if p.k is not None and p.k > table.n:
+        raise InvalidParameterError(
+            f"The 'k' parameter of {owner} must be at most the number of records ({table.n}); got {p.k:g}.")
 
 
 @dataclass(frozen=True)
@@ -213,6 +249,8 @@ class _Designer:
         small = self._small_stratum()
         if small:
             return self.identity(Status.INFEASIBLE, small)
+        if p.epsilon is not None or p.k is not None:
+            return self.privacy()
         # Nothing to do when the original data already satisfy C1 (P = I).
         eye = sp.identity(pb.K, format="csr")
         rep = self.verify(eye, "check P=I")
@@ -248,6 +286,115 @@ class _Designer:
             return self.identity(Status.INFEASIBLE, f"{why}{self._invariant_hint()} {_ADVICE}", g_low)
         return self.general(floor, g_low, auto_blocks)
 
+    def privacy(self) -> DesignResult:
+        """A dense design under epsilon and/or k (and C1 unless alpha is None); see
+        :mod:`.strategies.privacy`.  Success only when every requirement holds exactly."""
+        from ..baselines.privacy import retention_meeting
+
+        pb, p = self.problem, self.p
+        c1 = p.alpha is not None
+        m = p.margin if p.margin > 0 else MARGIN_FLOOR
+        eps_s = None if p.epsilon is None else p.epsilon * (1.0 - m)
+        k_s = None if p.k is None else min(float(pb.n), 1.0 + (p.k - 1.0) * (1.0 + m))
+        a_s = pb.alpha * (1.0 - m) if c1 else None
+        with self.trace.stage("retention start") as info:
+            # retention-replacement over the attributes (Ikarashi et al.) and over the cells as one
+            # attribute (K-ary randomized response), each calibrated inside the margins: feasible
+            # starts, the better one refined
+            starts = [(n, s) for n, s in (
+                ("K-ary randomized response", retention_meeting(pb.table, pb.combos, epsilon=eps_s, k=k_s, alpha=a_s,
+                                                                joint=True)),
+                ("retention-replacement", retention_meeting(pb.table, pb.combos, epsilon=eps_s, k=k_s, alpha=a_s)))
+                if s.ok]
+            start = min((s for _, s in starts), key=lambda s: s.loss) if starts else None
+            info["detail"] = ("; ".join(f"{n}: rho {s.rho[0]:.4g}, loss {s.loss:.4g}" for n, s in starts) if starts
+                              else "no retention-replacement matrix meets the requirements")
+        R = None if start is None else start.P
+        # the fallbacks: both calibrated at the requirements themselves (checked exactly), so that
+        # the design is never worse than either at the same epsilon and k (the solver works inside
+        # the margins, and where K-ary randomized response is optimal it would lose by the margin)
+        fall = retention_meeting(pb.table, pb.combos, epsilon=p.epsilon, k=p.k, alpha=p.alpha)
+        fall_joint = retention_meeting(pb.table, pb.combos, epsilon=p.epsilon, k=p.k, alpha=p.alpha, joint=True)
+        att = solve_privacy(pb, [(n, s.P) for n, s in starts], eps_s, k_s, a_s, self.trace)
+        cands = []
+        if att.ok:
+            P = att.P.toarray()
+            meas = self._privacy_measure(P)
+            if not meas["ok"] and R is not None:
+                # the solver's tolerance: mix with the start (feasible, strictly inside the margin)
+                for t in (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 0.1, 0.5):
+                    Pt = (1.0 - t) * P + t * R
+                    mt = self._privacy_measure(Pt)
+                    if mt["ok"]:
+                        P, meas = Pt, dict(mt, mixed=t)
+                        break
+            if meas["ok"]:
+                cands.append(("optimal", P, meas, l2_loss(sp.csr_matrix(P), pb.counts)))
+        for name, f in (("retention-replacement", fall), ("K-ary randomized response", fall_joint)):
+            if f.ok:
+                cands.append((name, f.P, self._privacy_measure(f.P), f.loss))
+        # a singular P meets epsilon and k (equal rows are perfectly private) but has no unbiased
+        # estimator: it is never a design
+        ok = [c for c in cands if c[2]["ok"] and np.isfinite(c[3])]
+        want = ", ".join(f"{n} {v}" for n, v in (("alpha", p.alpha), ("epsilon", p.epsilon), ("k", p.k))
+                         if v is not None)
+        if not ok:
+            if att.ok:
+                P = att.P.toarray()
+                return self.finish(P, Status.UNVERIFIED, f"The design fails the exact checks of {want}: "
+                                   + self._privacy_says(self._privacy_measure(P)) + ".",
+                                   details=self._privacy_details(self._privacy_measure(P), fall))
+            status = Status.SOLVER_ERROR if att.status is AttemptStatus.SOLVER_ERROR else Status.INFEASIBLE
+            return self.identity(status, f"No invertible matrix over the present cells was found that meets {want} "
+                                 f"({att.detail or 'no feasible start with a finite loss'}). Relax epsilon, k or "
+                                 "alpha.")
+        name, P, meas, loss = min(ok, key=lambda c: c[3])
+        det = self._privacy_details(meas, fall)
+        det["tried"] = {c[0]: c[3] for c in cands if c[2]["ok"]}
+        why = ("The optimal dense design under " if name == "optimal" else
+               f"The {name} matrix (no better design found) under ") + want + ". "
+        msg = why + self._privacy_says(meas) + f"; binding: {det['binding']}. All requirements verified exactly."
+        return self.finish(P, Status.SUCCESS, msg, solver=att.solver if name == "optimal" else "closed form",
+                           loss=loss, details=det)
+
+    def _privacy_measure(self, P) -> dict:
+        """The independent checks: C1 (pramopt.verify), Theorem 1's epsilon and Theorem 3's k."""
+        from ..risk.privacy import dp_epsilon, pk_ratio
+
+        pb, p = self.problem, self.p
+        rep = self.verify(P, "verify")
+        eps = dp_epsilon(P)
+        ar = pk_ratio(P)
+        k = 1.0 + (pb.n - 1) * ar
+        ok = rep.max_risk <= pb.alpha
+        if p.epsilon is not None:
+            ok = ok and eps <= p.epsilon
+        if p.k is not None:
+            ok = ok and k >= p.k
+        if p.min_diagonal is not None:
+            ok = ok and float(np.min(np.diag(P))) >= p.min_diagonal
+        return {"ok": bool(ok), "max_risk": float(rep.max_risk), "epsilon": float(eps), "k": float(k),
+                "pk_ratio": float(ar)}
+
+    def _privacy_says(self, meas: dict) -> str:
+        return (f"measured epsilon {meas['epsilon']:.6g}, k {meas['k']:.6g}, C1 max risk {meas['max_risk']:.6g}")
+
+    def _privacy_details(self, meas: dict, start) -> dict:
+        p = self.p
+        slack = {}
+        if p.alpha is not None:
+            slack["alpha"] = 1.0 - meas["max_risk"] / p.alpha
+        if p.epsilon is not None:
+            slack["epsilon"] = 1.0 - meas["epsilon"] / p.epsilon
+        if p.k is not None:
+            slack["k"] = 1.0 - p.k / meas["k"]
+        tight = [n for n, v in slack.items() if v <= 1e-3]
+        binding = " and ".join(tight) if tight else f"none (closest: {min(slack, key=slack.get)})"
+        return {"epsilon": meas["epsilon"], "k": meas["k"], "pk_ratio": meas["pk_ratio"],
+                "c1_max_risk": meas["max_risk"], "epsilon_target": p.epsilon, "k_target": p.k,
+                "alpha_target": p.alpha, "slack": slack, "binding": binding, "mixed_with_start": meas.get("mixed", 0.0),
+                "retention_replacement": {"rho": [float(r) for r in start.rho], "loss": start.loss,
+                                    "epsilon": start.epsilon, "k": start.k, "ok": start.ok}}
     def _small_stratum(self) -> str:
         """Why ``fixed`` (or ``missing="keep"``) forbids every design, when it does: the argument for
         n < 1/alpha, within strata.

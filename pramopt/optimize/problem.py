@@ -85,7 +85,8 @@ class DesignProblem:
 
     @property
     def alpha(self) -> float:
-        return self.params.alpha
+        # alpha=None (allowed with epsilon or k): no C1, i.e. C1 at level 1, which every P meets
+        return 1.0 if self.params.alpha is None else self.params.alpha
 
     # derived once (the problem is frozen): allowed() runs for every chunk of pricing
     @functools.cached_property

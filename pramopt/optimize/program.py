@@ -6,6 +6,7 @@ Every stage solves linear programs of one shape over the support of P::
     subject to  R x = 1                     (rows of P sum to one)
                 C1's rows                   (:func:`pramopt.optimize.constraints.c1.c1_rows`)
                 x_mm - t >= 0               (phase one only: t is the common diagonal floor)
+                column ratio rows           (ε-DP and Pk-anonymity, :mod:`.constraints.privacy`)
                 C x = U0                    (only for an invariant design)
                 lo <= x <= hi               (floor, kept cells, trust region)
 
@@ -21,6 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .constraints.c1 import C1Block, c1_rows
+from .constraints.privacy import RatioBound, ratio_rows
 from .support import Support
 
 __all__ = ["LinearProgram", "Duals", "build_program", "row_sum_matrix", "column_mass_matrix"]
@@ -70,7 +72,7 @@ class LinearProgram:
 
 def build_program(support: Support, counts, block: C1Block, a_solve: float, *, invariant: bool = False,
                   max_floor: bool = False, elastic: float | None = None,
-                  param: sp.spmatrix | None = None) -> LinearProgram:
+                  param: sp.spmatrix | None = None, ratios: tuple[RatioBound, ...] = ()) -> LinearProgram:
     """Assemble the program over ``support`` with the C1 rows of ``block`` at level ``a_solve``.
 
     Parameters
@@ -82,14 +84,18 @@ def build_program(support: Support, counts, block: C1Block, a_solve: float, *, i
         is never infeasible and column generation can price what it lacks.
     param : sparse matrix, optional
         ``x = param @ z``: the columns are the parameters ``z``.
+    ratios : sequence of RatioBound
+        Bounds on every column's (row-scaled) max/min ratio, each with a column ``L`` per cell
+        (ε-DP, Pk-anonymity); not with ``param``.
     """
     K = support.K
     T = None if param is None else sp.csr_matrix(param)
     n_x = support.size if T is None else T.shape[1]
     counts = np.asarray(counts, dtype=float)
     c1, aux = c1_rows(block, a_solve, elastic is not None)
-    widths = {"x": n_x, "D": aux["D"], "s": aux["s"], "t": 1 if max_floor else 0}
-    order = ("x", "D", "t", "s")
+    rr, n_l = ratio_rows(support, ratios)
+    widths = {"x": n_x, "D": aux["D"], "L": n_l, "s": aux["s"], "t": 1 if max_floor else 0}
+    order = ("x", "D", "L", "t", "s")
     starts = np.cumsum([0] + [widths[k] for k in order])
     cols = {k: slice(int(starts[i]), int(starts[i + 1])) for i, k in enumerate(order)}
 
@@ -114,7 +120,7 @@ def build_program(support: Support, counts, block: C1Block, a_solve: float, *, i
         upper.append(np.asarray(hi, dtype=float))
 
     add("rows", {"x": row_sum_matrix(support)}, np.ones(K), np.ones(K))
-    for name, mats, lo, hi in c1:
+    for name, mats, lo, hi in c1 + rr:
         add(name, mats, lo, hi)
     if max_floor:
         dsel = sp.csr_matrix((np.ones(K), (np.arange(K), support.diag)), shape=(K, support.size))
@@ -126,6 +132,7 @@ def build_program(support: Support, counts, block: C1Block, a_solve: float, *, i
     col_lo = np.zeros(A.shape[1])
     col_hi = np.ones(A.shape[1])
     col_hi[cols["D"]] = np.inf
+    col_hi[cols["L"]] = np.inf
     col_lo[cols["t"]], col_hi[cols["t"]] = -np.inf, 1.0
     col_hi[cols["s"]] = np.inf
     if max_floor:
