@@ -19,7 +19,6 @@ Theorem 3, C1 by ``pramopt.verify.c1_risk``.
 """
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 

@@ -13,7 +13,6 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-import scipy.sparse as sp
 
 import pramopt
 from pramopt.baselines.privacy import retention_meeting
@@ -21,9 +20,6 @@ from pramopt.errors import InvalidParameterError
 from pramopt.frequency.table import frequency_table
 from pramopt.optimize.constraints.privacy import (RatioBound, balancing_weights, dense_support, ratio_rows,
                                                   ratio_slack)
-from pramopt.optimize.program import build_program
-from pramopt.optimize.constraints.c1 import c1_block, build_groups
-from pramopt.result import Status
 
 from test_contract import brute_force_risk
 from test_privacy import _brute_k
@@ -286,3 +282,20 @@ def test_missing_values_kept_are_refused_and_as_a_category_designed(small):
         pramopt.design(df, QI, alpha=None, epsilon=2.0)
     res = pramopt.design(df, QI, alpha=None, epsilon=2.0, missing="category")
     assert res.success and brute_epsilon_holds(res.to_dense(), 2.0)
+
+
+def test_release_checks_epsilon_again(small):
+    # a design made under epsilon whose matrix was swapped for one that does not meet it (C1 is off:
+    # only the epsilon check can refuse it)
+    import dataclasses
+
+    import scipy.sparse as sparse
+
+    res = pramopt.design(small, QI, alpha=None, epsilon=2.0, max_iter=3)
+    assert res.success
+    P = res.to_dense()
+    P[0] = 0.0
+    P[0, 0] = 1.0  # zeros next to positive entries in every other column: epsilon = inf
+    forged = dataclasses.replace(res, matrix=sparse.csr_array(P))
+    with pytest.raises(pramopt.DesignMismatchError, match="fails epsilon = 2 when checked again"):
+        pramopt.release(small, forged, seed=1)

@@ -58,7 +58,25 @@ def releasable_table(result, owner: str, allow_unverified: bool = False) -> Freq
         raise DesignMismatchError(
             f"The design fails C1 when checked again (max risk {rep.max_risk:.6g} > alpha {result.alpha:g}); "
             "refusing to release with it.")
+    _check_privacy_again(result, table)
     return table
+
+
+def _check_privacy_again(result, table: FrequencyTable) -> None:
+    """A design made under epsilon or k must still meet them (Theorems 1 and 3, measured again)."""
+    params = getattr(result, "params", None) or {}
+    eps, k = params.get("epsilon"), params.get("k")
+    if eps is None and k is None:
+        return
+    from ..risk.privacy import dp_epsilon, pk_anonymity
+
+    P = sp.csr_array(result.matrix).toarray()  # such designs are dense and small (a few hundred cells)
+    if eps is not None and not dp_epsilon(P) <= float(eps):
+        raise DesignMismatchError(f"The design fails epsilon = {float(eps):g} when checked again (epsilon "
+                                  f"{dp_epsilon(P):.6g}); refusing to release with it.")
+    if k is not None and not pk_anonymity(P, table.n) >= float(k):
+        raise DesignMismatchError(f"The design fails k = {float(k):g} when checked again (k "
+                                  f"{pk_anonymity(P, table.n):.6g}); refusing to release with it.")
 
 
 def check_same_table(got: FrequencyTable, table: FrequencyTable, source: str = "the data") -> None:
