@@ -299,3 +299,22 @@ def test_release_checks_epsilon_again(small):
     forged = dataclasses.replace(res, matrix=sparse.csr_array(P))
     with pytest.raises(pramopt.DesignMismatchError, match="fails epsilon = 2 when checked again"):
         pramopt.release(small, forged, seed=1)
+
+
+def test_epsilon_cannot_be_edited_out_of_a_design_file(small, tmp_path):
+    import json
+
+    res = pramopt.design(small, QI, alpha=None, epsilon=2.0, max_iter=3)
+    pramopt.save_design(res, tmp_path)
+    rec = json.loads((tmp_path / "design.json").read_text())
+    rec["params"]["epsilon"] = None
+    (tmp_path / "design.json").write_text(json.dumps(rec))
+    with pytest.raises(pramopt.DesignFileError, match="modified"):
+        pramopt.load_design(tmp_path)
+
+
+def test_exact_k_steps_keep_the_floor(small):
+    # the floor is a hard constraint of every step, not only of the final check
+    res = pramopt.design(small, QI, alpha=None, k=20, min_diagonal=0.2, max_iter=20)
+    assert res.success and res.matrix.diagonal().min() >= 0.2
+    assert "smallest diagonal" in res.message or res.success

@@ -271,3 +271,8 @@ def test_random_designs_are_safe_honest_and_monotone():
 @pytest.mark.slow
 def test_random_designs_campaign_large():
     _assert_campaign(campaign(range(2000, 2300)))
+
+
+def test_workers_without_fixed_is_refused(example):
+    with pytest.raises(pramopt.InvalidParameterError, match="'workers' and 'client' parameters of design"):
+        pramopt.design(example, QI, alpha=0.1, workers=2)

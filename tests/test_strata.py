@@ -133,9 +133,12 @@ def test_a_failing_stratum_is_named(example):
     assert [s["status"] for s in res.details["strata"]] == ["success", "infeasible"]
 
 
-def test_one_stratum_or_no_fixed_is_the_joint_design(example):
-    joint = pramopt.design(example, QI, alpha=0.1)
-    res = pramopt.design(example, QI, alpha=0.1, workers=2)
+def test_one_stratum_is_the_joint_design(example):
+    # a fixed variable with one value: one stratum, so the joint design (workers without any
+    # fixed variable is refused: test_reliability)
+    df = example.assign(c=0)
+    joint = pramopt.design(df, QI + ["c"], alpha=0.1, fixed=["c"], max_iter=5)
+    res = pramopt.design(df, QI + ["c"], alpha=0.1, fixed=["c"], workers=2, max_iter=5)
     assert (res.matrix != joint.matrix).nnz == 0 and "strata" not in res.details
 
 

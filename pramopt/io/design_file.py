@@ -73,10 +73,16 @@ def record_sha256(rec: dict) -> str:
     """SHA-256 of the guarded fields of a design record (canonical JSON).
 
     ``files`` (the checksums of the files written beside ``design.json``) is guarded too when the
-    record has it; records written before it existed keep their checksum.
+    record has it, and so are ``epsilon`` and ``k`` of a design made under them; records written
+    before either existed keep their checksum.
     """
     keys = GUARDED + (("files",) if "files" in rec else ())
-    text = json.dumps({k: rec.get(k) for k in keys}, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    guarded = {k: rec.get(k) for k in keys}
+    params = rec.get("params") or {}
+    if params.get("epsilon") is not None or params.get("k") is not None:
+        # a release re-checks epsilon and k of a design made under them: they cannot be edited away
+        guarded["privacy"] = [params.get("epsilon"), params.get("k")]
+    text = json.dumps(guarded, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 

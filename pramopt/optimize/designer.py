@@ -85,7 +85,9 @@ def _margins(margin: float) -> list[float]:
     """The margins tried in turn: the requested one, then tenfold twice (from MARGIN_FLOOR at least)."""
     out = [margin]
     for _ in range(2):
-        out.append(min(max(10 * out[-1], MARGIN_FLOOR), 0.1))
+        nxt = min(max(10 * out[-1], MARGIN_FLOOR), 0.1)
+        if nxt > out[-1]:
+            out.append(nxt)
     return out
 
 
@@ -139,6 +141,10 @@ def design(data, qi=None, alpha: float = DesignParams.alpha, *, progress: Progre
     combos = resolve_combinations(table.qi, params.combination_size, params.combinations, owner)
     if params.epsilon is not None or params.k is not None:
         _check_privacy(params, table, owner)
+    if (params.workers is not None or client is not None) and not params.fixed:
+        given = f"workers={params.workers}" if params.workers is not None else "a client"
+        raise InvalidParameterError(f"The 'workers' and 'client' parameters of {owner} design the strata of 'fixed' "
+                                    f"apart; got {given} without fixed variables.")
     if params.workers is not None or client is not None:
         from .strata import check_client, design_strata  # independent designs per stratum of `fixed`
         res = design_strata(table, combos, params, client=check_client(client, owner), progress=progress,
@@ -336,14 +342,14 @@ class _Designer:
         # a singular P meets epsilon and k (equal rows are perfectly private) but has no unbiased
         # estimator: it is never a design
         ok = [c for c in cands if c[2]["ok"] and np.isfinite(c[3])]
-        want = ", ".join(f"{n} {v}" for n, v in (("alpha", p.alpha), ("epsilon", p.epsilon), ("k", p.k))
-                         if v is not None)
+        want = ", ".join(f"{n} {v}" for n, v in (("alpha", p.alpha), ("epsilon", p.epsilon), ("k", p.k),
+                                                ("min_diagonal", p.min_diagonal)) if v is not None)
         if not ok:
             if att.ok:
                 P = att.P.toarray()
+                meas = self._privacy_measure(P)
                 return self.finish(P, Status.UNVERIFIED, f"The design fails the exact checks of {want}: "
-                                   + self._privacy_says(self._privacy_measure(P)) + ".",
-                                   details=self._privacy_details(self._privacy_measure(P), fall))
+                                   + self._privacy_says(meas) + ".", details=self._privacy_details(meas, fall))
             status = Status.SOLVER_ERROR if att.status is AttemptStatus.SOLVER_ERROR else Status.INFEASIBLE
             return self.identity(status, f"No invertible matrix over the present cells was found that meets {want} "
                                  f"({att.detail or 'no feasible start with a finite loss'}). Relax epsilon, k or "
@@ -374,10 +380,11 @@ class _Designer:
         if p.min_diagonal is not None:
             ok = ok and float(np.min(np.diag(P))) >= p.min_diagonal
         return {"ok": bool(ok), "max_risk": float(rep.max_risk), "epsilon": float(eps), "k": float(k),
-                "pk_ratio": float(ar)}
+                "pk_ratio": float(ar), "min_diagonal": float(np.min(np.diag(P)))}
 
     def _privacy_says(self, meas: dict) -> str:
-        return (f"measured epsilon {meas['epsilon']:.6g}, k {meas['k']:.6g}, C1 max risk {meas['max_risk']:.6g}")
+        return (f"measured epsilon {meas['epsilon']:.6g}, k {meas['k']:.6g}, C1 max risk {meas['max_risk']:.6g}, "
+                f"smallest diagonal {meas['min_diagonal']:.6g}")
 
     def _privacy_details(self, meas: dict, start) -> dict:
         p = self.p

@@ -68,9 +68,13 @@ def _check_privacy_again(result, table: FrequencyTable) -> None:
     eps, k = params.get("epsilon"), params.get("k")
     if eps is None and k is None:
         return
+    from ..params import PRIVACY_MAX_CELLS
     from ..risk.privacy import dp_epsilon, pk_anonymity
 
-    P = sp.csr_array(result.matrix).toarray()  # such designs are dense and small (a few hundred cells)
+    if table.n_cells > PRIVACY_MAX_CELLS:  # no design under epsilon or k is made that large
+        raise DesignMismatchError(f"The design claims epsilon or k on {table.n_cells} cells (at most "
+                                  f"{PRIVACY_MAX_CELLS} are designed so); refusing to release with it.")
+    P = sp.csr_array(result.matrix).toarray()  # dense and small, as checked above
     if eps is not None and not dp_epsilon(P) <= float(eps):
         raise DesignMismatchError(f"The design fails epsilon = {float(eps):g} when checked again (epsilon "
                                   f"{dp_epsilon(P):.6g}); refusing to release with it.")
@@ -159,8 +163,9 @@ def _factor(P):
         raise DesignMismatchError("The design's matrix is singular: the estimator (4) needs P^-1.") from None
 
 
-#: Columns of P^-1 solved at once for the standard errors (K x this many floats at a time).
-_SE_BLOCK = 512
+#: Standard errors are computed up to this many cells: they need every column of P^-1 (K sparse
+#: solves; 26 s at 20,000 cells), beyond that ``se`` is NaN.
+SE_MAX_CELLS = 20_000
 
 
 def _variances(lu, U: np.ndarray, est: np.ndarray) -> np.ndarray:
@@ -174,8 +179,9 @@ def _variances(lu, U: np.ndarray, est: np.ndarray) -> np.ndarray:
     """
     K = U.shape[1]
     out = np.empty_like(est)
-    for a in range(0, K, _SE_BLOCK):
-        b = min(K, a + _SE_BLOCK)
+    step = max(1, min(512, (1 << 23) // max(K, 1)))  # at most 8M floats (64 MB) per block of columns
+    for a in range(0, K, step):
+        b = min(K, a + step)
         E = np.zeros((K, b - a))
         E[np.arange(a, b), np.arange(b - a)] = 1.0
         W = lu.solve(E) ** 2  # (P^-1)_kj^2 for the columns j of this block
@@ -220,7 +226,8 @@ def estimate(released: pd.DataFrame, result, by=None, *, nonnegative: bool = Fal
     pandas.DataFrame
         The cell values (and ``by`` values), ``observed`` released counts U, ``estimate`` and
         ``se``, its standard error (the plug-in variance of :func:`_variances`: the square root
-        of sum_k (P^-1)_kj^2 U_k - estimate_j, at least 0).
+        of sum_k (P^-1)_kj^2 U_k - estimate_j, at least 0; NaN above ``SE_MAX_CELLS`` cells, where
+        every column of P^-1 would be too slow to solve).
     """
     if not isinstance(nonnegative, (bool, np.bool_)):
         raise InvalidParameterError(f"The 'nonnegative' parameter of estimate must be True or False; got {nonnegative!r}.")
@@ -248,7 +255,7 @@ def estimate(released: pd.DataFrame, result, by=None, *, nonnegative: bool = Fal
     U = np.zeros((Y, K))
     np.add.at(U, (ycode, cells), 1.0)
     est = lu.solve(np.ascontiguousarray(U.T), trans="T").T if Y else U  # row y: P^-T U(.; y)
-    se = np.sqrt(_variances(lu, U, est)) if Y else U
+    se = np.sqrt(_variances(lu, U, est)) if Y and K <= SE_MAX_CELLS else np.full_like(U, np.nan)
     if nonnegative:
         est = np.vstack([_project_simplex(e, u.sum()) for e, u in zip(est, U)]) if Y else est
     frames = []

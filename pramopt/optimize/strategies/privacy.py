@@ -212,8 +212,12 @@ def polish_exact_k(problem: DesignProblem, P0: np.ndarray, k_solve: float, eps_s
         ws = WorkingSet(np.zeros(0, np.int64), np.zeros(0, np.int64), problem.table, problem.groups, problem.combos,
                         a_solve)
 
+    floor = p.min_diagonal
+
     def evaluate(y):
         P = softmax_rows(y.reshape(K, K))
+        if floor is not None and float(np.min(np.diag(P))) < floor:
+            return math.inf, None, None  # a step may not break the hard floor either
         if eps_solve is not None and dp_epsilon(P) > eps_solve:
             return math.inf, None, None
         if ws is not None and ws.missing(sp.csr_matrix(P)):
