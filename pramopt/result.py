@@ -339,11 +339,7 @@ class DesignResult:
 
     def _missing_line(self) -> list[str]:
         t = self.table
-        miss = np.zeros(t.n_cells, dtype=bool)
-        for j, cats in enumerate(t.categories):
-            na = np.flatnonzero(pd.isna(cats))
-            if na.size:
-                miss |= t.codes[:, j] == na[0]
+        miss = t.missing().any(axis=1)
         if not miss.any():
             return []
         how = {"keep": "they stay missing and no value becomes missing",

@@ -209,7 +209,6 @@ def parameters_given(args: argparse.Namespace) -> dict:
 def text_keys(result) -> list:
     """The identifying variables whose design categories are text (as the command line reads a
     file), to read from a data file as the text written."""
-    import pandas as pd
+    from ..frequency.table import text_categories
 
-    return [q for q, cats in zip(result.table.qi, result.table.categories)
-            if all(isinstance(v, str) for v in cats if not pd.isna(v))]
+    return [q for q, cats in zip(result.table.qi, result.table.categories) if text_categories(cats)]

@@ -329,7 +329,8 @@ def _numeric_order(codes: np.ndarray, cats: pd.Index, decimal: str = ".") -> tup
     if nums.isna().any() or not present:
         return codes, cats
     order = sorted(range(len(present)), key=lambda a: (float(nums.iloc[a]), cats[present[a]]))
-    perm = [present[a] for a in order] + [i for i in range(len(cats)) if i not in set(present)]
+    text = set(present)
+    perm = [present[a] for a in order] + [i for i in range(len(cats)) if i not in text]
     new_code = np.empty(len(cats), dtype=np.int64)
     new_code[perm] = np.arange(len(cats))
     return new_code[codes], pd.Index([cats[i] for i in perm], dtype=object)

@@ -59,6 +59,20 @@ class FrequencyTable:
             {v: self.categories[i].take(self.codes[:, i]) for i, v in enumerate(self.qi)}
         )
 
+    def subset(self, cells: np.ndarray) -> "FrequencyTable":
+        """The table of some of the cells (same variables and categories, so codes stay comparable)."""
+        return FrequencyTable(qi=self.qi, categories=self.categories, codes=self.codes[cells],
+                              counts=self.counts[cells])
+
+    def missing(self) -> np.ndarray:
+        """(K, d) booleans: which identifying values of each cell are missing."""
+        out = np.zeros(self.codes.shape, dtype=bool)
+        for j, cats in enumerate(self.categories):
+            na = np.flatnonzero(pd.isna(cats))
+            if na.size:
+                out[:, j] = self.codes[:, j] == na[0]
+        return out
+
     def checksum(self) -> str:
         """SHA-256 of the cells and counts, to tie a design to the data it was made for."""
         h = hashlib.sha256()
@@ -76,6 +90,12 @@ def is_missing(x) -> bool:
         return bool(pd.isna(x))
     except (TypeError, ValueError):
         return False
+
+
+def text_categories(cats: pd.Index) -> bool:
+    """Whether a variable's categories are text (as the command line reads a file), missing aside."""
+    vals = [c for c in cats if not is_missing(c)]
+    return pd.api.types.is_string_dtype(cats.dtype) and all(isinstance(c, str) for c in vals)
 
 
 def check_qi_names(columns, qi, owner: str) -> tuple[str, ...]:

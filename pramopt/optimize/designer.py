@@ -24,7 +24,6 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 import scipy.sparse as sp
 
 from .._plain import plain
@@ -189,7 +188,7 @@ def _check_privacy(p: DesignParams, table: FrequencyTable, owner: str) -> None:
             raise InvalidParameterError(
                 f"The {name!r} parameter of {owner} cannot be combined with {what}: it forces zeros next to "
                 "positive entries in a column of P, which makes epsilon infinite and k = 1.")
-    if p.missing == "keep" and any(bool(np.any(pd.isna(c))) for c in table.categories):
+    if p.missing == "keep" and table.missing().any():
         raise InvalidParameterError(
             f"The 'missing' parameter of {owner} must be 'category' with {what} on data with missing identifying "
             "values: 'keep' forces zeros next to positive entries in a column of P (records move only among cells "

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
-import pandas as pd
 
 from ..errors import CallbackError, InvalidParameterError
 from ..frequency.table import FrequencyTable, cells_of
@@ -115,13 +114,7 @@ class DesignProblem:
     @functools.cached_property
     def missing_pattern(self) -> np.ndarray:
         """(K, d) booleans: which identifying values of each cell are missing."""
-        t = self.table
-        out = np.zeros(t.codes.shape, dtype=bool)
-        for j, cats in enumerate(t.categories):
-            na = np.flatnonzero(pd.isna(cats))
-            if na.size:
-                out[:, j] = t.codes[:, j] == na[0]
-        return out
+        return self.table.missing()
 
     @functools.cached_property
     def rare_rows(self) -> int:

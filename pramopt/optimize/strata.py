@@ -94,8 +94,7 @@ def split_strata(table: FrequencyTable, params: DesignParams, owner: str = "desi
     out = []
     for s, key in enumerate(keys):
         cells = np.flatnonzero(inv == s)
-        sub = FrequencyTable(qi=table.qi, categories=table.categories, codes=table.codes[cells],
-                             counts=table.counts[cells])
+        sub = table.subset(cells)
         opts = dict(base)
         mine = [dict(r) for r, at in zip(keep, keep_at) if inv[at] == s]
         opts["keep_cells"] = mine or None

@@ -46,7 +46,9 @@ from ..errors import DesignMismatchError
 from ..frequency.files import (
     DEFAULT_BATCH_SIZE, PARQUET_SUFFIXES, _Counter, _parse_csv_texts, _Source,
 )
-from ..frequency.table import CellLookup, FrequencyTable, category_codes, check_qi_names, is_missing
+from ..frequency.table import (
+    CellLookup, FrequencyTable, category_codes, check_qi_names, is_missing, text_categories,
+)
 from ..io.atomic import atomic_write, check_out_file
 from .sampling import Sampler, UniformStream, seed_entropy
 from .frame import check_same_table, releasable_table
@@ -81,11 +83,6 @@ class FileRelease:
     changed: int
     batches: int
     format: str
-
-
-def _all_strings(cats: pd.Index) -> bool:
-    vals = [c for c in cats if not is_missing(c)]
-    return pd.api.types.is_string_dtype(cats.dtype) and all(isinstance(c, str) for c in vals)
 
 
 def _csv_text(x) -> str:
@@ -222,7 +219,7 @@ class _Releaser:
     def __init__(self, src: _Source, table: FrequencyTable, counter: _Counter):
         self.src, self.table, self.counter = src, table, counter
         self.luts = [np.empty(0, dtype=np.int64) for _ in table.qi]
-        self.as_str = [src.format == "csv" and _all_strings(c) for c in table.categories]
+        self.as_str = [src.format == "csv" and text_categories(c) for c in table.categories]
         if src.format == "csv":
             self.labels = [_quote(pa.array([_csv_text(c) for c in cats], type=pa.large_string()),
                                   quote_empty=len(src.names) == 1, sep=src.dialect.sep)
@@ -335,7 +332,7 @@ def release_file(
     out = _check_dst(dst, source, owner)
     qi = check_qi_names(source.names, table.qi, owner)
     # identifying values of a design made on text keys are read as the text written
-    counter = _Counter(source, qi, owner, as_text=[_all_strings(c) for c in table.categories])
+    counter = _Counter(source, qi, owner, as_text=[text_categories(c) for c in table.categories])
     releaser = _Releaser(source, table, counter)
     sampler = Sampler(result.matrix)
     lookup = CellLookup(table)

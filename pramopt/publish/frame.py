@@ -15,7 +15,7 @@ import scipy.sparse.linalg as spla
 
 from .._validation import ROW_SUM_TOL, InvalidParameterError
 from ..errors import DesignMismatchError
-from ..frequency.table import FrequencyTable, cells_of, check_qi
+from ..frequency.table import FrequencyTable, cells_of, check_qi, text_categories
 from ..verify import c1_risk
 from .sampling import Sampler, UniformStream, seed_entropy
 
@@ -99,7 +99,7 @@ def record_cells(df: pd.DataFrame, table: FrequencyTable, owner: str) -> np.ndar
     if (idx < 0).any():
         bad = df.loc[idx < 0, list(qi)].head(3).to_dict("records")
         text = [q for q, c in zip(table.qi, table.categories)
-                if all(isinstance(v, str) for v in c if not pd.isna(v)) and not pd.api.types.is_string_dtype(df[q])]
+                if text_categories(c) and not pd.api.types.is_string_dtype(df[q])]
         hint = (f" The design's categories of {text} are text, as written in a file (the command line reads "
                 "them so); read the data as text too, e.g. pd.read_csv(path, dtype=str).") if text else ""
         raise DesignMismatchError(

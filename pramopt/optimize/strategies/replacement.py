@@ -28,7 +28,6 @@ import scipy.sparse as sp
 
 from ...result import Reduction
 from ..problem import DesignProblem, Trace
-from ...frequency.table import FrequencyTable
 from ..constraints.c1 import build_groups
 from ..relaxation import FlowSolution, flow_relaxation
 from . import Attempt, AttemptStatus
@@ -156,8 +155,7 @@ def _local_relaxation(problem: DesignProblem, alpha: float, pools: np.ndarray) -
     table = problem.table
     for b in np.unique(pools):
         cells = np.flatnonzero(pools == b)
-        sub = FrequencyTable(qi=table.qi, categories=table.categories, codes=table.codes[cells],
-                             counts=table.counts[cells])
+        sub = table.subset(cells)
         part = DesignProblem(table=sub, combos=problem.combos, params=problem.params,
                              groups=build_groups(sub, problem.combos), fixed_idx=problem.fixed_idx,
                              keep_rows=np.flatnonzero(problem.kept[cells]))
