@@ -146,7 +146,7 @@ def design(data, qi=None, alpha: float = DesignParams.alpha, *, progress: Progre
                                     f"apart; got {given} without fixed variables.")
     if params.workers is not None or client is not None:
         from .strata import check_client, design_strata  # independent designs per stratum of `fixed`
-        res = design_strata(table, combos, params, client=check_client(client, owner), progress=progress,
+        res = design_strata(design, table, combos, params, client=check_client(client, owner), progress=progress,
                             owner=owner)
         if res is not None:
             return res

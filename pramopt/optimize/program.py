@@ -22,10 +22,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from .constraints.c1 import C1Block, c1_rows
-from .constraints.privacy import RatioBound, ratio_rows
+from .constraints.privacy import RatioBound, dense_support, ratio_rows
 from .support import Support
 
-__all__ = ["LinearProgram", "Duals", "build_program", "row_sum_matrix", "column_mass_matrix"]
+__all__ = ["LinearProgram", "Duals", "build_program", "row_sum_matrix", "column_mass_matrix", "pk_log_program"]
 
 
 def row_sum_matrix(support: Support) -> sp.csr_matrix:
@@ -156,3 +156,37 @@ class Duals:
     N: np.ndarray
     inv: np.ndarray | None
     cols: np.ndarray
+
+
+def pk_log_program(K: int, log_a: float):
+    """Theorem 3 exactly, as a linear program in ``y = ln P`` (every entry positive).
+
+    ``k >= k*`` is ``M[u,v] M[v,u] >= a`` for every pair, ``M[u,v] = min_j P[u,j]/P[v,j]``.  In
+    log space, with one auxiliary ``m_uv <= y_uj - y_vj`` for every (u, v, j) (K^2 (K-1) rows) and
+    ``m_uv + m_vu >= ln a`` for every pair, the set is exactly Theorem 3's, and linear.  It does
+    not change when a row of y is shifted (a row of P scaled), so the rows of P can be normalised
+    (``P = softmax(y)`` row by row) without leaving it: every iterate is feasible.
+
+    Columns: ``y`` (K^2, row-major) then ``m`` (K^2); the ``y`` columns are the program's ``x``.
+    """
+    u, v, j = np.meshgrid(np.arange(K), np.arange(K), np.arange(K), indexing="ij")
+    off = u != v
+    u, v, j = u[off], v[off], j[off]
+    R = u.size
+    r = np.arange(R)
+    KK = K * K
+    A1 = sp.csr_matrix((np.concatenate([np.ones(R), -np.ones(R), np.ones(R)]),
+                        (np.concatenate([r, r, r]), np.concatenate([KK + u * K + v, u * K + j, v * K + j]))),
+                       shape=(R, 2 * KK))
+    uu, vv = np.triu_indices(K, 1)
+    npair = uu.size
+    r2 = np.arange(npair)
+    A2 = sp.csr_matrix((np.ones(2 * npair), (np.concatenate([r2, r2]), np.concatenate([KK + uu * K + vv, KK + vv * K + uu]))),
+                       shape=(npair, 2 * KK))
+    A = sp.vstack([A1, A2], format="csc")
+    n = 2 * KK
+    cols = {"x": slice(0, KK), "m": slice(KK, n), "t": slice(n, n), "s": slice(n, n)}
+    return LinearProgram(A=A, row_lo=np.concatenate([np.full(R, -np.inf), np.full(npair, float(log_a))]),
+                         row_hi=np.concatenate([np.zeros(R), np.full(npair, np.inf)]),
+                         col_lo=np.full(n, -np.inf), col_hi=np.full(n, np.inf), cost=np.zeros(n), n_x=KK,
+                         cols=cols, rows={"rows": slice(0, 0)}, support=dense_support(K), block=None)

@@ -118,10 +118,9 @@ class StratumDesign:
     seconds: float
 
 
-def design_stratum(table: FrequencyTable, options: dict) -> StratumDesign:
-    """The design of one stratum's table (run in a worker process or on a Dask worker)."""
-    from .designer import design
-
+def design_stratum(design, table: FrequencyTable, options: dict) -> StratumDesign:
+    """``design(table, **options)`` on one stratum's table (run in a worker process or on a Dask
+    worker); the designer hands its own ``design`` in, so this module does not import it."""
     t0 = time.perf_counter()
     res = design(table, **options)
     structure = res.reduction.structure if res.reduction is not None else None
@@ -129,18 +128,18 @@ def design_stratum(table: FrequencyTable, options: dict) -> StratumDesign:
                          res.gamma, res.solver, structure, time.perf_counter() - t0)
 
 
-def _run_local(strata: list[Stratum], workers: int, done) -> list[StratumDesign]:
+def _run_local(design, strata: list[Stratum], workers: int, done) -> list[StratumDesign]:
     out: list[StratumDesign | None] = [None] * len(strata)
     if workers == 1 or len(strata) == 1:
         for i, s in enumerate(strata):
-            out[i] = design_stratum(s.table, s.options)
+            out[i] = design_stratum(design, s.table, s.options)
             done(i, out[i])
         return out
     # 'spawn': no fork of a process that may hold solver or Dask threads; largest strata first
     order = sorted(range(len(strata)), key=lambda i: -strata[i].table.n_cells)
     ex = cf.ProcessPoolExecutor(max_workers=min(workers, len(strata)), mp_context=multiprocessing.get_context("spawn"))
     try:
-        futures = {ex.submit(design_stratum, strata[i].table, strata[i].options): i for i in order}
+        futures = {ex.submit(design_stratum, design, strata[i].table, strata[i].options): i for i in order}
         for f in cf.as_completed(futures):
             i = futures[f]
             out[i] = f.result()
@@ -150,11 +149,11 @@ def _run_local(strata: list[Stratum], workers: int, done) -> list[StratumDesign]
     return out
 
 
-def _run_dask(strata: list[Stratum], client, done) -> list[StratumDesign]:
+def _run_dask(design, strata: list[Stratum], client, done) -> list[StratumDesign]:
     from distributed import as_completed
 
     out: list[StratumDesign | None] = [None] * len(strata)
-    futures = [client.submit(design_stratum, s.table, s.options, pure=False) for s in strata]
+    futures = [client.submit(design_stratum, design, s.table, s.options, pure=False) for s in strata]
     index = {f.key: i for i, f in enumerate(futures)}
     try:
         for f in as_completed(futures):
@@ -178,10 +177,11 @@ def _merge(strata: list[Stratum], designs: list[StratumDesign], K: int) -> sp.cs
     return sp.csr_array((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(K, K))
 
 
-def design_strata(table: FrequencyTable, combos, params: DesignParams, *, client=None, progress=None,
+def design_strata(design, table: FrequencyTable, combos, params: DesignParams, *, client=None, progress=None,
                   owner: str = "design") -> DesignResult | None:
-    """The per-stratum design of ``table`` (None when there is a single stratum: the joint design
-    is then the same, and the caller makes it)."""
+    """The per-stratum design of ``table`` with ``design`` (:func:`pramopt.design`, a top-level and
+    so picklable function) on each stratum; None when there is a single stratum: the joint design
+    is then the same, and the caller makes it."""
     trace = Trace(progress)
     with trace.stage("strata") as info:
         strata = split_strata(table, params, owner)
@@ -214,7 +214,8 @@ def design_strata(table: FrequencyTable, combos, params: DesignParams, *, client
         trace.progress("strata", count["done"], d.loss, d.max_risk)
 
     t0 = time.perf_counter()
-    designs = _run_dask(strata, client, done) if client is not None else _run_local(strata, params.workers, done)
+    designs = (_run_dask(design, strata, client, done) if client is not None
+               else _run_local(design, strata, params.workers, done))
     trace.add("designs", time.perf_counter() - t0, 0, f"{len(strata)} strata {where}")
     P = _merge(strata, designs, K)
     rep, st = verify_stage(P, table, combos, "verify merged")

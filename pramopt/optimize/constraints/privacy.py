@@ -19,7 +19,7 @@ Both notions bound ratios of entries of a column of P:
   ``{every cycle of length 2}``; the two agree whenever the worst cycle of the current P has
   length 2.  The independent exact check (:func:`pramopt.risk.privacy.pk_anonymity`) decides.
 
-  Theorem 3's set itself is linear in ``y = ln P`` (:func:`pk_log_program`): the designer polishes
+  Theorem 3's set itself is linear in ``y = ln P`` (:func:`pramopt.optimize.program.pk_log_program`): the designer polishes
   in log space over it, up to ``EXACT_K_MAX_CELLS`` cells (its K^3 rows).
 
 The rows share no code with those checks.
@@ -35,7 +35,7 @@ import scipy.sparse as sp
 from ..support import Support
 
 __all__ = ["RatioBound", "ratio_rows", "dense_support", "pk_ratio_target", "balancing_weights",
-           "ratio_slack", "pk_log_program", "softmax_rows"]
+           "ratio_slack", "softmax_rows"]
 
 
 @dataclass(frozen=True)
@@ -141,42 +141,6 @@ def ratio_slack(P, scale=None) -> float:
     if np.any(mn <= 0):
         return math.inf
     return float((Q[:, used].max(axis=0) / mn).max())
-
-
-def pk_log_program(K: int, log_a: float):
-    """Theorem 3 exactly, as a linear program in ``y = ln P`` (every entry positive).
-
-    ``k >= k*`` is ``M[u,v] M[v,u] >= a`` for every pair, ``M[u,v] = min_j P[u,j]/P[v,j]``.  In
-    log space, with one auxiliary ``m_uv <= y_uj - y_vj`` for every (u, v, j) (K^2 (K-1) rows) and
-    ``m_uv + m_vu >= ln a`` for every pair, the set is exactly Theorem 3's, and linear.  It does
-    not change when a row of y is shifted (a row of P scaled), so the rows of P can be normalised
-    (``P = softmax(y)`` row by row) without leaving it: every iterate is feasible.
-
-    Columns: ``y`` (K^2, row-major) then ``m`` (K^2); the ``y`` columns are the program's ``x``.
-    """
-    from ..program import LinearProgram
-
-    u, v, j = np.meshgrid(np.arange(K), np.arange(K), np.arange(K), indexing="ij")
-    off = u != v
-    u, v, j = u[off], v[off], j[off]
-    R = u.size
-    r = np.arange(R)
-    KK = K * K
-    A1 = sp.csr_matrix((np.concatenate([np.ones(R), -np.ones(R), np.ones(R)]),
-                        (np.concatenate([r, r, r]), np.concatenate([KK + u * K + v, u * K + j, v * K + j]))),
-                       shape=(R, 2 * KK))
-    uu, vv = np.triu_indices(K, 1)
-    npair = uu.size
-    r2 = np.arange(npair)
-    A2 = sp.csr_matrix((np.ones(2 * npair), (np.concatenate([r2, r2]), np.concatenate([KK + uu * K + vv, KK + vv * K + uu]))),
-                       shape=(npair, 2 * KK))
-    A = sp.vstack([A1, A2], format="csc")
-    n = 2 * KK
-    cols = {"x": slice(0, KK), "m": slice(KK, n), "t": slice(n, n), "s": slice(n, n)}
-    return LinearProgram(A=A, row_lo=np.concatenate([np.full(R, -np.inf), np.full(npair, float(log_a))]),
-                         row_hi=np.concatenate([np.zeros(R), np.full(npair, np.inf)]),
-                         col_lo=np.full(n, -np.inf), col_hi=np.full(n, np.inf), cost=np.zeros(n), n_x=KK,
-                         cols=cols, rows={"rows": slice(0, 0)}, support=dense_support(K), block=None)
 
 
 def softmax_rows(Y) -> np.ndarray:
