@@ -209,7 +209,9 @@ class DesignResult:
         Method-specific figures: a baseline's tuned parameters and its number of evaluations; for
         :func:`pramopt.design`, ``expected_changes_lower_bound`` (no design meeting C1 with the
         same options changes fewer records in expectation: the flow relaxation's optimum, see
-        :mod:`pramopt.optimize.relaxation`) and ``tried`` (the loss of every structure made).
+        :mod:`pramopt.optimize.relaxation`), ``lower_bound_combinations`` (how many combinations'
+        rows that bound kept: fewer than all on large tables, a weaker bound) and ``tried`` (the
+        loss of every structure made: the spread of the designer's starts).
     table : FrequencyTable
         The cells and counts the design was made for (a read-only copy).
     """
@@ -297,6 +299,19 @@ class DesignResult:
                 out[name] = self.details[name]
         return out
 
+    def _bound_rows(self) -> str:
+        used = self.details.get("lower_bound_combinations")
+        if used is None or used >= len(self.combinations):
+            return ""
+        return f", from the rows of {used} of {len(self.combinations)} combinations"
+
+    def _tried_line(self) -> list[str]:
+        tried = self.details.get("tried") or {}
+        if len(tried) < 2:
+            return []
+        return ["  structures tried = " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(tried.items(), key=lambda kv: kv[1]))
+                + "  (exact L2 loss of each)"]
+
     def summary(self) -> str:
         """Human-readable summary: status, loss, risk, changes, reduction and solver figures."""
         lines = [
@@ -310,8 +325,10 @@ class DesignResult:
             f"  max C1 risk      = {self.max_risk:.6g}  (bound {self.alpha:g}, all m, pi, k0 checked)",
             f"  exact L2 loss    = {self.loss:.6g}",
             f"  expected changes = {self.expected_changes:.4g} of {self.n} records" + (
-                f"  (every design meeting C1: >= {self.details['expected_changes_lower_bound']:.4g})"
+                f"  (every design meeting C1: >= {self.details['expected_changes_lower_bound']:.4g}"
+                + self._bound_rows() + ")"
                 if self.details.get("expected_changes_lower_bound") is not None else ""),
+            *self._tried_line(),
             f"  min diagonal     = {self.min_diagonal:.6g}" + (f"  (floor gamma = {self.gamma:g})" if self.gamma else ""),
             f"  condition number = {self.condition_number:.4g}",
             f"  binding C1 rows  = {len(self.binding_rows)}",

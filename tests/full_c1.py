@@ -13,11 +13,12 @@ import numpy as np
 import scipy.sparse as sp
 
 
-def full_c1_rows(t, alpha: float, size: int = 3) -> sp.csr_matrix:
-    """Rows ``A`` with ``A @ vec(P) <= 0`` exactly when P meets the full C1."""
+def full_c1_rows(t, alpha: float, size: int = 3, combos=None) -> sp.csr_matrix:
+    """Rows ``A`` with ``A @ vec(P) <= 0`` exactly when P meets the full C1 (over ``combos``,
+    tuples of column indices, or every combination of ``size`` variables)."""
     K, U, codes = t.n_cells, t.counts.astype(float), t.codes
     rows = []
-    for pi in itertools.combinations(range(codes.shape[1]), size):
+    for pi in combos if combos is not None else itertools.combinations(range(codes.shape[1]), size):
         keys = [tuple(r) for r in codes[:, list(pi)]]
         for k0 in set(keys):
             ing = np.array([k == k0 for k in keys])

@@ -135,7 +135,7 @@ def test_replacement_design_is_verified_and_has_the_replacement_form():
     assert res.loss == pytest.approx(pramopt.l2_loss(P, t.counts), rel=1e-9)
 
 
-def _min_changes_full_c1(t, alpha):
+def _min_changes_full_c1(t, alpha, combos=None):
     """Smallest expected number of changed records of any P meeting the full C1, by one dense LP
     (tests/full_c1.py builds its rows from the definition)."""
     from scipy.optimize import linprog
@@ -143,7 +143,7 @@ def _min_changes_full_c1(t, alpha):
     from full_c1 import full_c1_rows, row_sums
 
     K, U = t.n_cells, t.counts.astype(float)
-    A = full_c1_rows(t, alpha)
+    A = full_c1_rows(t, alpha, combos=combos)
     c = -np.diag(U).ravel()  # minimise -sum U0(m) P_mm
     res = linprog(c, A_ub=A, b_ub=np.zeros(A.shape[0]), A_eq=row_sums(K), b_eq=np.ones(K), bounds=(0, 1),
                   method="highs")
@@ -163,6 +163,31 @@ def test_changes_bound_is_below_the_full_c1_optimum_and_every_design(seed):
     res = pramopt.design(df, qi, alpha=0.1)
     assert res.success and res.details["expected_changes_lower_bound"] == pytest.approx(lb)
     assert res.expected_changes >= lb
+
+
+def test_changes_bound_over_some_combinations_is_their_own_optimum_and_below_the_full_one(monkeypatch):
+    # Keeping the rows of fewer combinations lowers the minimum: the bound over a subset must
+    # equal the exact minimum over that subset's full C1 (built from the definition) and stay
+    # below the exact minimum over every combination.
+    import pramopt.optimize.designer as D
+    from pramopt.optimize.relaxation import bound_combinations
+
+    df = _random_data(0, n=250, levels=(3, 3, 2, 3))
+    qi = list(df.columns)
+    pb = _problem(df, qi)
+    rare = int((pb.counts < 10).sum())
+    used = bound_combinations(pb, 2 * rare)
+    assert len(used) == 2 and bound_combinations(pb, 4 * rare) == (0, 1, 2, 3)
+    lb = changes_bound(pb, combinations=used)
+    sub = _min_changes_full_c1(pb.table, 0.1, combos=[pb.combos[i] for i in used])
+    best = _min_changes_full_c1(pb.table, 0.1)
+    assert lb == pytest.approx(sub, rel=1e-4) and lb <= best + 1e-6
+    # the designer keeps within its row budget and says how many combinations it kept
+    monkeypatch.setattr(D, "CHANGES_BOUND_MAX_ROWS", 2 * rare)
+    res = pramopt.design(df, qi, alpha=0.1)
+    assert res.success and res.details["lower_bound_combinations"] == 2
+    assert res.details["expected_changes_lower_bound"] == pytest.approx(sub, rel=1e-4)
+    assert "from the rows of 2 of 4 combinations" in res.summary()
 
 
 def test_block_by_block_relaxation_gives_a_design_meeting_the_full_c1(monkeypatch):
