@@ -74,7 +74,7 @@ def run(args) -> int:
         lab = [", ".join(map(str, r)) for r in cells.itertuples(index=False)]
         rd = ReportData(title=f"pramopt assessment: {Path(args.matrix).name}", matrix=P[rows],
                         table=table, combinations=combos, alpha=a.alpha, figures=figures,
-                        col_codes=col_codes, diag=P[rows, rows], col_labels=lab)
+                        col_codes=col_codes, diag=P[rows, rows], col_labels=lab, col_cells=cells)
         out = Path(args.out)
         with atomic_dir(out) as tmp:
             write_text(json.dumps(plain(d), indent=1), tmp / "assessment.json")
