@@ -9,11 +9,15 @@ from itertools import combinations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
+import scipy.sparse as sp
 
 import pramopt
 from pramopt.example import EXAMPLE_QI
-from pramopt.report import from_result, render_html, render_markdown, risk_by_combination
+from pramopt.report import (ReportData, change_vs_frequency_figure, explanations, from_result, render_html,
+                            render_markdown, risk_by_combination, top_flows, variable_changes, variable_margins,
+                            variable_transitions)
 
 QI = list(EXAMPLE_QI)
 CHROMIUM = Path("/usr/bin/chromium")
@@ -29,12 +33,12 @@ def html(result):
     return render_html(from_result(result, "test report"))
 
 
-def test_html_is_self_contained_with_two_png_figures(html):
+def test_html_is_self_contained_with_three_png_figures(html):
     # nothing fetched from elsewhere: no external scripts, styles or images
     assert not re.search(r"""(src|href)=['"]?(https?:|//|file:)""", html)
     assert "<style>" in html and "<script" not in html
     imgs = re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", html)
-    assert len(imgs) == 2
+    assert len(imgs) == 3  # changes against frequency, per-variable utility, per-variable transitions
     for b in imgs:
         png = base64.b64decode(b)
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
@@ -113,3 +117,139 @@ def test_figure_1_shows_expected_changes_beside_the_probability(html, result):
     assert np.mean(np.abs(change[senders] / med - 1) < 0.05) >= 0.8  # most within 5% of one value
     assert change[senders].max() <= 2 * change[senders].min()
     assert np.corrcoef(u[senders], u[senders] * change[senders])[0, 1] > 0.99
+
+
+# ---------------------------------------------------------------------------------------------
+# Utility per variable, against brute force over the dense matrix
+# ---------------------------------------------------------------------------------------------
+
+def test_change_rate_per_variable_is_the_brute_force_sum(result):
+    P, u, cells = result.to_dense(), result.counts, result.cells.to_numpy()
+    K, d = cells.shape
+    want = np.zeros(d)
+    for m in range(K):
+        for lo in range(K):
+            for j in range(d):
+                if cells[m, j] != cells[lo, j]:
+                    want[j] += u[m] * P[m, lo]
+    got = variable_changes(result.matrix, result.table)
+    assert list(got["variable"]) == QI
+    np.testing.assert_allclose(got["expected records changed"], want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got["share of records"], want / result.n, rtol=1e-12)
+    assert want.max() > 1  # the example's design does change values
+
+
+def test_categories_after_are_the_released_margins(result):
+    released = result.counts @ result.to_dense()  # expected records per released cell, U0ᵀP
+    cells = result.cells
+    got = variable_margins(result.matrix, result.table)
+    data = pramopt.example_data()
+    for q in QI:
+        after = pd.Series(released).groupby(cells[q].to_numpy()).sum()
+        before = data[q].value_counts()
+        g = got[got["variable"] == q].set_index("category")
+        for cat in before.index:
+            assert g.loc[str(cat), "before"] == before[cat]
+            assert g.loc[str(cat), "after (expected)"] == pytest.approx(after[cat], rel=1e-12)
+        assert g["after (expected)"].sum() == pytest.approx(result.n)
+
+
+def test_transitions_per_variable_are_row_shares_of_the_joint_flows(result):
+    P, u, cells = result.to_dense(), result.counts, result.cells
+    T = variable_transitions(result.matrix, result.table)
+    q = QI[1]
+    col = cells[q].to_numpy()
+    for a in np.unique(col):
+        rows = col == a
+        for b in np.unique(col):
+            want = (u[rows] @ P[rows][:, col == b]).sum() / u[rows].sum()
+            assert T[q].loc[str(a), str(b)] == pytest.approx(want, rel=1e-10, abs=1e-15)
+    np.testing.assert_allclose(T[q].sum(axis=1), 1.0)
+
+
+@pytest.fixture
+def two_variables():
+    df = pd.DataFrame({"region": ["N"] * 10 + ["S"] * 5 + ["S"] * 20,
+                       "age": ["young"] * 10 + ["old"] * 5 + ["young"] * 20})
+    table = pramopt.frequency_table(df, ["region", "age"])
+    cells = [tuple(r) for r in table.cells().itertuples(index=False)]
+    ny, so, sy = cells.index(("N", "young")), cells.index(("S", "old")), cells.index(("S", "young"))
+    P = np.eye(3)
+    P[ny, ny], P[ny, so] = 0.7, 0.3      # 10 records x 0.3 = 3 expected: region and age change
+    P[so, so], P[so, sy] = 0.9, 0.1      # 5 x 0.1 = 0.5: only age changes
+    P[sy, sy], P[sy, ny] = 0.99, 0.01    # 20 x 0.01 = 0.2: only region changes
+    return table, sp.csr_array(P)
+
+
+def test_top_flows_name_the_cells_and_the_values_that_change(two_variables):
+    table, P = two_variables
+    f = top_flows(P, table)
+    assert list(f["from"]) == ["N, young", "S, old", "S, young"]
+    assert list(f["to"]) == ["S, old", "S, young", "N, young"]
+    assert list(f["changes"]) == ["region: N→S, age: young→old", "age: old→young", "region: S→N"]
+    np.testing.assert_allclose(f["expected records"], [3.0, 0.5, 0.2])
+    np.testing.assert_allclose(f["probability"], [0.3, 0.1, 0.01])
+    assert list(f["records in cell"]) == [10, 5, 20]
+
+
+def test_probability_of_change_plot_has_a_line_at_one_minus_gamma(result):
+    fig = change_vs_frequency_figure(result.matrix.diagonal(), result.table, gamma=0.9)
+    right = fig.axes[1]
+    lines = [ln for ln in right.get_lines() if ln.get_gid() == "floor"]
+    assert len(lines) == 1
+    np.testing.assert_allclose(lines[0].get_ydata(), [0.1, 0.1])
+    assert "γ = 0.9" in lines[0].get_label()
+    assert right.get_ylim()[1] > 0.1  # the line is inside the plot
+    none = change_vs_frequency_figure(result.matrix.diagonal(), result.table)
+    assert not [ln for ln in none.axes[1].get_lines() if ln.get_gid() == "floor"]
+
+
+def test_html_explains_what_a_newcomer_cannot_read(result, html):
+    assert f"The dashed line is 1 − γ = {1 - result.gamma:.3g}" in html
+    assert "the binding rows" in html and "condition number: how much correcting" in html
+    # the reduction in words, not the Reduction's field names
+    assert "rows left after dropping cells with at least 1/α records (bound (2))" in html
+    for key in result.reduction.as_dict():
+        assert f"<th>{key}</th>" not in html and f"<td>{key}</td>" not in html
+    # an assessment's ε = ∞, k = 1 and R1 "–" each get their sentence
+    figures = {"Pk-anonymity k": 1.0, "ε-DP": float("inf"), "max R1(1, T)": None, "condition number": 1.0}
+    words = " ".join(explanations(figures))
+    assert "ε = ∞: no finite ε-differential-privacy guarantee" in words
+    assert "Pk-anonymity k = 1: the smallest value, no Pk-anonymity guarantee" in words
+    assert "max R1(1, T) –: the correct-match risk of Nayak et al. is defined for a matrix that acts on one" in words
+    d = ReportData(title="t", matrix=result.matrix, table=result.table,
+                   combinations=result.combination_indices, figures=figures)
+    page = render_html(d)
+    assert "ε = ∞: no finite ε-differential-privacy guarantee" in page
+    assert "max R1(1, T) –" in render_markdown(d)
+
+
+def test_a_report_on_20000_cells_makes_nothing_k_by_k(monkeypatch):
+    import tracemalloc
+
+    import pramopt.report as report
+    from pramopt.frequency.table import FrequencyTable
+
+    levels = (40, 25, 20)
+    codes = np.array(np.meshgrid(*[np.arange(L) for L in levels], indexing="ij")).reshape(3, -1).T
+    K = codes.shape[0]
+    assert K == 20_000
+    counts = np.random.default_rng(0).integers(1, 6, K)
+    table = FrequencyTable(qi=("a", "b", "c"), categories=tuple(pd.Index(range(L)) for L in levels),
+                           codes=codes, counts=counts)
+    nxt = (np.arange(K) + 1) % K
+    P = sp.csr_array((np.r_[np.full(K, 0.9), np.full(K, 0.1)], (np.r_[np.arange(K), np.arange(K)],
+                                                                  np.r_[np.arange(K), nxt])), shape=(K, K))
+    monkeypatch.setattr(report, "figure_heatmap", lambda *a, **k: pytest.fail("K x K heat map drawn"))
+    # the figures take per-variable tables (categories x categories) and the diagonal; they are
+    # left out here for time (matplotlib), the tables they are drawn from are all computed
+    for name in ("variables_figure", "transitions_figure", "change_vs_frequency_figure"):
+        monkeypatch.setattr(report, name, lambda *a, **k: None)
+    monkeypatch.setattr(report, "_png", lambda fig: "")
+    d = ReportData(title="big", matrix=P, table=table, combinations=[(0, 1, 2)], alpha=0.1, gamma=0.9)
+    tracemalloc.start()
+    page = render_html(d)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert "Transitions per variable" in page
+    assert peak < 0.05 * K * K * 8  # a dense K x K array of floats would be 3.2 GB

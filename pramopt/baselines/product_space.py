@@ -17,17 +17,24 @@ computed without forming ``P``).
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
+import pandas as pd
 
-from ..frequency.table import FrequencyTable
+from .._validation import InvalidParameterError, as_transition_matrix, check_real
+from ..frequency.combinations import resolve_combinations
+from ..frequency.table import FrequencyTable, category_codes, frequency_table
+from ..risk.assessment import Assessment
+from ..risk.correct_match import correct_match_risks
+from ..risk.privacy import dp_epsilon_product, pk_anonymity_product
 from ..verify import c1_risk
 from .sdcmicro import sdcmicro_invariant_matrix
 
 __all__ = ["product_space_codes", "released_rows", "product_space_loss", "ProductSpaceAssessment",
-           "assess_product_space", "sdcmicro_matrices"]
+           "assess_product_space", "sdcmicro_matrices", "per_variable_matrices", "assess_per_variable"]
 
 #: Above this many combinations the released rows (K x |product space|) are not formed.
 PRODUCT_SPACE_MAX = 200_000
@@ -108,7 +115,7 @@ class ProductSpaceAssessment:
 
 def assess_product_space(table: FrequencyTable, matrices: Sequence, combinations) -> ProductSpaceAssessment:
     """Measure per-variable matrices (rows = original category) as released and as restricted."""
-    levels = [len(c) for c in table.categories]
+    levels = [np.asarray(M).shape[0] for M in matrices]  # a matrix may add categories absent from the data
     size = int(np.prod(levels))
     if size > PRODUCT_SPACE_MAX:
         raise ValueError(f"the product space has {size:,} combinations (more than {PRODUCT_SPACE_MAX:,})")
@@ -140,3 +147,152 @@ def sdcmicro_matrices(table: FrequencyTable, pd=0.8, alpha=0.5, seed=0) -> list[
     u = _sdcmicro_uniforms(table, seed)
     return [sdcmicro_invariant_matrix(_variable_frequencies(table, v), pd, alpha, uniforms=u[v])
             for v in range(len(table.qi))]
+
+
+def per_variable_matrices(table: FrequencyTable, matrices: Mapping, owner: str = "assess_per_variable",
+                          renormalize: float | None = None) -> tuple[list[np.ndarray], list[list]]:
+    """One matrix per identifying variable, in the table's codes (the identity where none is given).
+
+    Parameters
+    ----------
+    table : FrequencyTable
+    matrices : mapping of variable name to a square DataFrame or array
+        A DataFrame is matched by label: its index (original categories) and columns (released
+        categories) are the same labels in any order, and include every category of the variable
+        in the data (more are allowed: they are released categories absent from the data).  An
+        array is in the order of ``table.categories``.
+    renormalize : float, optional
+        Accept rows that sum to within this of 1 and divide them by their sums, with a warning.
+
+    Returns
+    -------
+    (list of ndarray, list of lists)
+        Per variable the matrix, rows and columns in code order (the table's categories, then
+        the matrix's other categories), and the labels of those extra categories.
+    """
+    unknown = [q for q in matrices if q not in table.qi]
+    if unknown:
+        raise InvalidParameterError(
+            f"The 'matrices' parameter of {owner} must name identifying variables {list(table.qi)!r}; got {unknown!r}.")
+    mats, extras = [], []
+    for j, q in enumerate(table.qi):
+        cats = table.categories[j]
+        if q not in matrices:
+            mats.append(np.eye(len(cats)))  # not given a matrix: released unchanged
+            extras.append([])
+            continue
+        M = matrices[q]
+        name = f"matrices[{q!r}]"
+        if isinstance(M, pd.DataFrame):
+            rows, cols = pd.Index(M.index), pd.Index(M.columns)
+            if rows.has_duplicates or len(rows) != len(cols) or set(map(str, rows)) != set(map(str, cols)):
+                raise InvalidParameterError(
+                    f"The {name} parameter of {owner} must have the same categories, once each, as rows and as "
+                    f"columns; got rows {list(rows)!r} and columns {list(cols)!r}.")
+            col_of = {str(c): i for i, c in enumerate(cols)}
+            A = as_transition_matrix(M.to_numpy(dtype=float)[:, [col_of[str(r)] for r in rows]], name, owner,
+                                     renormalize=renormalize)
+            code = category_codes(pd.Series(list(rows), dtype=object), cats)
+            absent = [cats[i] for i in range(len(cats)) if i not in set(code.tolist())]
+            if absent:
+                raise InvalidParameterError(
+                    f"The {name} parameter of {owner} must have a row for every category of {q!r} in the data; "
+                    f"{absent[:5]!r} missing (the matrix has {list(rows)[:10]!r}).")
+            extra = np.flatnonzero(code < 0)
+            code[extra] = len(cats) + np.arange(extra.size)
+            order = np.argsort(code)
+            mats.append(A[np.ix_(order, order)])
+            extras.append([rows[i] for i in extra])
+        else:
+            A = as_transition_matrix(M, name, owner, renormalize=renormalize)
+            if A.shape[0] != len(cats):
+                raise InvalidParameterError(
+                    f"The {name} parameter of {owner} must be {len(cats)}x{len(cats)} (one row per category of "
+                    f"{q!r}, in the data's order {list(cats)!r}) when it is not a labelled DataFrame; got "
+                    f"{A.shape[0]}x{A.shape[1]}.")
+            mats.append(A)
+            extras.append([])
+    return mats, extras
+
+
+def assess_per_variable(data, matrices: Mapping, qi=None, *, combinations=None, combination_size=3,
+                        alpha=None, renormalize: float | None = None) -> Assessment:
+    """Assess one PRAM matrix per variable (sdcMicro's ``pram()``, μ-ARGUS) as it is released.
+
+    The variables are perturbed independently, so a record of cell m is released as the
+    combination k with probability ``prod_v M_v[m_v, k_v]`` over the whole product space of the
+    categories (``P = kron(M_1, ..., M_d)``), combinations absent from the data included.  C1 is
+    measured with every combination a released cell, so its denominators count the mass sent
+    there; ``released_absent`` is the share of records expected to be released as one of them.
+    ε and k are the sums and products over the variables (Ikarashi et al., Corollaries 1 and 4),
+    the condition number the product of the variables' ones, the loss
+    :func:`product_space_loss`; nothing of size |product space|² is made.
+
+    Parameters
+    ----------
+    data : pandas.DataFrame or FrequencyTable
+    matrices : mapping of variable name to a square labelled DataFrame or array
+        See :func:`per_variable_matrices`; variables without a matrix are released unchanged.
+    qi, combinations, combination_size, alpha, renormalize
+        As :func:`pramopt.assess`.
+
+    Returns
+    -------
+    Assessment
+        ``n_cells`` is the size of the product space.
+    """
+    owner = "assess_per_variable"
+    if isinstance(data, FrequencyTable):
+        table = data
+    elif isinstance(data, pd.DataFrame):
+        if qi is None:
+            raise InvalidParameterError(
+                f"The 'qi' parameter of {owner} must name the identifying variables when data is a DataFrame; got None.")
+        table = frequency_table(data, qi, owner=owner)
+    else:
+        raise InvalidParameterError(
+            f"The 'data' parameter of {owner} must be a pandas DataFrame or a FrequencyTable; got {type(data).__name__}.")
+    if not isinstance(matrices, Mapping) or not matrices:
+        raise InvalidParameterError(
+            f"The 'matrices' parameter of {owner} must map at least one identifying variable to its matrix; "
+            f"got {type(matrices).__name__}.")
+    if alpha is not None:
+        alpha = check_real(alpha, "alpha", owner, low=0.0, high=1.0)
+    if renormalize is not None:
+        renormalize = check_real(renormalize, "renormalize", owner, low=0.0, high=0.1, high_open=False)
+    combos = resolve_combinations(table.qi, size=combination_size, explicit=combinations, owner=owner)
+    mats, _ = per_variable_matrices(table, matrices, owner, renormalize)
+    levels = [M.shape[0] for M in mats]
+    size = math.prod(levels)
+    if size > PRODUCT_SPACE_MAX:
+        raise InvalidParameterError(
+            f"The 'matrices' parameter of {owner} spans a product space of {size:,} combinations of categories "
+            f"({' x '.join(map(str, levels))}), more than {PRODUCT_SPACE_MAX:,}; assess fewer variables at once.")
+    cols = product_space_codes(levels)
+    U0 = np.asarray(table.counts, dtype=float)
+    R = released_rows(table.codes, mats, cols)  # K x |product space|: present cells into every combination
+    present = np.ravel_multi_index(tuple(table.codes.T), levels)
+    n = float(U0.sum())
+    released = U0 @ R
+    counts_full = np.zeros(size)
+    counts_full[present] = U0
+    stay = R[np.arange(len(U0)), present]
+    r1 = None
+    if len(table.qi) == 1:
+        r1 = float(correct_match_risks(mats[0], counts_full.astype(np.int64)).max())
+    return Assessment(
+        max_risk=float(c1_risk(R, table.codes, U0, combos, col_codes=cols).max_risk),
+        k=pk_anonymity_product(mats, table.n),
+        epsilon=dp_epsilon_product(mats),
+        expected_changes=float(U0 @ (1.0 - stay)),
+        loss=product_space_loss(table.codes, U0, mats, cols),
+        r1_max=r1,
+        invariance_error=float(np.abs(released - counts_full).sum()),
+        condition_number=float(np.prod([np.linalg.cond(M) for M in mats])),
+        n_records=table.n,
+        n_cells=size,
+        n_present=len(U0),
+        n_combinations=len(combos),
+        alpha=alpha,
+        released_absent=float((U0 @ (1.0 - R[:, present].sum(axis=1))) / n),
+    )

@@ -64,6 +64,11 @@ class Assessment:
         Size of Π.
     alpha : float or None
         The C1 level to compare ``max_risk`` with, when given.
+    released_absent : float or None
+        For per-variable matrices combined over the product space
+        (:func:`pramopt.baselines.product_space.assess_per_variable`): the share of records
+        expected to be released as a combination of categories absent from the data; ``None``
+        for one matrix on the cells.
     """
 
     max_risk: float
@@ -79,6 +84,7 @@ class Assessment:
     n_present: int
     n_combinations: int
     alpha: float | None = None
+    released_absent: float | None = None
 
     @property
     def meets_c1(self) -> bool | None:
@@ -109,6 +115,10 @@ class Assessment:
             f"  invariance error ||U0'P - U0'||_1 {f(self.invariance_error)}",
             f"  condition number                  {f(self.condition_number)}",
         ]
+        if self.released_absent is not None:
+            lines.insert(1, f"  one matrix per variable, combined over all {self.n_cells} combinations of categories; "
+                            f"{100 * self.released_absent:.3g}% of records expected released as combinations "
+                            "absent from the data (counted in C1)")
         return "\n".join(lines)
 
 
