@@ -53,7 +53,7 @@ def run(out: Path, quick: bool = False, log=print, limits=LIMITS) -> pd.DataFram
                 "expected_changes": res.expected_changes if ok else np.nan,
                 "mean_vars_changed": cv["mean"] if ok else np.nan,
                 "largest_vars_changed": cv["max"] if ok else np.nan,
-                f"changes_of_weighted_var": cv["per_variable"][heavy] if ok else np.nan,
+                "changes_of_weighted_var": cv["per_variable"][heavy] if ok else np.nan,
                 "weighted_var": heavy,
                 "share_1_var": cv["distribution"].get(1, 0.0) if ok else np.nan,
                 "smallest_feasible_d": res.details.get("smallest_max_changed_variables"),
