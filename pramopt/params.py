@@ -221,8 +221,9 @@ class DesignParams:
         "Weights w_j >= 0 of identifying variables (unnamed ones weigh 0) that make changing them "
         "costlier: the design minimises the exact L2 loss plus (2/n^2) * sum_m U0(m) sum_k P_mk "
         "sum_j w_j [m_j != k_j], the expected weighted number of changed values on the scale of the L2 "
-        "loss's own first-order cost of a changed record (2/n^2 each).  The reported loss stays the exact "
-        "L2 loss; the weighted objective is in details['weighted_objective'].",
+        "loss's own first-order cost of a changed record (2/n^2 each).  The general and dense designs "
+        "optimise it; the replacement and block designs (closed forms) are compared with them on it.  The "
+        "reported loss stays the exact L2 loss; the weighted objective is in details['weighted_objective'].",
         cli={"type": "weights", "metavar": "A=W,B=W"})
     keep_cells: tuple | None = _param(
         None, _cells, "DataFrame or list of dicts, optional",

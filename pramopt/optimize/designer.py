@@ -671,9 +671,9 @@ class _Designer:
             if other.max_changed is None:
                 break
             free += 1
-        parts.append(f"No max_changed_variables allows a floor >= {floor:g} (the flow relaxation, unrestricted, "
-                     f"bounds it by {alt.t:.4g} if solved); without it the replacement and block designs, which need no "
-                     "floor, apply.")
+        unrestricted = f"bounds it by {alt.t:.4g}" if alt.status == "ok" else f"says {alt.status}"
+        parts.append(f"No max_changed_variables allows a floor >= {floor:g} (the flow relaxation without it "
+                     f"{unrestricted}); without it the replacement and block designs, which need no floor, apply.")
         return " ".join(parts), None
 
     def _reach_argument(self, floor: float) -> str:
