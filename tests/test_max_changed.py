@@ -170,3 +170,14 @@ def test_bad_values_are_refused_by_name(example, kw, needle):
     with pytest.raises(InvalidParameterError, match=None) as e:
         pramopt.design(df, qi, 0.1, **kw)
     assert needle in str(e.value)
+
+
+def test_no_distance_helps_when_no_general_design_exists():
+    """Every one of the 8 cells holds 2 records and is its own group (n = 16): the released counts D_m
+    sum to 16, so some D_m <= 2 and that cell's P_mm <= 0.1 * 2 < 0.51 whatever the transitions; no
+    max_changed_variables can help, and the result says so."""
+    df = pd.DataFrame([c for c in itertools.product([0, 1], repeat=3) for _ in range(2)], columns=["a", "b", "c"])
+    res = pramopt.design(df, ["a", "b", "c"], 0.1, max_changed_variables=1)
+    assert res.status is Status.INFEASIBLE
+    assert res.details["smallest_max_changed_variables"] is None
+    assert "No max_changed_variables allows" in res.message
