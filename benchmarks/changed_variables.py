@@ -78,18 +78,17 @@ def _figure(table: pd.DataFrame, out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    t = table[table.change_weights == ""].copy()
-    t["d"] = [99 if v == "none" else int(v) for v in t.max_changed_variables]
+    t = table[table.change_weights.fillna("") == ""].copy()
+    order = ["1", "2", "3", "none"]  # the same x for a limit in every data set
+    t["x"] = [order.index(str(v)) for v in t.max_changed_variables]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for name, g in t.groupby("data", sort=False):
-        g = g.sort_values("d")
-        g = g[g.status == "success"]
-        labels = ["none" if d == 99 else str(d) for d in g.d]
-        x = np.arange(len(g))
-        axes[0].plot(x, g.loss / g.loss[g.d == 99].iloc[0], "o-", label=name)
-        axes[1].plot(x, g.mean_vars_changed, "o-", label=name)
-        axes[0].set_xticks(x, labels)
-        axes[1].set_xticks(x, labels)
+        base = g[g.x == order.index("none")].loss.iloc[0]
+        g = g[g.status == "success"].sort_values("x")
+        axes[0].plot(g.x, g.loss / base, "o-", label=name)
+        axes[1].plot(g.x, g.mean_vars_changed, "o-", label=name)
+    for a in axes:
+        a.set_xticks(range(len(order)), order)
     axes[0].set_xlabel("max_changed_variables")
     axes[0].set_ylabel("L2 loss / unrestricted loss")
     axes[1].set_xlabel("max_changed_variables")
