@@ -175,3 +175,33 @@ def _onenorm_condition(P: sp.csr_matrix) -> float:
     K = P.shape[0]
     inv = spla.LinearOperator((K, K), matvec=lu.solve, rmatvec=lambda y: lu.solve(y, trans="T"), dtype=float)
     return float(spla.onenormest(P) * spla.onenormest(inv))
+
+
+def changed_variables(P, codes, counts, qi=()) -> dict:
+    """How many identifying values a changed record has altered, in expectation under ``P``.
+
+    With ``h(k, l)`` the number of identifying variables cells k and l differ in (from the codes,
+    :func:`pramopt.verify.transition_distances`) and ``e_j = sum_k U0(k) sum_{l: h(k, l) = j} P_kl``
+    the expected number of records released with j changed values:
+
+    * ``mean``: ``sum_j j e_j / sum_j e_j``, the mean number of variables changed per changed record
+      (NaN when no record changes);
+    * ``distribution``: ``{j: e_j / sum e}`` over the j that occur;
+    * ``max``: the largest ``h`` of a non-zero transition (0 for P = I);
+    * ``per_variable``: the expected number of records whose value of each variable changes.
+    """
+    from .verify import transition_distances
+
+    codes = np.asarray(codes)
+    counts = np.asarray(counts, dtype=float)
+    r, c, v, dist = transition_distances(P, codes)
+    mass = counts[r] * v
+    total = float(mass.sum())
+    e = np.bincount(dist, weights=mass, minlength=codes.shape[1] + 1)
+    names = list(qi) if len(qi) == codes.shape[1] else [str(j) for j in range(codes.shape[1])]
+    per_var = {}
+    for j, name in enumerate(names):
+        per_var[str(name)] = float(mass[codes[r, j] != codes[c, j]].sum())
+    return {"mean": float(e @ np.arange(e.size) / total) if total > 0 else float("nan"),
+            "distribution": {int(j): float(e[j] / total) for j in np.flatnonzero(e > 0)} if total > 0 else {},
+            "max": int(dist.max(initial=0)), "per_variable": per_var}

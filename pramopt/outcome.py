@@ -15,9 +15,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from .frequency.table import FrequencyTable
-from .loss import condition_number, expected_changes, l2_loss
+from .loss import changed_variables, condition_number, expected_changes, l2_loss
 from .result import DesignResult, Reduction, Stage, Status
-from .verify import C1Report, c1_risk
+from .verify import C1Report, c1_risk, changed_variables_violations
 
 __all__ = ["finish", "binding_rows", "verify_stage"]
 
@@ -66,6 +66,9 @@ def finish(P, table: FrequencyTable, combos, alpha: float, status: Status, messa
     Ps = sp.csr_matrix(P)
     f = l2_loss(Ps, table.counts) if loss is None else float(loss)
     cond = condition_number(Ps) if condition is None else float(condition)
+    details = dict(details or {})
+    details["changed_variables"] = changed_variables(P, table.codes, table.counts, table.qi)
+    status, message = _changed_check(P, table, params or {}, status, message, details, f)
     stages.append(Stage("summary", time.perf_counter() - t0, 0, "loss and condition number"))
     qi = tuple(table.qi)
     return DesignResult(
@@ -74,4 +77,27 @@ def finish(P, table: FrequencyTable, combos, alpha: float, status: Status, messa
         gamma=gamma, binding_rows=binding_rows(report, table, combos, alpha), reduction=reduction,
         solver=solver, stages=tuple(stages), condition_number=cond, message=message, alpha=float(alpha),
         qi=qi, combinations=tuple(tuple(qi[i] for i in c) for c in combos), table=table, method=method,
-        params=dict(params or {}), details=dict(details or {}))
+        params=dict(params or {}), details=details)
+
+
+def _changed_check(P, table: FrequencyTable, params: Mapping, status: Status, message: str, details: dict,
+                   loss: float) -> tuple[Status, str]:
+    """``max_changed_variables``, checked from the cells' codes (:mod:`pramopt.verify`), whatever built
+    ``P``: a success with a transition between cells farther apart becomes UNVERIFIED; and the
+    objective of ``change_weights`` beside the exact loss."""
+    d = params.get("max_changed_variables")
+    if d is not None:
+        bad, worst = changed_variables_violations(P, table.codes, int(d))
+        details["max_changed_variables_check"] = {"limit": int(d), "violations": bad, "largest": worst}
+        if bad and status is Status.SUCCESS:
+            status = Status.UNVERIFIED
+            message = (f"{message} But {bad} transitions change more than max_changed_variables = {d} identifying "
+                       f"variables (up to {worst}): the design does not meet it.").strip()
+    weights = params.get("change_weights")
+    if weights:
+        w = np.array([float(weights.get(v, 0.0)) for v in table.qi])
+        Pm = sp.coo_matrix(P)
+        counts = np.asarray(table.counts, dtype=float)
+        h = (np.asarray(table.codes)[Pm.row] != np.asarray(table.codes)[Pm.col]) @ w
+        details["weighted_objective"] = float(loss + 2.0 / counts.sum() ** 2 * np.sum(counts[Pm.row] * Pm.data * h))
+    return status, message

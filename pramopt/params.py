@@ -116,6 +116,20 @@ def _domains(v, name, owner):
     return MappingProxyType({k: tuple(c) for k, c in v.items()})
 
 
+def _weights(v, name, owner):
+    # {variable: weight >= 0}; the names are checked against the identifying variables by the designer
+    if v is None:
+        return None
+    if not isinstance(v, Mapping) or not v:
+        fail(name, owner, "a non-empty mapping from identifying variable names to weights >= 0", v)
+    out = {}
+    for key, w in v.items():
+        if not isinstance(key, str):
+            fail(name, owner, "a mapping from identifying variable names (str) to weights >= 0", v)
+        out[key] = check_real(w, f"{name}[{key!r}]", owner, low=0, low_open=False)
+    return MappingProxyType(out)
+
+
 def _alpha(v, name, owner):
     # None (or "none" from a spec or the command line): no C1 constraint, allowed only with epsilon or k
     if v is None or (isinstance(v, str) and v.strip().lower() == "none"):
@@ -193,6 +207,24 @@ class DesignParams:
         "stronger condition than the joint design's, which can cost loss.  Default: one joint design.  "
         "Processes are started with 'spawn': a script needs an ``if __name__ == '__main__':`` guard.",
         cli={"type": int, "metavar": "N"})
+    max_changed_variables: int | None = _param(
+        None, _int(low=1, optional=True), "int >= 1, optional",
+        "A record may change at most this many of its identifying values: every transition between two "
+        "different cells is between cells that differ in at most this many identifying variables "
+        "(Hamming distance; a missing value counts as one more category).  Only the general design "
+        "honours it (the replacement and block designs move records between every pair of cells of a pool, "
+        "and are used only where no pool has more than this many varying variables); where it makes C1 "
+        "infeasible the result says so with the smallest number that the flow relaxation of C1 allows.",
+        cli={"type": int, "metavar": "D"})
+    change_weights: Mapping | None = _param(
+        None, _weights, "dict, optional",
+        "Weights w_j >= 0 of identifying variables (unnamed ones weigh 0) that make changing them "
+        "costlier: the design minimises the exact L2 loss plus (2/n^2) * sum_m U0(m) sum_k P_mk "
+        "sum_j w_j [m_j != k_j], the expected weighted number of changed values on the scale of the L2 "
+        "loss's own first-order cost of a changed record (2/n^2 each).  The general and dense designs "
+        "optimise it; the replacement and block designs (closed forms) are compared with them on it.  The "
+        "reported loss stays the exact L2 loss; the weighted objective is in details['weighted_objective'].",
+        cli={"type": "weights", "metavar": "A=W,B=W"})
     keep_cells: tuple | None = _param(
         None, _cells, "DataFrame or list of dicts, optional",
         "Cells (a value of every identifying variable) whose records must stay as they are.",
@@ -307,6 +339,8 @@ class DesignParams:
                 v = [dict(r) for r in v]
             elif f.name == "domains" and v is not None:
                 v = {k: list(c) for k, c in v.items()}
+            elif f.name == "change_weights" and v is not None:
+                v = dict(v)
             elif isinstance(v, tuple):
                 v = [list(c) if isinstance(c, tuple) else c for c in v]
             out[f.name] = v

@@ -105,6 +105,7 @@ def from_result(result, title: str = "pramopt design") -> ReportData:
         "binding (π, k0)": len(result.binding),
     }
     d = result.details
+    figures.update(changed_variables_figures(result))
     if d.get("epsilon_target") is not None or d.get("k_target") is not None:
         # a design under ε-DP and/or Pk-anonymity (Ikarashi et al.): the exact measures and the targets
         figures["α"] = d.get("alpha_target")  # None: no C1 requested
@@ -118,6 +119,23 @@ def from_result(result, title: str = "pramopt design") -> ReportData:
                       status=result.status.value, message=result.message,
                       reduction=result.reduction.as_dict() if result.reduction is not None else {},
                       stages=tuple(result.stages), solver=result.solver, gamma=result.gamma)
+
+
+def changed_variables_figures(result) -> dict:
+    """The report's lines on changed identifying variables (see :func:`pramopt.loss.changed_variables`)."""
+    out = {}
+    params, d = result.params or {}, result.details
+    if params.get("max_changed_variables") is not None:
+        out["max changed variables"] = params["max_changed_variables"]
+    cv = d.get("changed_variables")
+    if cv:
+        out["mean variables changed per changed record"] = cv["mean"]
+        out["variables changed (share of changed records)"] = ", ".join(
+            f"{j}: {100 * s:.1f}%" for j, s in cv["distribution"].items()) or "none"
+    if params.get("change_weights"):
+        out["change weights"] = ", ".join(f"{k}={v:g}" for k, v in params["change_weights"].items())
+        out["weighted objective"] = d.get("weighted_objective")
+    return out
 
 
 def risk_by_combination(P, table: FrequencyTable, combinations, alpha=None, col_codes=None) -> pd.DataFrame:

@@ -137,3 +137,37 @@ def violated_rows(P, codes, counts, combinations, alpha: float) -> list[tuple[in
             rep[inv[::-1]] = np.arange(K)[::-1]  # first member of each group
             out.extend(zip(S.row[bad].tolist(), [ci] * int(bad.sum()), rep[S.col[bad]].tolist()))
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# How many identifying values a transition changes (max_changed_variables), from the codes alone
+# ---------------------------------------------------------------------------------------------
+
+def transition_distances(P, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every stored non-zero off-diagonal entry of ``P`` and the number of identifying variables
+    its two cells differ in (their Hamming distance, from the raw codes).
+
+    Returns ``(rows, cols, values, distances)``.  A NaN, infinite or negative entry is returned
+    with distance ``codes.shape[1] + 1`` (more than any two cells can differ in), so that no bound
+    on the distance passes it.
+    """
+    codes = np.asarray(codes)
+    Pm = sp.coo_matrix(_as_csr(P))
+    off = (Pm.row != Pm.col) & (Pm.data != 0)
+    r, c, v = Pm.row[off], Pm.col[off], Pm.data[off]
+    dist = np.empty(r.size, dtype=np.int64)
+    step = 1 << 18
+    for s in range(0, r.size, step):
+        dist[s:s + step] = np.count_nonzero(codes[r[s:s + step]] != codes[c[s:s + step]], axis=1)
+    bad = ~np.isfinite(v) | (v < 0)
+    dist[bad] = codes.shape[1] + 1
+    return r, c, v, dist
+
+
+def changed_variables_violations(P, codes: np.ndarray, max_changed: int) -> tuple[int, int]:
+    """``(entries, largest distance)``: how many non-zero off-diagonal entries of ``P`` join cells that
+    differ in more than ``max_changed`` identifying variables, and the largest such distance
+    (0 when ``P`` has no off-diagonal entry).  A design meets ``max_changed_variables`` only when the
+    count is 0; a NaN, infinite or negative entry always counts (fail closed)."""
+    _, _, _, dist = transition_distances(P, codes)
+    return int(np.count_nonzero(dist > max_changed)), int(dist.max(initial=0))

@@ -118,3 +118,13 @@ def test_privacy_design_quick(tmp_path):
     assert (fair.loss_vs_optimal >= 1 - 1e-9).all()
     assert (res["k"].loc[res["k"].design == privacy_design.OPT, "meets_k"]).all()
     assert (tmp_path / "privacy_design.md").exists() and (tmp_path / "privacy_design_c1.csv").exists()
+
+
+def test_changed_variables_quick(tmp_path):
+    from benchmarks import changed_variables
+
+    res = changed_variables.run(tmp_path, quick=True, limits=(None, 1), log=lambda m: None)
+    assert (res.status == "success").all()
+    one = res[res.max_changed_variables == 1]
+    assert (one.mean_vars_changed == 1).all() and (one.largest_vars_changed == 1).all()
+    assert (tmp_path / "changed_variables.png").exists() and (tmp_path / "changed_variables.md").exists()

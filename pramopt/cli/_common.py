@@ -167,8 +167,24 @@ def _alpha(s: str):
                                          "with --epsilon or --k)") from None
 
 
+def _weights(s: str):
+    """``sex=5,region=2`` -> {"sex": 5.0, "region": 2.0}."""
+    out = {}
+    for part in s.split(","):
+        name, eq, w = part.partition("=")
+        try:
+            if not eq or not name.strip():
+                raise ValueError
+            out[name.strip()] = float(w)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected NAME=WEIGHT pairs separated by commas, such as sex=5,region=2; "
+                                             f"got {s!r}") from None
+    return out
+
+
 #: Converters named by the ``"type"`` of a parameter's ``cli`` metadata.
-CONVERTERS = {"alpha": _alpha, "names": csv_list, "cells_file": _cells_file, "json": _json_mapping}
+CONVERTERS = {"alpha": _alpha, "names": csv_list, "cells_file": _cells_file, "json": _json_mapping,
+              "weights": _weights}
 
 
 def add_parameter_flags(parser: argparse.ArgumentParser, names=None) -> None:

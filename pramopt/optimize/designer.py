@@ -186,6 +186,11 @@ def _check_privacy(p: DesignParams, table: FrequencyTable, owner: str) -> None:
             f"The 'epsilon' and 'k' parameters of {owner} need a dense matrix over the present cells (every "
             f"entry of a column positive together); with {table.n_cells} cells (more than {PRIVACY_MAX_CELLS}) "
             f"that is too large to design ({what} given). Coarsen the identifying variables or use fewer.")
+    free = int(np.count_nonzero((table.codes != table.codes[:1]).any(axis=0))) if table.n_cells else 0
+    if p.max_changed_variables is not None and p.max_changed_variables < free:
+        raise InvalidParameterError(
+            f"The 'max_changed_variables' parameter of {owner} cannot be combined with {what}: it forces zeros next "
+            "to positive entries in a column of P, which makes epsilon infinite and k = 1.")
     for name in ("fixed", "keep_cells"):
         if getattr(p, name):
             raise InvalidParameterError(
@@ -247,8 +252,28 @@ class _Designer:
         return self.finish(sp.identity(self.problem.K, format="csr"), status, message, gamma, reduction)
 
     def run(self) -> DesignResult:
+        res = self._run()
+        if res.status is Status.INFEASIBLE and self.problem.max_changed is not None:
+            # say what the restriction costs: the smallest number of changed variables the flow
+            # relaxation of C1 allows (never a silent fallback to an unrestricted design)
+            floor = max(GAMMA_LADDER[-1], self.p.min_diagonal or 0.0)
+            with self.trace.stage("max changed variables") as info:
+                why, smallest = self._distance_rules_out(floor)
+                info["detail"] = f"smallest allowed by the flow relaxation: {smallest}"
+            res = dataclasses.replace(res, message=f"{res.message} {why}".strip(), stages=tuple(self.trace.stages),
+                                      details={**res.details, "smallest_max_changed_variables": smallest})
+        return res
+
+    def _run(self) -> DesignResult:
         pb, p = self.problem, self.p
         alpha = pb.alpha
+        if pb.max_changed is not None and p.structure in ("blocks", "replacement") and not (
+                p.structure == "replacement" and pb.pools_within_distance(pb.strata)):
+            raise InvalidParameterError(
+                f"The 'max_changed_variables' parameter of design ({p.max_changed_variables}) cannot be combined with "
+                f"structure={p.structure!r}: that design moves records between every pair of cells of a "
+                f"{'block' if p.structure == 'blocks' else 'stratum'}, which differ in more variables.  Use "
+                "structure='general' or 'auto'.")
         # C1 can hold for no P at all when n < 1/alpha: the U0-weighted mean of the left-hand
         # sides over m is 1/n for every (π, k0), so the largest is at least 1/n.
         if pb.n * alpha < 1:
@@ -494,10 +519,15 @@ class _Designer:
             found += [c for c in (self._blocks(),) if c is not None]
         if not found:
             found = [c for c in (self._uniform(),) if c is not None]
+        if not found and self.problem.max_changed is not None:
+            return self.unverified(reason) or self.identity(
+                Status.INFEASIBLE, f"{reason} The replacement and block designs, which need no floor, move records "
+                f"between cells that differ in more than max_changed_variables = {self.p.max_changed_variables} "
+                "variables.")
         if not found:
             return self.unverified(reason) or self.identity(
                 Status.INFEASIBLE, f"{reason} No block or replacement design satisfied C1 either. {self._forbidden()}")
-        return self._finish(min(found, key=lambda c: c.loss), reason, others=found)
+        return self._finish(min(found, key=self._score), reason, others=found)
 
     def _finish(self, c: "_Candidate", reason: str, others=()) -> DesignResult:
         also = "; ".join(f"{o.name} loss {o.loss:.4g}" for o in others if o is not c)
@@ -515,7 +545,25 @@ class _Designer:
                            "") + " Full C1 verified.", c.gamma, c.reduction, c.solver, c.report, c.loss, c.condition,
                            details)
 
+    def _score(self, c: "_Candidate") -> float:
+        """What auto mode compares: the exact loss, plus the change_weights term when given."""
+        obj = self.problem.objective
+        return c.loss + obj.term(c.P, self.problem.counts) if hasattr(obj, "term") else c.loss
+
+    def _beyond_distance(self, name: str, pools) -> bool:
+        """Whether ``max_changed_variables`` rules this structure out (pools of cells farther apart);
+        the trace says so."""
+        if pools is not None and self.problem.pools_within_distance(pools):
+            return False
+        if self.problem.max_changed is None:
+            return False
+        self.trace.add(name, 0.0, 0, f"skipped: its pools hold cells that differ in more than "
+                                     f"max_changed_variables = {self.p.max_changed_variables} variables")
+        return True
+
     def _blocks(self) -> "_Candidate | None":
+        if self._beyond_distance("blocks", None):
+            return None
         for margin in _margins(self.p.margin):
             best, failed = solve_blocks(self.problem, self.problem.alpha * (1.0 - margin), self.trace, self.verify)
             if best is not None or failed is None:
@@ -530,6 +578,8 @@ class _Designer:
                           f"{r.block_target_records:g} records; P_b = lambda I + 1 v^T is invertible for any lambda > 0).")
 
     def _replacement(self) -> "_Candidate | None":
+        if self._beyond_distance("replacement", self.problem.strata):
+            return None
         found = solve_replacement(self.problem, self.trace, self.verify)
         if found is None:
             return None
@@ -542,6 +592,8 @@ class _Designer:
                           "retention).")
 
     def _uniform(self) -> "_Candidate | None":
+        if self._beyond_distance("uniform", self.problem.strata):
+            return None
         def check(P):  # the bisection's checks are not stages of their own
             return verify_stage(P, self.problem.table, self.problem.combos, "verify")[0]
         found = solve_uniform(self.problem, self.trace, check)
@@ -587,6 +639,73 @@ class _Designer:
                     f"one without it.{extra}")
         return (f"{' and '.join(named)} together rule out every design: the flow relaxation of C1 has no solution with "
                 f"them, and has one without any one of them.{extra}")
+
+    def _distance_rules_out(self, floor: float) -> tuple[str, int | None]:
+        """Why ``max_changed_variables`` leaves no design, and the smallest value the flow relaxation
+        of C1 allows a floor >= ``floor`` with (None: none does).
+
+        Two arguments, both independent of the solver that failed: the counting one, C1's
+        ``P_mm <= alpha D_g`` with ``D_g`` at most the records within distance d of group g (every
+        record released into g comes from a cell at most d variables from one of g's cells); and the
+        flow relaxation with only the permitted transitions (:func:`.relaxation.flow_relaxation`), a
+        bound on every diagonal floor.
+        """
+        pb, p = self.problem, self.p
+        d = p.max_changed_variables
+        parts = []
+        count = self._reach_argument(floor)
+        if count:
+            parts.append(count)
+        sol = flow_relaxation(pb)
+        if sol.status == "ok":
+            parts.append(f"With max_changed_variables = {d} the flow relaxation of C1 bounds every diagonal floor by "
+                         f"{sol.t:.4g}" + (f" (< {floor:g})" if sol.t < floor - RELAXATION_TOL else "") + ".")
+        elif sol.status == "infeasible":
+            parts.append(f"With max_changed_variables = {d} the flow relaxation of C1 has no solution.")
+        free = d + 1
+        while True:
+            q = dataclasses.replace(p, max_changed_variables=free)
+            other = DesignProblem.build(pb.table, pb.combos, q, "design")
+            alt = flow_relaxation(other)
+            if alt.status == "ok" and alt.t >= floor - RELAXATION_TOL:
+                vacuous = other.max_changed is None
+                parts.append(f"The smallest max_changed_variables the flow relaxation allows a floor >= {floor:g} with "
+                             f"is {free}" + (" (no restriction)" if vacuous else f" (floor up to {alt.t:.4g})") + ".")
+                return " ".join(parts), free
+            if other.max_changed is None:
+                break
+            free += 1
+        unrestricted = f"bounds it by {alt.t:.4g}" if alt.status == "ok" else f"says {alt.status}"
+        parts.append(f"No max_changed_variables allows a floor >= {floor:g} (the flow relaxation without it "
+                     f"{unrestricted}); without it the replacement and block designs, which need no floor, apply.")
+        return " ".join(parts), None
+
+    def _reach_argument(self, floor: float) -> str:
+        """The counting argument: a group whose records within distance d cannot reach floor/alpha."""
+        pb = self.problem
+        pairs = pb.allowed_pairs(10_000_000)
+        if pairs is None:
+            return ""
+        K, G = pb.K, pb.groups.n_groups
+        A = sp.csr_matrix((np.ones(pairs[0].size + K), (np.concatenate([pairs[0], np.arange(K)]),
+                                                       np.concatenate([pairs[1], np.arange(K)]))), shape=(K, K))
+        nP = pb.groups.member.shape[1]
+        M = sp.csr_matrix((np.ones(K * nP), (np.repeat(np.arange(K), nP), pb.groups.member.ravel())), shape=(K, G))
+        reach = np.asarray(((A @ M) > 0).astype(float).T @ pb.counts).ravel()  # records that can end in g
+        rare = pb.counts < 1.0 / pb.alpha
+        has_rare = np.asarray(M[rare].sum(axis=0)).ravel() > 0
+        short = np.flatnonzero(has_rare & (reach * pb.alpha < floor - 1e-12))
+        if short.size == 0:
+            return ""
+        g = int(short[np.argmin(reach[short])])
+        ci = int(np.flatnonzero((pb.groups.member == g).any(axis=0))[0])
+        m = int(np.flatnonzero(pb.groups.member[:, ci] == g)[0])
+        t = pb.table
+        vals = ", ".join(f"{t.qi[j]} = {plain(t.categories[j][t.codes[m, j]])!r}" for j in pb.combos[ci])
+        return (f"Only {reach[g]:g} records lie within {self.p.max_changed_variables} changed variable(s) of the group "
+                f"{vals}, which holds a rare cell: C1 needs P_mm <= alpha * (records released into the group), so "
+                f"P_mm <= {pb.alpha:g} * {reach[g]:g} = {pb.alpha * reach[g]:.4g} < {floor:g} for that cell "
+                f"({short.size} such group(s)).")
 
     def general(self, floor: float, g_low: float, auto_blocks: bool) -> DesignResult:
         """Phase one, then the gamma ladder; the margin grows if verification ever fails."""
@@ -640,7 +759,7 @@ class _Designer:
                                          att.solver, gam, why + f" Solved at alpha*(1-{margin:g}).")
                     # (by loss: without the refinement the general design minimises changes instead)
                     other = self._replacement() if auto_blocks and p.refine_loss else None
-                    if other is not None and other.loss < general.loss:
+                    if other is not None and self._score(other) < self._score(general):
                         return self._finish(other, "The replacement design has a smaller loss than the general "
                                             "design.", others=[general, other])
                     return self._finish(general, "", others=[general] + ([other] if other else []))

@@ -70,9 +70,18 @@ class DesignProblem:
             raise InvalidParameterError(
                 f"The 'fixed' parameter of {owner} must name identifying variables {qi!r}; got {bad!r}.")
         keep = _keep_rows(table, params.keep_cells, owner)
+        weights = params.change_weights
+        objective = default_objective()
+        if weights:
+            bad = [v for v in weights if v not in qi]
+            if bad:
+                raise InvalidParameterError(
+                    f"The 'change_weights' parameter of {owner} must name identifying variables {qi!r}; got {bad!r}.")
+            from .objectives.changes import WeightedChangesL2
+            objective = WeightedChangesL2(table.codes, np.array([float(weights.get(v, 0.0)) for v in qi]))
         return DesignProblem(table=table, combos=tuple(tuple(c) for c in combos), params=params,
                              groups=build_groups(table, combos), fixed_idx=tuple(qi.index(f) for f in fixed),
-                             keep_rows=keep)
+                             keep_rows=keep, objective=objective)
 
     @property
     def K(self) -> int:
@@ -129,13 +138,64 @@ class DesignProblem:
             return np.zeros(self.K, dtype=np.int64)
         return np.unique(self._fixed_codes, axis=0, return_inverse=True)[1].ravel().astype(np.int64)
 
+    @functools.cached_property
+    def max_changed(self) -> int | None:
+        """``max_changed_variables`` where it restricts anything, else None: cells that may exchange
+        records never differ in more variables than those that are not fixed and take two values."""
+        d = self.params.max_changed_variables
+        if d is None:
+            return None
+        codes = self.table.codes
+        free = [j for j in range(codes.shape[1]) if j not in self.fixed_idx
+                and self.K and np.any(codes[:, j] != codes[0, j])]
+        return d if d < len(free) else None
+
+    def pools_within_distance(self, pools) -> bool:
+        """Whether every pool (cells that a replacement or uniform design lets exchange records
+        pairwise) varies in at most ``max_changed`` variables, so that no two of its cells are
+        farther apart (always True without a restriction)."""
+        d = self.max_changed
+        if d is None:
+            return True
+        pools = np.asarray(pools)
+        cells = np.flatnonzero(~self.kept)
+        codes = self.table.codes[cells]
+        for p in np.unique(pools[cells]):
+            c = codes[pools[cells] == p]
+            if np.count_nonzero((c != c[0]).any(axis=0)) > d:
+                return False
+        return True
+
     def allowed(self, r, c) -> np.ndarray:
-        """Transitions the options permit: not out of a kept cell, never across fixed strata."""
+        """Transitions the options permit: not out of a kept cell, never across fixed strata, and
+        between cells that differ in at most ``max_changed_variables`` identifying variables."""
         r, c = np.asarray(r), np.asarray(c)
         ok = ~self.kept[r]
         if self._fixed_codes is not None:
-            ok &= np.all(self._fixed_codes[r] == self._fixed_codes[c], axis=1)
+            ok &= np.all(self._fixed_codes[r] == self._fixed_codes[c], axis=-1)
+        if self.max_changed is not None:
+            codes = self.table.codes
+            ok &= np.count_nonzero(codes[r] != codes[c], axis=-1) <= self.max_changed
         return ok
+
+    def allowed_pairs(self, limit: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """Every permitted transition between two different cells, in pieces of rows; None when
+        there are more than ``limit`` of them."""
+        K = self.K
+        rows, cols, total = [], [], 0
+        step = max(1, (1 << 22) // max(K, 1))
+        for a in range(0, K, step):
+            rr, cc = np.meshgrid(np.arange(a, min(K, a + step)), np.arange(K), indexing="ij")
+            rr, cc = rr.ravel(), cc.ravel()
+            ok = (rr != cc) & self.allowed(rr, cc)
+            total += int(ok.sum())
+            if total > limit:
+                return None
+            rows.append(rr[ok])
+            cols.append(cc[ok])
+        if not rows:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        return np.concatenate(rows), np.concatenate(cols)
 
 
 def _keep_rows(table: FrequencyTable, keep_cells, owner: str) -> np.ndarray:

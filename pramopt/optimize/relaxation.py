@@ -5,7 +5,9 @@ cells, and ``in_k = sum_{l != k} U0(l) P_lk``, the records it receives.  Every r
 is then exact, ``E_k = U0(k) - out_k + in_k``, and so is every denominator of C1,
 ``D_g = sum_{k in g} E_k``.  Records are conserved (``sum in = sum out`` within each pool of
 cells that may exchange records: the whole table, a stratum of the fixed variables, a block;
-``in_k = out_k`` for an invariant design) and kept cells send nothing.  Of C1's rows it keeps,
+``in_k = out_k`` for an invariant design) and kept cells send nothing.  With
+``max_changed_variables`` the flows ``f_kl = U0(k) P_kl`` of the permitted transitions are variables
+too (``out_k = sum_l f_kl``, ``in_k = sum_l f_lk``), so that records go only where a design may send them.  Of C1's rows it keeps,
 for every rare cell m (U0(m) < 1/alpha: the other rows always hold, bound (2)) and every group
 g of m, ``P_mm <= S[m, g] <= alpha D_g``, that is ``alpha D_g + out_m / U0(m) >= 1``.  A
 diagonal floor t needs ``out_k <= (1 - t) U0(k)``.
@@ -45,6 +47,9 @@ __all__ = ["FlowSolution", "flow_relaxation", "floor_bound", "changes_bound", "b
 LAZY_ROWS_ABOVE = 50_000
 LAZY_GROUP_RECORDS = 2.0
 LAZY_ROUNDS = 8
+#: With ``max_changed_variables`` the relaxation carries one flow per permitted transition, up to this
+#: many (beyond, it leaves them out: a weaker relaxation, still a bound).
+EDGE_LIMIT = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -92,9 +97,13 @@ def flow_relaxation(problem: DesignProblem, alpha: float | None = None, pools: n
     nG = used.size
     upos = np.full(groups.n_groups, -1, dtype=np.int64)
     upos[used] = np.arange(nG)
-    # columns: out (K), in (K), D (nG), t
+    # columns: out (K), in (K), D (nG), t, and with max_changed_variables the flow of every permitted
+    # transition (E): records may then only go where a design may send them
+    edges = problem.allowed_pairs(EDGE_LIMIT) if problem.max_changed is not None else None
+    E = 0 if edges is None else edges[0].size
     o_in, o_D, o_t = K, 2 * K, 2 * K + nG
-    nv = o_t + 1
+    o_f = o_t + 1
+    nv = o_f + E
     kk = np.repeat(np.arange(K), nP)
     gg = upos[groups.member.ravel()]
     ok = gg >= 0
@@ -137,6 +146,15 @@ def flow_relaxation(problem: DesignProblem, alpha: float | None = None, pools: n
     A_T = A_T.tocsr()
     A_eq = sp.vstack([A_D, A_S], format="csr")
     b_eq = np.concatenate([b_D, np.zeros(S)])
+    if edges is not None:
+        # out_k = sum of the flows leaving k, in_k = sum of those entering k
+        er, ec = edges
+        A_F = sp.csr_matrix((np.concatenate([np.ones(2 * K), -np.ones(2 * E)]),
+                             (np.concatenate([np.arange(2 * K), er, K + ec]),
+                              np.concatenate([np.arange(2 * K), o_f + np.arange(E), o_f + np.arange(E)]))),
+                            shape=(2 * K, nv))
+        A_eq = sp.vstack([A_eq, A_F], format="csr")
+        b_eq = np.concatenate([b_eq, np.zeros(2 * K)])
     bounds = np.column_stack([lo, hi])
     # Lazy rows on large tables: start with the rows of small groups (a group of U_g >= 1/(alpha t)
     # records meets its rows by itself once every cell keeps a share t), add the rows the solution

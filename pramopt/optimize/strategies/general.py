@@ -21,6 +21,7 @@ from ...params import DENSE_SUPPORT_MAX
 from ...result import Reduction
 from ..backends import chain, gives_duals
 from ..constraints.c1 import WorkingSet, membership, protected_groups, reduce_constraints
+from ..objectives.changes import WeightedChangesL2
 from ..objectives.l2 import L2Loss, SparseL2
 from ..objectives.l2_curvature import l2_curvature_on_support
 from ..pricing import Pricer
@@ -223,7 +224,8 @@ class ColumnGeneration:
             cap = PHASE1_MAX_ROUNDS if phase_one else MAX_PRICING_ROUNDS
             duals = lp.duals() if (self.widen and rounds < cap) else None
             if duals is not None:
-                r, cc, bound = self.price(lp, duals, tol=1e-7 * out.scale)
+                r, cc, bound = self.price(lp, duals, cost_fn=None if phase_one else self._change_costs,
+                                          tol=1e-7 * out.scale)
                 # stop when the Lagrangian bound certifies the restricted optimum to be within
                 # LP_GAP_RTOL of the full program's (degenerate tails add columns for nothing)
                 E = expected_changes(sup.to_matrix(x), counts)
@@ -266,8 +268,20 @@ class ColumnGeneration:
             cost = np.where(diag, -PHASE1_TIEBREAK * counts[sup.rows] / counts.sum(), 0.0)
         else:
             cost = np.where(diag, -counts[sup.rows], 0.0)  # minimise sum U0 (1 - P_mm)
+            if isinstance(self.problem.objective, WeightedChangesL2):
+                # ... plus U0(m) h_w(m, k) per moved record: the weighted objective's first-order model
+                cost = cost + counts[sup.rows] * self.problem.objective.cost(sup.rows, sup.cols)
         lo, hi = self.bounds(sup)
         return cost, lo, hi
+
+    def _change_costs(self, cols):
+        """The linear stage's costs of P[:, cols] outside the diagonal: 0, or U0(m) h_w(m, k) with
+        ``change_weights`` (None when there are none, as pricing expects)."""
+        obj = self.problem.objective
+        if not isinstance(obj, WeightedChangesL2):
+            return None
+        cols = np.asarray(cols)
+        return self.counts[:, None] * obj.cost(np.arange(self.problem.K)[:, None], cols[None, :])
 
     # -- the refinement ---------------------------------------------------------------------------
     def refine(self, x, trace: Trace):

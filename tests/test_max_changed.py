@@ -1,0 +1,183 @@
+"""max_changed_variables and change_weights, checked from their definitions.
+
+Every non-zero transition is checked against the Hamming distance of its two cells computed here
+from the codes by brute force; C1 by the full, unreduced rows of tests/full_c1.py; the loss by the
+covariance formula of tests/reference.py; the smallest feasible distance on a case small enough to
+argue by hand.
+"""
+from __future__ import annotations
+
+import io
+import itertools
+import json
+from contextlib import redirect_stderr, redirect_stdout
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+
+import pramopt
+from pramopt.cli import main
+from pramopt.errors import InvalidParameterError
+from pramopt.example import EXAMPLE_QI, example_data
+from pramopt.outcome import finish
+from pramopt.result import Status
+from pramopt.spec import design_kwargs, load_spec
+from pramopt.verify import changed_variables_violations
+
+from full_c1 import full_c1_rows
+from reference import l2_loss_from_covariance
+
+
+def _distances(P, codes):
+    """(row, col, value, Hamming distance) of every non-zero off-diagonal entry, by brute force."""
+    D = P.toarray()
+    out = []
+    for k, l in zip(*np.nonzero(D)):
+        if k != l:
+            out.append((k, l, D[k, l], sum(int(a != b) for a, b in zip(codes[k], codes[l]))))
+    return out
+
+
+def _c1_holds(res, size=3):
+    A = full_c1_rows(res.table, res.alpha, size)
+    return float(np.max(A @ res.matrix.toarray().ravel())) <= 1e-12
+
+
+@pytest.fixture(scope="module")
+def example():
+    return example_data(), list(EXAMPLE_QI)
+
+
+@pytest.mark.parametrize("d", [1, 2])
+def test_every_transition_within_d_and_c1_holds(example, d):
+    df, qi = example
+    res = pramopt.design(df, qi, 0.1, max_changed_variables=d)
+    assert res.success
+    dist = _distances(res.matrix, res.table.codes)
+    assert dist and max(h for *_, h in dist) <= d
+    assert _c1_holds(res)
+    # the reported figure: expected changed values per changed record, from P and U0 directly
+    U = res.table.counts
+    moved = sum(U[k] * v for k, _, v, _ in dist)
+    mean = sum(U[k] * v * h for k, _, v, h in dist) / moved
+    assert res.details["changed_variables"]["mean"] == pytest.approx(mean, rel=1e-12)
+    assert res.details["changed_variables"]["max"] == max(h for *_, h in dist)
+    assert res.details["max_changed_variables_check"]["violations"] == 0
+
+
+def _hand_case():
+    """Three binary variables, one combination (all three): the four cells with at most one 1
+    hold 1 record each, the four others 50 (n = 204).  Cell 000 is rare; only the cells within
+    Hamming distance 1 of it (000, 100, 010, 001: 4 records) can release records as 000, so C1's
+    ``P_mm <= alpha * D_000 <= 0.1 * 4 = 0.4`` for m = 000 leaves no design with a diagonal floor
+    of 0.51.  Within distance 2 the cells 110, 101, 011 (150 records) can send records into 000."""
+    rows = []
+    for cell in itertools.product([0, 1], repeat=3):
+        rows += [cell] * (1 if sum(cell) <= 1 else 50)
+    return pd.DataFrame(rows, columns=["a", "b", "c"])
+
+
+def test_infeasible_names_the_smallest_feasible_distance():
+    df = _hand_case()
+    res = pramopt.design(df, ["a", "b", "c"], 0.1, max_changed_variables=1)
+    assert res.status is Status.INFEASIBLE
+    assert res.details["smallest_max_changed_variables"] == 2
+    assert "is 2" in res.message and "Only 4 records" in res.message
+    ok = pramopt.design(df, ["a", "b", "c"], 0.1, max_changed_variables=2)
+    assert ok.success
+    dist = _distances(ok.matrix, ok.table.codes)
+    assert max(h for *_, h in dist) == 2  # distance 2 is needed, and used
+    assert _c1_holds(ok)
+
+
+def test_change_weights_reduce_changes_of_the_weighted_variable(example):
+    df, qi = example
+    plain = pramopt.design(df, qi, 0.1)
+    heavy = pramopt.design(df, qi, 0.1, change_weights={"v5": 5})
+    assert heavy.success and _c1_holds(heavy)
+
+    def changes_of(res, j):  # expected records whose value of variable j changes, from P and U0
+        codes = res.table.codes
+        return sum(res.table.counts[k] * v for k, l, v, _ in _distances(res.matrix, codes) if codes[k, j] != codes[l, j])
+
+    j = qi.index("v5")
+    assert changes_of(heavy, j) < 0.8 * changes_of(plain, j)
+    # the reported loss stays the exact L2 loss; the weighted objective adds (2/n^2) sum U0 P w h
+    n = heavy.table.counts.sum()
+    assert heavy.loss == pytest.approx(l2_loss_from_covariance(heavy.matrix.toarray(), heavy.table.counts), rel=1e-8)
+    assert heavy.details["weighted_objective"] == pytest.approx(heavy.loss + 2 / n**2 * 5 * changes_of(heavy, j),
+                                                                rel=1e-10)
+
+
+def test_the_check_fails_closed_on_a_forged_matrix(example):
+    df, qi = example
+    res = pramopt.design(df, qi, 0.1, max_changed_variables=1)
+    P = res.matrix.toarray()
+    codes = res.table.codes
+    # move a little of a row's diagonal to a cell three variables away
+    k = 0
+    far = next(l for l in range(len(codes)) if np.count_nonzero(codes[k] != codes[l]) == 3)
+    P[k, far] += 1e-6
+    P[k, k] -= 1e-6
+    assert changed_variables_violations(sp.csr_matrix(P), codes, 1) == (1, 3)
+    out = finish(P, res.table, [tuple(qi.index(v) for v in c) for c in res.combinations], 0.1, Status.SUCCESS,
+                 "forged", params={"max_changed_variables": 1})
+    assert out.status is Status.UNVERIFIED and "does not meet it" in out.message
+    # a NaN entry is a violation whatever the bound
+    Q = np.eye(len(codes))
+    Q[0, 1] = np.nan
+    assert changed_variables_violations(sp.csr_matrix(Q), codes, len(qi))[0] == 1
+
+
+def _run(*argv):
+    o, e = io.StringIO(), io.StringIO()
+    with redirect_stdout(o), redirect_stderr(e):
+        code = main([str(a) for a in argv])
+    return code, o.getvalue(), e.getvalue()
+
+
+def test_cli_flags_and_spec_keys_round_trip(tmp_path):
+    code, _, err = _run("design", "--max-changed-variables", 2, "--change-weights", "v5=5,v1=0.5", "--out",
+                        tmp_path / "d", "--quiet")
+    assert code == 0, err
+    rec = json.loads((tmp_path / "d" / "design.json").read_text())
+    assert rec["params"]["max_changed_variables"] == 2
+    assert rec["params"]["change_weights"] == {"v5": 5.0, "v1": 0.5}
+    assert "max changed variables" in (tmp_path / "d" / "report.md").read_text()
+    again = pramopt.design(example_data(), list(EXAMPLE_QI), **rec["params"])
+    P = pd.read_csv(tmp_path / "d" / "matrix.csv")
+    assert again.matrix.nnz == int((P.probability > 0).sum())
+    spec = tmp_path / "s.toml"
+    spec.write_text('name = "s"\n[data]\nbuiltin = "example"\nqi = ["v1", "v2", "v3", "v4", "v5"]\n'
+                    '[design]\nalpha = 0.1\nmax_changed_variables = 2\nchange_weights = { v5 = 5 }\n')
+    kw = design_kwargs(load_spec(spec))
+    assert kw["max_changed_variables"] == 2 and dict(kw["change_weights"]) == {"v5": 5}
+    code, _, err = _run("design", "--change-weights", "v5", "--out", tmp_path / "e")
+    assert code != 0 and "NAME=WEIGHT" in err
+
+
+@pytest.mark.parametrize("kw, needle", [
+    ({"max_changed_variables": 0}, "'max_changed_variables'"),
+    ({"change_weights": {"nope": 1}}, "'change_weights'"),
+    ({"change_weights": {"v5": -1}}, "change_weights['v5']"),
+    ({"max_changed_variables": 1, "structure": "blocks"}, "'max_changed_variables'"),
+    ({"max_changed_variables": 1, "epsilon": 2.0}, "'max_changed_variables'"),
+])
+def test_bad_values_are_refused_by_name(example, kw, needle):
+    df, qi = example
+    with pytest.raises(InvalidParameterError, match=None) as e:
+        pramopt.design(df, qi, 0.1, **kw)
+    assert needle in str(e.value)
+
+
+def test_no_distance_helps_when_no_general_design_exists():
+    """Every one of the 8 cells holds 2 records and is its own group (n = 16): the released counts D_m
+    sum to 16, so some D_m <= 2 and that cell's P_mm <= 0.1 * 2 < 0.51 whatever the transitions; no
+    max_changed_variables can help, and the result says so."""
+    df = pd.DataFrame([c for c in itertools.product([0, 1], repeat=3) for _ in range(2)], columns=["a", "b", "c"])
+    res = pramopt.design(df, ["a", "b", "c"], 0.1, max_changed_variables=1)
+    assert res.status is Status.INFEASIBLE
+    assert res.details["smallest_max_changed_variables"] is None
+    assert "No max_changed_variables allows" in res.message
