@@ -74,7 +74,7 @@ def check_alphas(alphas, owner: str = "frontier") -> tuple[float, ...]:
         try:
             out.append(check_real(a, "alphas", owner, low=0.0, high=1.0))
         except InvalidParameterError:
-            fail("alphas", owner, f"{allowed} (each in (0, 1))", list(alphas))
+            fail("alphas", owner, f"{allowed} ({a!r} is not)", list(alphas))
     twice = sorted({a for a in out if out.count(a) > 1})
     if twice:
         fail("alphas", owner, f"{allowed} ({', '.join(f'{a:g}' for a in twice)} given twice)", list(alphas))
