@@ -118,3 +118,13 @@ def test_privacy_design_quick(tmp_path):
     assert (fair.loss_vs_optimal >= 1 - 1e-9).all()
     assert (res["k"].loc[res["k"].design == privacy_design.OPT, "meets_k"]).all()
     assert (tmp_path / "privacy_design.md").exists() and (tmp_path / "privacy_design_c1.csv").exists()
+
+
+def test_frontier_quick(tmp_path):
+    from benchmarks import frontier
+
+    f = frontier.run(tmp_path, quick=True, log=lambda m: None)
+    assert f.success and f.alphas == (0.1, 0.2)
+    pts = read_table(tmp_path / "frontier_example.csv")
+    assert len(pts) == 2 * len(f.names) and pts.meets_c1.all()
+    assert (tmp_path / "frontier_example.png").read_bytes()[:4] == b"\x89PNG"
