@@ -9,7 +9,7 @@ from ..errors import InvalidParameterError
 from ..io.atomic import atomic_dir, atomic_write, check_out_dir, write_text
 from ..params import DesignParams
 from ._common import (PROG, add_csv_options, add_parameter_flags, add_quiet, csv_list, dialect_of, formatter,
-                      parameters_given, say)
+                      parameters_given, say, stage_log)
 
 HELP = "loss against α for the optimal design and the calibrated baselines"
 
@@ -119,7 +119,8 @@ def run(args) -> int:
               f"max risk {result.max_risk:.4g}", file=_stderr(), flush=True)
 
     opts = {k: v for k, v in params.to_dict().items() if k != "alpha"}
-    f = frontier(data, qi, alphas, baselines=baselines, seed=args.seed, progress=progress, **opts)
+    with stage_log(args.quiet):  # the stages of a long design, as 'pramopt design' shows them
+        f = frontier(data, qi, alphas, baselines=baselines, seed=args.seed, progress=progress, **opts)
     png = f.png()
     with atomic_dir(out, marker=FILES[0]) as tmp:
         write_text(f.points.to_csv(index=False), tmp / FILES[0])
