@@ -220,11 +220,13 @@ class Frontier:
             from matplotlib.lines import Line2D
             handles.append(Line2D([], [], marker="x", ls="", color="0.3"))
             labels.append("fails C1 at that α")
-        left.legend(handles, labels, fontsize=8, loc="best")
+        fig.tight_layout(rect=(0, 0.08, 1, 1))
+        # below the panels, where it hides no point
+        fig.legend(handles, labels, fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 0.01),
+                   ncol=min(len(labels), 6), frameon=False)
         if hidden:
-            fig.text(0.01, -0.02, "Not drawn on the log scale: " + "; ".join(hidden), fontsize=8, ha="left",
-                     va="top", wrap=True)
-        fig.tight_layout()
+            fig.text(0.5, 0.0, "Not drawn on the log scale: " + "; ".join(hidden), fontsize=8, ha="center",
+                     va="top")
         return fig
 
     def png(self) -> bytes:
