@@ -2,6 +2,8 @@
 table, a figure and an HTML page in one folder."""
 from __future__ import annotations
 
+import dataclasses
+import sys
 import time
 from pathlib import Path
 
@@ -40,7 +42,7 @@ def add_parser(sub):
                    help="auto (default: all up to 2000 cells), all, none, or names from retention,\n"
                         "retention-per-attribute, ifpr, sdcmicro")
     p.add_argument("--seed", type=int, default=0, help="seed of the sdcmicro baseline's diagonals (default 0)")
-    add_parameter_flags(p, names=[f for f in DesignParams.__dataclass_fields__ if f != "alpha"])
+    add_parameter_flags(p, names=[f.name for f in dataclasses.fields(DesignParams) if f.name != "alpha"])
     p.add_argument("--out", metavar="DIR", default=None, help="output folder (default: frontier-NAME)")
     add_quiet(p)
     p.set_defaults(func=run)
@@ -113,10 +115,10 @@ def run(args) -> int:
         at = f"{PROG}: [{time.monotonic() - t0:7.1f} s] α = {alpha:<6g} {design:<24}"
         if result is None:
             if design == "optimal":
-                print(f"{at} designing", file=_stderr(), flush=True)
+                print(f"{at} designing", file=sys.stderr, flush=True)
             return
         print(f"{at} {result.status.value:<10} loss {result.loss:<11.4g} changes {result.expected_changes:<9.4g} "
-              f"max risk {result.max_risk:.4g}", file=_stderr(), flush=True)
+              f"max risk {result.max_risk:.4g}", file=sys.stderr, flush=True)
 
     opts = {k: v for k, v in params.to_dict().items() if k != "alpha"}
     with stage_log(args.quiet):  # the stages of a long design, as 'pramopt design' shows them
@@ -130,8 +132,3 @@ def run(args) -> int:
     say(args, f.summary(), *[f"note: {n}" for n in f.notes], f"written to {out}/ ({', '.join(FILES)})")
     return 0 if f.success else 1
 
-
-def _stderr():
-    import sys
-
-    return sys.stderr
