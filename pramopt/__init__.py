@@ -35,6 +35,7 @@ from .risk import (
     dp_epsilon_retention, expected_correct_match, nayak_r1, pk_anonymity, pk_anonymity_product,
     pk_anonymity_retention, pk_ratio, simulate_intruder,
 )
+from .risk_utility import Frontier, frontier
 from .spec import load_spec
 from .verify import C1Report, c1_risk
 
@@ -47,7 +48,7 @@ __all__ = [
     # data
     "FrequencyTable", "frequency_table", "resolve_combinations", "count_file", "count_dask", "example_data",
     # design
-    "design", "DesignParams", "DesignResult", "Reduction", "Stage", "Status", "floor_upper_bound",
+    "design", "DesignParams", "frontier", "Frontier", "DesignResult", "Reduction", "Stage", "Status", "floor_upper_bound",
     # loss
     "l2_loss", "l2_loss_and_grad", "l2_loss_sparse", "SparseL2", "expected_changes", "condition_number",
     # verification and risk

@@ -31,6 +31,10 @@ files.  Layout::
     min_diagonal = { min = 0.95 }
     loss = { max = 1e-5 }
 
+    [frontier]                   # optional: pramopt frontier SPEC.toml (pramopt.frontier)
+    alphas = [0.05, 0.1, 0.2]    # the design's alpha above is then not used
+    baselines = "auto"           # or "all", "none", ["retention", "ifpr", ...]
+
 **Relative data paths** are resolved against the folder holding the spec, as a path written in
 any file is: for a spec in ``models/``, ``../../shared/data/testdata.csv`` means the ``shared``
 folder next to the checkout.
@@ -52,7 +56,9 @@ __all__ = ["Spec", "load_spec", "check_expected", "zipf_data", "DESIGN_KEYS", "F
 #: Figures of a design that ``[expected]`` may bound.
 FIGURES = ("max_risk", "loss", "expected_changes", "min_diagonal", "condition_number", "n", "cells", "epsilon", "k")
 
-_TOP = ("name", "description", "paper", "data", "design", "generator", "expected", "notes")
+_TOP = ("name", "description", "paper", "data", "design", "generator", "expected", "notes", "frontier")
+#: Keys of the optional ``[frontier]`` table (``pramopt frontier SPEC.toml``).
+FRONTIER_KEYS = ("alphas", "baselines")
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,8 @@ class Spec:
     design : dict
         Keyword arguments for :func:`pramopt.design`.
     expected : dict
+    frontier : dict
+        The ``[frontier]`` table (``alphas``, optionally ``baselines``) for :func:`pramopt.frontier`.
     """
 
     path: Path
@@ -84,6 +92,7 @@ class Spec:
     generator: dict | None
     design: dict
     expected: dict = field(default_factory=dict)
+    frontier: dict = field(default_factory=dict)
 
     @property
     def alpha(self) -> float:
@@ -166,9 +175,31 @@ def load_spec(path) -> Spec:
     for k in FIGURES:
         if k in expected and (not isinstance(expected[k], dict) or not set(expected[k]) <= {"min", "max"}):
             _bad(p, f"[expected] {k} must be a table with min and/or max")
+    frontier = _frontier_table(p, raw.get("frontier"))
     return Spec(path=p, name=str(raw.get("name", p.stem)), description=str(raw.get("description", "")),
                 paper=str(raw.get("paper", "")), qi=tuple(qi), data_path=data_path, builtin=builtin,
-                generator=dict(gen) if gen is not None else None, design=design, expected=expected)
+                generator=dict(gen) if gen is not None else None, design=design, expected=expected,
+                frontier=frontier)
+
+
+def _frontier_table(p: Path, table) -> dict:
+    """The checked ``[frontier]`` table (empty when the spec has none)."""
+    if table is None:
+        return {}
+    if not isinstance(table, dict):
+        _bad(p, "frontier must be a table ([frontier] alphas = [...])")
+    bad = sorted(set(table) - set(FRONTIER_KEYS))
+    if bad:
+        _bad(p, f"unknown [frontier] keys {bad!r} (allowed: {list(FRONTIER_KEYS)!r})")
+    if "alphas" not in table:
+        _bad(p, "[frontier] must give alphas")
+    from .risk_utility import check_alphas  # the same check as pramopt.frontier's
+
+    try:
+        alphas = check_alphas(table["alphas"], "frontier")
+    except InvalidParameterError as e:
+        _bad(p, f"[frontier] alphas: {e}".rstrip("."))
+    return {**table, "alphas": list(alphas)}
 
 
 def design_kwargs(spec: Spec) -> dict:

@@ -128,3 +128,13 @@ def test_changed_variables_quick(tmp_path):
     one = res[res.max_changed_variables == 1]
     assert (one.mean_vars_changed == 1).all() and (one.largest_vars_changed == 1).all()
     assert (tmp_path / "changed_variables.png").exists() and (tmp_path / "changed_variables.md").exists()
+
+
+def test_frontier_quick(tmp_path):
+    from benchmarks import frontier
+
+    f = frontier.run(tmp_path, quick=True, log=lambda m: None)
+    assert f.success and f.alphas == (0.1, 0.2)
+    pts = read_table(tmp_path / "frontier_example.csv")
+    assert len(pts) == 2 * len(f.names) and pts.meets_c1.all()
+    assert (tmp_path / "frontier_example.png").read_bytes()[:4] == b"\x89PNG"

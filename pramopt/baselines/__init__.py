@@ -11,7 +11,7 @@
 A new baseline is one file here with its matrices, and a ``calibrate_*`` function in
 :mod:`.calibrate` that ends with ``_finish`` (the same verification as every design).
 """
-from .calibrate import (FAMILIES, baseline, calibrate_all, calibrate_ifpr, calibrate_retention, calibrate_sdcmicro,
+from .calibrate import (CALIBRATIONS, FAMILIES, baseline, calibrate_all, calibrate_ifpr, calibrate_retention, calibrate_sdcmicro,
                         product_matrix_on_cells, retention_on_cells, sdcmicro_on_cells)
 from .ifpr import (IFPRDesign, ifpr_block_matrix, ifpr_block_size, ifpr_design, ifpr_h, ifpr_matrix, ifpr_psi,
                    ifpr_theta)
@@ -20,7 +20,7 @@ from .retention import (reconstruct_counts, reconstruction_error, retention_matr
 from .sdcmicro import sdcmicro_invariant_matrix, sdcmicro_uniforms
 
 __all__ = [
-    "baseline", "FAMILIES", "calibrate_all", "calibrate_ifpr", "calibrate_retention", "calibrate_sdcmicro",
+    "baseline", "CALIBRATIONS", "FAMILIES", "calibrate_all", "calibrate_ifpr", "calibrate_retention", "calibrate_sdcmicro",
     "product_matrix_on_cells", "retention_on_cells", "sdcmicro_on_cells",
     "IFPRDesign", "ifpr_block_matrix", "ifpr_block_size", "ifpr_design", "ifpr_h", "ifpr_matrix", "ifpr_psi",
     "ifpr_theta",

@@ -49,6 +49,7 @@ __all__ = [
     "calibrate_ifpr",
     "calibrate_sdcmicro",
     "calibrate_all",
+    "CALIBRATIONS",
 ]
 
 
@@ -452,14 +453,20 @@ def calibrate_sdcmicro(table: FrequencyTable, combinations, alpha, *, pd_grid: S
                    inputs={"pd_grid": list(pd_grid), "seed": seed, "tol": tol}, t0=t0)
 
 
+#: Every calibrated baseline by name: ``CALIBRATIONS[name](table, combinations, alpha, seed)``.  A
+#: new ``calibrate_*`` listed here is in :func:`calibrate_all` and in :func:`pramopt.frontier`.
+CALIBRATIONS: dict[str, Callable[..., DesignResult]] = {
+    "retention": lambda t, c, a, seed=0: calibrate_retention(t, c, a),
+    "retention-per-attribute": lambda t, c, a, seed=0: calibrate_retention(t, c, a, per_attribute=True),
+    "ifpr": lambda t, c, a, seed=0: calibrate_ifpr(t, c, a),
+    "sdcmicro": lambda t, c, a, seed=0: calibrate_sdcmicro(t, c, a, seed=seed),
+}
+
+
 def calibrate_all(table: FrequencyTable, combinations, alpha, *, seed=0) -> dict[str, DesignResult]:
-    """Every calibrated baseline on one data set: retention (common and per attribute), IFPR, sdcMicro."""
-    return {
-        "retention": calibrate_retention(table, combinations, alpha),
-        "retention-per-attribute": calibrate_retention(table, combinations, alpha, per_attribute=True),
-        "ifpr": calibrate_ifpr(table, combinations, alpha),
-        "sdcmicro": calibrate_sdcmicro(table, combinations, alpha, seed=seed),
-    }
+    """Every calibrated baseline on one data set (:data:`CALIBRATIONS`): retention (common and per
+    attribute), IFPR, sdcMicro."""
+    return {name: fn(table, combinations, alpha, seed=seed) for name, fn in CALIBRATIONS.items()}
 
 
 def baseline(data, qi=None, family: str = "rr", alpha: float = DesignParams.alpha, *, combinations=None,

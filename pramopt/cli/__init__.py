@@ -1,4 +1,4 @@
-"""The ``pramopt`` command line: design, release, assess, baseline, estimate, sensitivity.
+"""The ``pramopt`` command line: design, release, assess, baseline, frontier, estimate, sensitivity.
 
 One module per command, each with ``add_parser(subparsers)`` and ``run(args)``; a new command
 is one new module and one entry in :data:`COMMANDS`.
@@ -20,7 +20,7 @@ from ._common import PROG, formatter
 __all__ = ["main", "build_parser", "COMMANDS"]
 
 #: The commands, in the order ``pramopt --help`` lists them (module names in this package).
-COMMANDS = ("design", "release", "assess", "baseline", "estimate", "sensitivity")
+COMMANDS = ("design", "release", "assess", "baseline", "frontier", "estimate", "sensitivity")
 
 
 def build_parser() -> argparse.ArgumentParser:

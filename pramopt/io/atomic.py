@@ -54,8 +54,9 @@ def check_out_file(path, kinds=(".csv",) + PARQUET_SUFFIXES, param: str | None =
     return p
 
 
-def check_out_dir(path) -> Path:
-    """Fail early on an output folder that cannot be written or holds something else than a design."""
+def check_out_dir(path, marker: str = DESIGN_FILE) -> Path:
+    """Fail early on an output folder that cannot be written or holds something else than a design
+    (a folder with ``marker`` in it: ``design.json``, or ``frontier.csv`` for a frontier)."""
     p = Path(path)
     parent = _parent(p)
     if not parent.is_dir():
@@ -65,9 +66,10 @@ def check_out_dir(path) -> Path:
     if p.exists():
         if not p.is_dir():
             raise InvalidParameterError(f"Cannot write the folder {str(p)!r}: a file of that name exists.")
-        if any(p.iterdir()) and not (p / DESIGN_FILE).is_file():
+        if any(p.iterdir()) and not (p / marker).is_file():
+            what = "design" if marker == DESIGN_FILE else Path(marker).stem
             raise InvalidParameterError(
-                f"Refusing to replace {str(p)!r}: it is not a design folder (not empty, and no {DESIGN_FILE}).")
+                f"Refusing to replace {str(p)!r}: it is not a {what} folder (not empty, and no {marker}).")
     return p
 
 
@@ -104,14 +106,15 @@ def write_text(text: str, path) -> Path:
 
 
 @contextlib.contextmanager
-def atomic_dir(path):
+def atomic_dir(path, marker: str = DESIGN_FILE):
     """Build a folder in a temporary folder next to ``path``; put it in place at the end.
 
     Yields the temporary folder.  An existing ``path`` is replaced only if it is empty or holds
-    a design (a ``design.json``), so that a user's other folder is never wiped; the old folder
-    is moved aside first and deleted once the new one is in place.
+    a design (a ``design.json``; the file ``marker`` for another kind of folder), so that a
+    user's other folder is never wiped; the old folder is moved aside first and deleted once the
+    new one is in place.
     """
-    p = check_out_dir(path)
+    p = check_out_dir(path, marker)
     tmp = _temp_name(p, ".tmp")
     os.mkdir(tmp, 0o777)
     old = None

@@ -1,0 +1,134 @@
+"""``pramopt frontier``: the optimal design and every calibrated baseline at several α, as a
+table, a figure and an HTML page in one folder."""
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+from ..errors import InvalidParameterError
+from ..io.atomic import atomic_dir, atomic_write, check_out_dir, write_text
+from ..params import DesignParams
+from ._common import (PROG, add_csv_options, add_parameter_flags, add_quiet, csv_list, dialect_of, formatter,
+                      parameters_given, say, stage_log)
+
+HELP = "loss against α for the optimal design and the calibrated baselines"
+
+#: The files of a frontier folder; the first marks the folder as one that may be replaced.
+FILES = ("frontier.csv", "frontier.png", "frontier.html")
+
+
+def add_parser(sub):
+    p = sub.add_parser(
+        "frontier", formatter_class=formatter, help=HELP,
+        description="The risk–utility frontier: for each α, the optimal design and every closed-form\n"
+                    "baseline calibrated to the same α, all verified by the same full C1 check; their\n"
+                    "exact L2 loss, expected changes, max risk and time side by side.  With no data, the\n"
+                    "built-in example.",
+        epilog="examples:\n"
+               "  pramopt frontier --out f\n"
+               "  pramopt frontier --data testdata.csv --qi urbrur,roof,walls,water --alphas 0.05,0.1,0.2 --out f\n"
+               "  pramopt frontier models/example_frontier.toml --out f\n\n"
+               "The folder gets frontier.csv (one row per α and design), frontier.png (loss and expected\n"
+               "changes against α, log scales) and frontier.html (both, with the ratios to the optimum).")
+    p.add_argument("spec", nargs="?", metavar="SPEC.toml", help="a spec; its [frontier] alphas are the default")
+    p.add_argument("--data", metavar="FILE", help="microdata: .csv, .parquet or .pq")
+    add_csv_options(p)
+    p.add_argument("--qi", type=csv_list, metavar="A,B,C", help="identifying variables, comma-separated")
+    p.add_argument("--alphas", metavar="A,B,C", default=None,
+                   help="C1 levels in (0, 1), comma-separated (default: the spec's, else 0.05,0.1,0.2)")
+    p.add_argument("--baselines", metavar="NAMES", default=None,
+                   help="auto (default: all up to 2000 cells), all, none, or names from retention,\n"
+                        "retention-per-attribute, ifpr, sdcmicro")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sdcmicro baseline's diagonals (default 0)")
+    add_parameter_flags(p, names=[f.name for f in dataclasses.fields(DesignParams) if f.name != "alpha"])
+    p.add_argument("--out", metavar="DIR", default=None, help="output folder (default: frontier-NAME)")
+    add_quiet(p)
+    p.set_defaults(func=run)
+    return p
+
+
+def parse_alphas(text: str) -> list[float]:
+    """``--alphas`` as numbers (their range, order and repeats are checked by :func:`pramopt.frontier`)."""
+    parts = [x.strip() for x in text.split(",")]
+    try:
+        return [float(x) for x in parts]
+    except ValueError:
+        raise InvalidParameterError(f"--alphas must be a comma-separated list of distinct numbers in (0, 1); "
+                                    f"got {text!r}.") from None
+
+
+def _baselines(text):
+    if text is None:
+        return None
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    return names[0] if len(names) == 1 and names[0] in ("auto", "all", "none") else names
+
+
+def run(args) -> int:
+    from ..example import EXAMPLE_QI, example_data
+    from ..frequency.files import count_table
+    from ..risk_utility import DEFAULT_ALPHAS, check_alphas, frontier
+    from ..spec import design_kwargs, load_spec
+
+    given = parameters_given(args)
+    alphas, baselines = DEFAULT_ALPHAS, "auto"
+    if args.spec is not None:
+        if args.data is not None:
+            raise InvalidParameterError("Give either a spec or --data, not both.")
+        spec = load_spec(args.spec)
+        data, qi, kw, name = spec.load_data(), list(spec.qi), design_kwargs(spec), spec.name
+        kw.pop("alpha", None)  # the spec's single α; the frontier's are [frontier] alphas
+        alphas = spec.frontier.get("alphas", alphas)
+        baselines = spec.frontier.get("baselines", baselines)
+        if args.qi is not None:
+            qi = args.qi
+    elif args.data is not None:
+        if args.qi is None:
+            raise InvalidParameterError("--data needs --qi (the identifying variables).")
+        kw, name, qi, data = {}, Path(args.data).stem, args.qi, None
+    else:
+        if args.qi is not None:
+            raise InvalidParameterError("--qi needs --data (or a spec).")
+        data, qi, kw, name = example_data(), list(EXAMPLE_QI), {}, "example"
+    if args.alphas is not None:
+        alphas = parse_alphas(args.alphas)
+    alphas = check_alphas(alphas, "frontier")  # errors name --alphas (cli._in_flags), before any work
+    if args.baselines is not None:
+        baselines = _baselines(args.baselines)
+    if "combinations" in given or "combination_size" in given:
+        kw.pop("combinations", None)
+        kw.pop("combination_size", None)
+    kw.update(given)
+    params = DesignParams.from_options("frontier", alpha=alphas[0], **kw)  # every option checked first
+    out = Path(args.out if args.out is not None else f"frontier-{name}")
+    check_out_dir(out, marker=FILES[0])  # the folder, before any counting or solving
+    if data is None:
+        data = count_table(args.data, qi, owner="frontier", domains=params.domains,
+                           max_categories=params.max_categories, keys_as_text=True, dialect=dialect_of(args))
+    t0 = time.monotonic()
+
+    def progress(alpha, design, result):
+        if args.quiet:
+            return
+        at = f"{PROG}: [{time.monotonic() - t0:7.1f} s] α = {alpha:<6g} {design:<24}"
+        if result is None:
+            if design == "optimal":
+                print(f"{at} designing", file=sys.stderr, flush=True)
+            return
+        print(f"{at} {result.status.value:<10} loss {result.loss:<11.4g} changes {result.expected_changes:<9.4g} "
+              f"max risk {result.max_risk:.4g}", file=sys.stderr, flush=True)
+
+    opts = {k: v for k, v in params.to_dict().items() if k != "alpha"}
+    with stage_log(args.quiet):  # the stages of a long design, as 'pramopt design' shows them
+        f = frontier(data, qi, alphas, baselines=baselines, seed=args.seed, progress=progress, **opts)
+    png = f.png()
+    with atomic_dir(out, marker=FILES[0]) as tmp:
+        write_text(f.points.to_csv(index=False), tmp / FILES[0])
+        with atomic_write(tmp / FILES[1]) as fh:
+            fh.write(png)
+        write_text(f.to_html(f"pramopt frontier: {name}", png=png), tmp / FILES[2])
+    say(args, f.summary(), *[f"note: {n}" for n in f.notes], f"written to {out}/ ({', '.join(FILES)})")
+    return 0 if f.success else 1
+
