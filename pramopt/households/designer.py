@@ -23,13 +23,13 @@ from ..frequency.table import FrequencyTable, cells_of
 from ..params import DesignParams
 from ..result import Stage, Status
 from .model import household_codes, household_keys, layout
-from .person import PERSON_MAX_CELLS, solve_person
+from .person import PERSON_MAX_CELLS, solve_person, solve_person_replacement
 from .result import HouseholdDesign, household_loss, record_check
 
 __all__ = ["design_households", "HOUSEHOLD_FRACTIONS"]
 
 #: alpha_h / alpha tried for the household part, largest first.
-HOUSEHOLD_FRACTIONS = (1.0, 0.8, 0.6, 0.45, 0.3)
+HOUSEHOLD_FRACTIONS = (1.0, 0.8, 0.6, 0.45, 0.3, 0.2, 0.1)
 #: Margins inside alpha at which the person LP works (grown when the check fails).
 _MARGINS = (1e-5, 1e-4, 1e-3)
 #: Parameters a household design cannot combine with (each forces structure on one matrix of records).
@@ -97,7 +97,8 @@ def design_households(data, qi, params: DesignParams, design, progress=None, cli
     alpha = float(params.alpha)
     floor = max(0.51, params.min_diagonal or 0.0)
     fractions = HOUSEHOLD_FRACTIONS if lay.ppos else (1.0,)
-    best, tried, last = None, {}, None
+    keep = params.missing == "keep"
+    best, tried, last, seen = None, {}, None, []
     for frac in fractions:
         a_h = alpha * frac
         t1 = time.perf_counter()
@@ -107,21 +108,30 @@ def design_households(data, qi, params: DesignParams, design, progress=None, cli
         if not rh.success:
             last = rh
             break  # a smaller alpha_h is harder still
-        for margin in _MARGINS:
-            t1 = time.perf_counter()
-            Pp = solve_person(lay, rh.matrix, combos, alpha * (1 - margin), floor, params.missing == "keep")
-            if Pp is None:
-                stages.append(Stage(f"person@{frac:g}", time.perf_counter() - t1, 0, "infeasible"))
-                break
-            rep, R, cols = record_check(lay, rh.matrix, Pp, combos)
-            stages.append(Stage(f"person@{frac:g}", time.perf_counter() - t1, 0,
-                                f"record-level max risk {rep.max_risk:.6g} at margin {margin:g}"))
-            if rep.max_risk <= alpha:
-                loss, indep = household_loss(lay, rh.matrix, Pp, same)
-                tried[f"{frac:g}"] = loss
-                if best is None or loss < best[0]:
-                    best = (loss, indep, frac, rh, Pp, rep, R.shape[1])
-                break
+        if any((abs(rh.matrix - m) > 0).nnz == 0 for m in seen):
+            continue  # the same household part (P = I already meets the smaller alpha): nothing new
+        seen.append(rh.matrix)
+        for kind in ("general", "replacement"):
+            for margin in _MARGINS:
+                t1 = time.perf_counter()
+                a_s = alpha * (1 - margin)
+                Pp = (solve_person(lay, rh.matrix, combos, a_s, floor, keep) if kind == "general" else
+                      solve_person_replacement(lay, rh.matrix, combos, a_s, max(1e-3, params.min_diagonal or 0.0), keep))
+                name = f"person {kind}@{frac:g}"
+                if Pp is None:
+                    stages.append(Stage(name, time.perf_counter() - t1, 0, "infeasible"))
+                    break
+                rep, R, cols = record_check(lay, rh.matrix, Pp, combos)
+                if rep.max_risk <= alpha:
+                    loss, indep = household_loss(lay, rh.matrix, Pp, same)
+                    tried[f"{kind}@{frac:g}"] = loss
+                    stages.append(Stage(name, time.perf_counter() - t1, 0, f"record-level max risk {rep.max_risk:.6g} "
+                                        f"at margin {margin:g}, loss {loss:.4g}"))
+                    if best is None or loss < best[0]:
+                        best = (loss, indep, frac, rh, Pp, rep, R.shape[1], kind)
+                    break
+                stages.append(Stage(name, time.perf_counter() - t1, 0,
+                                    f"record-level max risk {rep.max_risk:.6g} > alpha at margin {margin:g}"))
     hd = dict(households=int(hh.max()) + 1, tried_fractions=tried)
     out = dict(household=params.household, alpha=alpha, combinations=tuple(tuple(table.qi[j] for j in c) for c in combos),
                params=params.to_dict(), layout=lay, stages=stages)
@@ -133,15 +143,15 @@ def design_households(data, qi, params: DesignParams, design, progress=None, cli
                                status=Status.INFEASIBLE, message=f"No household design found: {why}.",
                                max_risk=float("nan"), loss=float("nan"), expected_changes=float("nan"),
                                alpha_household=rh.alpha, details=hd, **out)
-    loss, indep, frac, rh, Pp, rep, kr = best
+    loss, indep, frac, rh, Pp, rep, kr, kind = best
     Ph = rh.matrix
     diag = Ph.diagonal()[lay.h_of] * Pp.diagonal()[lay.p_of]
     changes = float(table.counts @ (1.0 - diag))
     status = Status.SUCCESS if rep.max_risk <= alpha and rh.success else Status.UNVERIFIED
-    msg = (f"Household-level keys drawn once per household at alpha_h = {frac:g} alpha (of "
-           f"{', '.join(tried)} tried), person-level keys per person by one LP; full C1 verified on the "
-           "record-level matrix.")
-    hd.update(loss_independent=indep, released_cells=kr, fraction=frac)
+    msg = (f"Household-level keys drawn once per household (household part at alpha_h = {frac:g} alpha), "
+           f"person-level keys per person ({kind} person matrix; tried: "
+           f"{', '.join(f'{k} loss {v:.4g}' for k, v in tried.items())}); full C1 verified on the record-level matrix.")
+    hd.update(loss_independent=indep, released_cells=kr, fraction=frac, person_structure=kind)
     return HouseholdDesign(household_design=rh, person_matrix=Pp, status=status, message=msg,
                            max_risk=float(rep.max_risk), loss=loss, expected_changes=changes,
                            alpha_household=alpha * frac, details=hd, **out)

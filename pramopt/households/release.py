@@ -71,13 +71,11 @@ def release_households(df: pd.DataFrame, result: HouseholdDesign, seed=None) -> 
     if result.household not in df.columns:
         raise DesignMismatchError(f"The data have no household column {result.household!r}, which the design needs.")
     codes = _codes(df, table)
-    cells, counts = count_rows(codes, [len(c) for c in table.categories])
-    check_same_table(FrequencyTable(qi=table.qi, categories=table.categories, codes=cells, counts=counts), table)
-    rec = cell_index(table, codes)
-    h_rec, p_rec = lay.h_of[rec], lay.p_of[rec]
     hh, _ = pd.factorize(df[result.household], sort=False)
     hh = np.asarray(hh, dtype=np.int64)
-    differ = np.flatnonzero(pd.Series(h_rec).groupby(hh).nunique().to_numpy() > 1)
+    # first: a household-level key that differs within a household (a clearer error than other counts)
+    hkey = pd.DataFrame(codes[:, list(lay.hpos)]).groupby(hh).nunique().to_numpy()
+    differ = np.flatnonzero((hkey > 1).any(axis=1))
     if differ.size:
         g = int(differ[0])
         hid = df[result.household].iloc[int(np.flatnonzero(hh == g)[0])]
@@ -86,6 +84,10 @@ def release_households(df: pd.DataFrame, result: HouseholdDesign, seed=None) -> 
         raise DesignMismatchError(
             f"The household-level key {var!r} differs within household {result.household} = {plain(hid)!r} "
             f"({differ.size} household(s) in all): a household design copies one value to every member.")
+    cells, counts = count_rows(codes, [len(c) for c in table.categories])
+    check_same_table(FrequencyTable(qi=table.qi, categories=table.categories, codes=cells, counts=counts), table)
+    rec = cell_index(table, codes)
+    h_rec, p_rec = lay.h_of[rec], lay.p_of[rec]
     hh, h_of_household = household_codes(df, result.household, h_rec)
     entropy = seed_entropy(seed, "release")
     # two streams from one seed: households and persons
