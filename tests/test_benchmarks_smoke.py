@@ -118,3 +118,13 @@ def test_privacy_design_quick(tmp_path):
     assert (fair.loss_vs_optimal >= 1 - 1e-9).all()
     assert (res["k"].loc[res["k"].design == privacy_design.OPT, "meets_k"]).all()
     assert (tmp_path / "privacy_design.md").exists() and (tmp_path / "privacy_design_c1.csv").exists()
+
+
+def test_households_quick(tmp_path):
+    from benchmarks import households
+    t = households.run(tmp_path, quick=True, log=lambda m: None)
+    hh = t[t.design == "households"].iloc[0]
+    assert hh.status == "success" and hh.max_risk <= 0.1
+    # members released together never disagree on a household-level key
+    assert hh.households_disagree_urbrur == 0 and hh.households_disagree_roof == 0
+    assert (tmp_path / "households_quick.md").exists() and (tmp_path / "households_quick.png").exists()
