@@ -327,7 +327,6 @@ def release_file(
     owner = "release_file"
     if getattr(result, "household", None) is not None:
         # a household design: household-level values once per household, in memory
-        from .._csv import csv_dialect
         from ..households.release import household_release_file
         n, changed = household_release_file(src, dst, result, seed=seed,
                                             dialect=csv_dialect(sep, encoding, decimal, owner))
