@@ -82,6 +82,14 @@ def _names(v, name, owner):
     return tuple(v)
 
 
+def _column(v, name, owner):
+    if v is None:
+        return None
+    if not isinstance(v, str) or not v.strip():
+        fail(name, owner, "the name of a column of the data", v)
+    return v
+
+
 def _combinations(v, name, owner):
     if v is None:
         return None
@@ -293,6 +301,18 @@ class DesignParams:
         "Imposed through a row-scaled bound on every column's max/min ratio (a sufficient linear "
         "condition, re-scaled from the design until it stops helping); checked exactly.",
         cli={"type": float, "metavar": "K"})
+    household: str | None = _param(
+        None, _column, "str, optional",
+        "Column of household identifiers: identifying variables constant within every household "
+        "(``household_keys``) are perturbed once per household and copied to every member, the others "
+        "per person, so that members stay identical on household-level keys (needs the microdata, not a "
+        "frequency table; see :mod:`pramopt.households`).",
+        cli={"metavar": "COLUMN"})
+    household_keys: tuple | None = _param(
+        None, _names, "list of str, optional",
+        "With ``household``: the household-level identifying variables (each must be constant within "
+        "every household).  Default: every identifying variable that is constant within every household.",
+        cli={"type": "names", "metavar": "A,B"})
     margin: float = _param(
         1e-5, _real(0, 0.1, low_open=False), "float in [0, 0.1), default 1e-5",
         "Relative margin inside alpha at which the solver works; grown tenfold (at most twice) if "

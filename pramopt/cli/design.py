@@ -70,6 +70,8 @@ def run(args) -> int:
     params = DesignParams.from_options("design", **kw)  # every parameter checked before any work
     out = Path(args.out if args.out is not None else f"design-{name}")
     check_out_dir(out)
+    if params.household is not None:
+        return _households(args, params, spec, data, qi, name, out)
     if data is None:
         # the design only needs the frequency table: count the file in record batches
         # identifying values as the text written, so that a release writes them back exactly
@@ -92,3 +94,28 @@ def run(args) -> int:
         elif not args.quiet:
             print(f"expected figures of {spec.path.name}: all met")
     return code
+
+
+def _households(args, params, spec, data, qi, name, out) -> int:
+    """A household design (``--household``): it needs the records, not only their frequency table."""
+    from ..households.files import save_household_design
+    from ..households.report import from_household
+    from ..io import atomic_dir, read_table, write_text
+    from ..optimize.designer import design
+    from ..report import render_html, render_markdown
+
+    if data is None:  # identifying values as the text written, so that a release writes them back exactly
+        data = read_table(args.data, text=qi, dialect=dialect_of(args))
+    progress = None if args.quiet else Progress()
+    with stage_log(args.quiet):
+        result = design(data, qi, progress=progress, **params.to_dict())
+    title = f"pramopt household design: {name}"
+    extra = {"spec": str(spec.path), "name": spec.name} if spec is not None else {"name": name}
+    rd = from_household(result, title)
+    with atomic_dir(out) as tmp:
+        save_household_design(result, tmp, extra=extra)
+        write_text(render_html(rd), tmp / "report.html")
+        write_text(render_markdown(rd), tmp / "report.md")
+    say(args, result.summary(), f"written to {out}/ (design.json, household_matrix.csv, person_matrix.csv, "
+                                "report.html, report.md)")
+    return 0 if result.success else 1

@@ -39,6 +39,8 @@ def run(args) -> int:
     from ..publish.frame import check_same_table, releasable_table, release
 
     res = load_design(args.design)
+    if getattr(res, "household", None) is not None:
+        return _households(args, res)
     releasable_table(res, "release")  # refuse an unsafe design before reading any data
     check_out_file(args.out)
     if _same_format(args.data, args.out):
@@ -57,4 +59,17 @@ def run(args) -> int:
     changed = int((out[list(res.qi)].astype(str) != df[list(res.qi)].astype(str)).any(axis=1).sum())
     say(args, f"released {len(out)} records to {args.out}: {changed} changed "
               f"(expected {res.expected_changes:.4g}).")
+    return 0
+
+
+def _households(args, res) -> int:
+    """A household design: household-level values drawn once per household (in memory)."""
+    from ..households.release import check_releasable, household_release_file
+
+    check_releasable(res)  # refuse an unsafe design before reading any data
+    check_out_file(args.out)
+    n, changed = household_release_file(args.data, args.out, res, seed=args.seed, dialect=dialect_of(args))
+    say(args, f"released {n} records to {args.out}: {changed} changed (expected {res.expected_changes:.4g}); "
+              f"household-level keys {', '.join(map(str, res.household_keys))} once per household of "
+              f"{res.household!r}.")
     return 0

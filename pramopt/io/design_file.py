@@ -39,6 +39,8 @@ MATRIX_FILE = "matrix.csv"
 #: Format tag of ``design.json``; bumped on incompatible changes.
 FORMAT = "pramopt-design/2"
 _FORMAT_1 = "pramopt-design/1"
+#: Format tag of a household design (:mod:`pramopt.households.files`).
+_HOUSEHOLDS = "pramopt-households/1"
 
 
 def matrix_sha256(P) -> str:
@@ -182,8 +184,17 @@ def load_design(path) -> DesignResult:
                               f"it stops making sense at line {e.lineno}. Write it again with pramopt design.") from None
     except (OSError, ValueError) as e:
         raise DesignFileError(f"Cannot read the design {str(p)!r}: {e}") from None
+    if isinstance(rec, dict) and rec.get("format") == _HOUSEHOLDS:
+        # household-level keys once per household: a HouseholdDesign (pramopt.households)
+        from ..households.files import load_household_design
+        return load_household_design(rec, p)
     if not isinstance(rec, dict) or rec.get("format") not in (FORMAT, _FORMAT_1):
         raise DesignFileError(f"{str(p)!r} is not a pramopt design file (format {FORMAT!r}).")
+    return _from_record(rec, p)
+
+
+def _from_record(rec: dict, p) -> DesignResult:
+    """The :class:`~pramopt.DesignResult` of a design record, its checksums checked."""
     try:
         qi = tuple(rec["qi"])
         cats = tuple(pd.Index([np.nan if v is None else v for v in c]) for c in rec["categories"])

@@ -135,6 +135,10 @@ def design(data, qi=None, alpha: float = DesignParams.alpha, *, progress: Progre
     if params.solver is not None and params.solver != "HIGHS":
         from .backends import known_solvers  # imports cvxpy: only when a cvxpy solver is named
         check_choice(params.solver, "solver", owner, known_solvers())
+    if params.household is not None:
+        # household-level keys once per household, person-level keys per person (pramopt.households)
+        from ..households.designer import design_households
+        return design_households(data, qi, params, design, progress=progress, client=client, owner=owner)
     if isinstance(data, FrequencyTable):
         table = data
     else:

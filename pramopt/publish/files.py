@@ -325,6 +325,12 @@ def release_file(
         cell the design does not have, other counts).  Nothing is written then.
     """
     owner = "release_file"
+    if getattr(result, "household", None) is not None:
+        # a household design: household-level values once per household, in memory
+        from ..households.release import household_release_file
+        n, changed = household_release_file(src, dst, result, seed=seed,
+                                            dialect=csv_dialect(sep, encoding, decimal, owner))
+        return FileRelease(Path(dst), n, changed, 1, "parquet" if Path(dst).suffix.lower() in (".parquet", ".pq") else "csv")
     table = releasable_table(result, owner, allow_unverified)
     batch_size = check_int(batch_size, "batch_size", owner, low=1)
     entropy = seed_entropy(seed, owner)

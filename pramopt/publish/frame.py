@@ -146,6 +146,10 @@ def release(df: pd.DataFrame, result, seed=None, *, allow_unverified: bool = Fal
     allow_unverified : bool
         Release even with a design that failed verification (never do this for publication).
     """
+    if getattr(result, "household", None) is not None:
+        # a household design: household-level values once per household (pramopt.households)
+        from ..households.release import release_households
+        return release_households(df, result, seed=seed)
     table = releasable_table(result, "release", allow_unverified)
     cells = record_cells(df, table, "release")
     if not np.array_equal(np.bincount(cells, minlength=table.n_cells), table.counts):

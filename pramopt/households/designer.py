@@ -1,0 +1,157 @@
+"""Designing a household PRAM: the household part by the designer, the person part by one LP.
+
+1. ``Ph``: :func:`pramopt.design` on the household-level table (records counted), with Π projected
+   onto the household-level keys, at ``alpha_h = f * alpha`` for f along ``HOUSEHOLD_FRACTIONS``.
+   A combination of household keys only has the same left-hand sides at record level as in this
+   table, so it holds at ``alpha_h <= alpha``; the projections of the mixed combinations are a
+   stand-in that leaves room for the person part (a smaller ``alpha_h`` asks less of ``Pp``).
+2. ``Pp``: with ``Ph`` fixed, the fewest expected person changes meeting the full C1 at record level
+   (:mod:`.person`), with the designer's margin.
+3. The record-level matrix ``Ph[h, h'] Pp[p, p']`` is checked by :mod:`pramopt.verify` over every
+   released pair; of the verified candidates the smallest exact loss wins.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+
+from ..errors import InvalidParameterError
+from ..frequency.combinations import resolve_combinations
+from ..frequency.table import FrequencyTable, cells_of
+from ..params import DesignParams
+from ..result import Stage, Status
+from .model import household_codes, household_keys, layout
+from .person import PERSON_MAX_CELLS, solve_person, solve_person_replacement
+from .result import HouseholdDesign, household_loss, record_check
+
+__all__ = ["design_households", "HOUSEHOLD_FRACTIONS"]
+
+#: alpha_h / alpha tried for the household part, largest first.
+HOUSEHOLD_FRACTIONS = (1.0, 0.8, 0.6, 0.45, 0.3, 0.2, 0.1)
+#: Margins inside alpha at which the person LP works (grown when the check fails).
+_MARGINS = (1e-5, 1e-4, 1e-3)
+#: Parameters a household design cannot combine with (each forces structure on one matrix of records).
+_REFUSED = ("fixed", "keep_cells", "workers", "invariant", "epsilon", "k")
+
+
+def _refuse(p: DesignParams, data, client, owner: str) -> pd.DataFrame:
+    if isinstance(data, FrequencyTable) or not isinstance(data, pd.DataFrame):
+        raise InvalidParameterError(
+            f"The 'household' parameter of {owner} needs the microdata as a DataFrame (with the column "
+            f"{p.household!r}), not {type(data).__name__}: a frequency table does not say who lives together.")
+    for name in _REFUSED:
+        if getattr(p, name) not in (None, False, ()):
+            raise InvalidParameterError(
+                f"The 'household' parameter of {owner} cannot be combined with {name}={getattr(p, name)!r} "
+                "(not supported for household designs).")
+    if client is not None:
+        raise InvalidParameterError(f"The 'household' parameter of {owner} cannot be combined with a Dask client.")
+    if p.alpha is None:
+        raise InvalidParameterError(f"The 'household' parameter of {owner} needs alpha (C1); got alpha=None.")
+    return data
+
+
+def _same_cell_pairs(hh: np.ndarray, h_rec: np.ndarray, p_rec: np.ndarray, Kh: int) -> np.ndarray:
+    """Per household cell: ordered pairs of distinct members of one household with the same person cell."""
+    if not hh.size:
+        return np.zeros(Kh)
+    key = pd.MultiIndex.from_arrays([hh, p_rec])
+    c = pd.Series(1, index=key).groupby(level=[0, 1]).sum()
+    pairs = (c * (c - 1)).groupby(level=0).sum()
+    out = np.zeros(Kh)
+    first_h = pd.Series(h_rec).groupby(hh).first()
+    np.add.at(out, first_h.loc[pairs.index].to_numpy(), pairs.to_numpy())
+    return out
+
+
+def design_households(data, qi, params: DesignParams, design, progress=None, client=None,
+                      owner: str = "design") -> HouseholdDesign:
+    """The household design of :func:`pramopt.design` (``household=`` given); ``design`` is that
+    function, used for the household part."""
+    df = _refuse(params, data, client, owner)
+    t0 = time.perf_counter()
+    hkeys, pkeys = household_keys(df, qi, params.household, params.household_keys, owner)
+    lay = layout(df, qi, hkeys, params.domains, params.max_categories, owner)
+    if lay.person_table.n_cells > PERSON_MAX_CELLS:
+        raise InvalidParameterError(
+            f"The person-level keys {list(pkeys)} of the 'household' design have {lay.person_table.n_cells} cells "
+            f"(at most {PERSON_MAX_CELLS}: the person part is dense); coarsen them or name more household_keys.")
+    table = lay.table
+    combos = resolve_combinations(table.qi, params.combination_size, params.combinations, owner)
+    hpos = set(lay.hpos)
+    hcombos = []
+    for pi in combos:
+        c = [table.qi[j] for j in pi if j in hpos]
+        if c and c not in hcombos:
+            hcombos.append(c)
+    rec_cells = cells_of(df[list(table.qi)], table)
+    hh, _ = household_codes(df, params.household, lay.h_of[rec_cells])
+    same = _same_cell_pairs(hh, lay.h_of[rec_cells], lay.p_of[rec_cells], lay.household_table.n_cells)
+    stages = [Stage("households", time.perf_counter() - t0, 0,
+                    f"{int(hh.max()) + 1} households; household-level {list(hkeys)}, person-level {list(pkeys)}")]
+    base = params.to_dict()
+    for name in ("household", "household_keys", "alpha", "combinations", "combination_size", "domains"):
+        base.pop(name)
+    alpha = float(params.alpha)
+    floor = max(0.51, params.min_diagonal or 0.0)
+    fractions = HOUSEHOLD_FRACTIONS if lay.ppos else (1.0,)
+    keep = params.missing == "keep"
+    best, tried, last, seen = None, {}, None, []
+    for frac in fractions:
+        a_h = alpha * frac
+        t1 = time.perf_counter()
+        rh = design(lay.household_table, alpha=a_h, combinations=hcombos, progress=progress, **base)
+        stages.append(Stage(f"households@{frac:g}", time.perf_counter() - t1, 0,
+                            f"household part at alpha {a_h:.4g}: {rh.status.value}, loss {rh.loss:.4g}"))
+        if not rh.success:
+            last = rh
+            break  # a smaller alpha_h is harder still
+        if any((abs(rh.matrix - m) > 0).nnz == 0 for m in seen):
+            continue  # the same household part (P = I already meets the smaller alpha): nothing new
+        seen.append(rh.matrix)
+        for kind in ("general", "replacement"):
+            for margin in _MARGINS:
+                t1 = time.perf_counter()
+                a_s = alpha * (1 - margin)
+                Pp = (solve_person(lay, rh.matrix, combos, a_s, floor, keep) if kind == "general" else
+                      solve_person_replacement(lay, rh.matrix, combos, a_s, max(1e-3, params.min_diagonal or 0.0), keep))
+                name = f"person {kind}@{frac:g}"
+                if Pp is None:
+                    stages.append(Stage(name, time.perf_counter() - t1, 0, "infeasible"))
+                    break
+                rep, R, cols = record_check(lay, rh.matrix, Pp, combos)
+                if rep.max_risk <= alpha:
+                    loss, indep = household_loss(lay, rh.matrix, Pp, same)
+                    tried[f"{kind}@{frac:g}"] = loss
+                    stages.append(Stage(name, time.perf_counter() - t1, 0, f"record-level max risk {rep.max_risk:.6g} "
+                                        f"at margin {margin:g}, loss {loss:.4g}"))
+                    if best is None or loss < best[0]:
+                        best = (loss, indep, frac, rh, Pp, rep, R.shape[1], kind)
+                    break
+                stages.append(Stage(name, time.perf_counter() - t1, 0,
+                                    f"record-level max risk {rep.max_risk:.6g} > alpha at margin {margin:g}"))
+    hd = dict(households=int(hh.max()) + 1, tried_fractions=tried)
+    out = dict(household=params.household, alpha=alpha, combinations=tuple(tuple(table.qi[j] for j in c) for c in combos),
+               params=params.to_dict(), layout=lay, stages=stages)
+    if best is None:
+        rh = last if last is not None else rh
+        why = (f"the household part failed at alpha {rh.alpha:g} ({rh.message})" if not rh.success else
+               "no person part met C1 at record level with any household part tried")
+        return HouseholdDesign(household_design=rh, person_matrix=np.eye(lay.person_table.n_cells),
+                               status=Status.INFEASIBLE, message=f"No household design found: {why}.",
+                               max_risk=float("nan"), loss=float("nan"), expected_changes=float("nan"),
+                               alpha_household=rh.alpha, details=hd, **out)
+    loss, indep, frac, rh, Pp, rep, kr, kind = best
+    Ph = rh.matrix
+    diag = Ph.diagonal()[lay.h_of] * Pp.diagonal()[lay.p_of]
+    changes = float(table.counts @ (1.0 - diag))
+    status = Status.SUCCESS if rep.max_risk <= alpha and rh.success else Status.UNVERIFIED
+    msg = (f"Household-level keys drawn once per household (household part at alpha_h = {frac:g} alpha), "
+           f"person-level keys per person ({kind} person matrix; tried: "
+           f"{', '.join(f'{k} loss {v:.4g}' for k, v in tried.items())}); full C1 verified on the record-level matrix.")
+    hd.update(loss_independent=indep, released_cells=kr, fraction=frac, person_structure=kind)
+    return HouseholdDesign(household_design=rh, person_matrix=Pp, status=status, message=msg,
+                           max_risk=float(rep.max_risk), loss=loss, expected_changes=changes,
+                           alpha_household=alpha * frac, details=hd, **out)

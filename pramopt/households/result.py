@@ -1,0 +1,188 @@
+"""The result of a household design, its record-level check and its loss."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..frequency.table import FrequencyTable
+from ..result import DesignResult, Status, frozen_matrix, frozen_value
+from ..verify import C1Report, c1_risk
+from .model import Layout, record_matrix, released_codes, split
+
+__all__ = ["HouseholdDesign", "record_check", "household_loss", "inverse_row_norms"]
+
+
+def record_check(lay: Layout, Ph, Pp, combos) -> tuple[C1Report, sp.csr_array, np.ndarray]:
+    """The full C1 of the record-level matrix, by the independent verifier.
+
+    Every present record cell m, every π of Π and every released value k0 of π over the released
+    pairs ``(h', p')`` (present or not) is checked: the left-hand side of C1 is the same formula as
+    for a person-level design (:func:`pramopt.verify.c1_risk`), applied to the marginal law of each
+    record.  Returns the report, the matrix and its column codes.
+    """
+    R, pairs = record_matrix(Ph, Pp, lay.h_of, lay.p_of)
+    cols = released_codes(lay, pairs)
+    return c1_risk(R, lay.table.codes, lay.table.counts, combos, col_codes=cols), R, cols
+
+
+def inverse_row_norms(P) -> np.ndarray:
+    """Squared 2-norm of every row of ``P^-1`` (dense: the household and person parts are small)."""
+    return np.sum(np.linalg.inv(sp.csr_array(P).toarray()) ** 2, axis=1)
+
+
+def household_loss(lay: Layout, Ph, Pp, same_pairs: np.ndarray) -> tuple[float, float]:
+    """Exact L2 loss of the unbiased estimator over the released pairs, with and without the
+    correlation inside households.
+
+    Over the pairs ``(h, p)`` the record-level matrix is ``Ph ⊗ Pp``, whose inverse is
+    ``Ph^-1 ⊗ Pp^-1``: row ``(h', p')`` has squared norm ``nh(h') np(p')``.  With records released
+    independently the loss is Cator et al.'s ``(1/n^2) sum_k ||row_k(P^-1)||^2 (U0^T P)_k - 1/n``.
+    Members of one household share their household draw: for two members i != j of a household of
+    cell h, ``E<row_{k_i}(P^-1), row_{k_j}(P^-1)> = (Ph nh)(h) [p_i = p_j]`` where independence
+    gives ``[p_i = p_j]``; so the loss grows by ``(1/n^2) sum_h same_pairs[h] ((Ph nh)(h) - 1)``,
+    ``same_pairs[h]`` being the ordered pairs of distinct members of one household of cell h with the
+    same person cell.  Returns ``(loss, loss_if_independent)``.
+    """
+    t = lay.table
+    nh, npp = inverse_row_norms(Ph), inverse_row_norms(Pp)
+    R, pairs = record_matrix(Ph, Pp, lay.h_of, lay.p_of)
+    n = float(t.n)
+    released = t.counts.astype(float) @ R
+    indep = float(released @ (nh[pairs[:, 0]] * npp[pairs[:, 1]]) / n**2 - 1.0 / n)
+    extra = float(np.asarray(same_pairs, dtype=float) @ (sp.csr_array(Ph) @ nh - 1.0)) / n**2
+    return indep + extra, indep
+
+
+@dataclass(frozen=True)
+class HouseholdDesign:
+    """A design that releases household-level keys once per household (:func:`pramopt.design`
+    with ``household=``).
+
+    Attributes
+    ----------
+    household_design : DesignResult
+        ``Ph`` on the household-level cells (records counted), designed at ``alpha_household`` over
+        the household part of each combination of Π.
+    person_matrix : scipy.sparse.csr_array of shape (Kp, Kp), read-only
+        ``Pp`` on the person-level cells, drawn per person.
+    layout : Layout
+        The record, household and person tables and how the record cells split into them.
+    household : str
+        The column of household identifiers.
+    status : Status
+        SUCCESS only when the record-level matrix ``Ph[h, h'] Pp[p, p']`` meets the full C1 with
+        ``max_risk <= alpha`` (checked by :mod:`pramopt.verify` over every released pair) and the
+        household design succeeded.
+    max_risk : float
+        The record-level check's largest left-hand side of C1.
+    loss : float
+        Exact L2 loss of the unbiased estimator over the released pairs, counting the correlation
+        of the members of one household (:func:`household_loss`); ``details["loss_independent"]``
+        is the same without it.
+    expected_changes : float
+        Expected number of records with some identifying value changed.
+    """
+
+    household_design: DesignResult
+    person_matrix: sp.csr_array
+    layout: Layout = field(repr=False)
+    household: str
+    status: Status
+    message: str
+    alpha: float
+    combinations: tuple
+    max_risk: float
+    loss: float
+    expected_changes: float
+    alpha_household: float
+    stages: tuple = ()
+    params: Mapping = field(default_factory=lambda: MappingProxyType({}))
+    details: Mapping = field(default_factory=lambda: MappingProxyType({}))
+    method: str = "optimal-households"
+
+    def __post_init__(self):
+        object.__setattr__(self, "person_matrix", frozen_matrix(self.person_matrix))
+        object.__setattr__(self, "params", frozen_value(dict(self.params)))
+        object.__setattr__(self, "details", frozen_value(dict(self.details)))
+        object.__setattr__(self, "stages", tuple(self.stages))
+
+    @property
+    def success(self) -> bool:
+        return self.status is Status.SUCCESS
+
+    @property
+    def table(self) -> FrequencyTable:
+        return self.layout.table
+
+    @property
+    def qi(self) -> tuple:
+        return tuple(self.layout.table.qi)
+
+    @property
+    def n(self) -> int:
+        return self.layout.table.n
+
+    @property
+    def household_keys(self) -> tuple:
+        return self.layout.household_keys
+
+    @property
+    def person_keys(self) -> tuple:
+        return self.layout.person_keys
+
+    @property
+    def household_matrix(self):
+        return self.household_design.matrix
+
+    @property
+    def combination_indices(self) -> tuple:
+        qi = list(self.qi)
+        return tuple(tuple(qi.index(v) for v in c) for c in self.combinations)
+
+    def record_matrix(self) -> tuple[sp.csr_array, np.ndarray]:
+        """The record-level matrix (present cells x released cells) and the released cells' codes."""
+        R, pairs = record_matrix(self.household_matrix, self.person_matrix, self.layout.h_of, self.layout.p_of)
+        return R, released_codes(self.layout, pairs)
+
+    def check(self) -> C1Report:
+        """The full C1 of the record-level matrix, computed again."""
+        return record_check(self.layout, self.household_matrix, self.person_matrix, self.combination_indices)[0]
+
+    def figures(self) -> dict[str, Any]:
+        return {"max_risk": self.max_risk, "loss": self.loss, "expected_changes": self.expected_changes,
+                "n": self.n, "cells": self.table.n_cells}
+
+    def summary(self) -> str:
+        lay = self.layout
+        lines = [
+            f"pramopt household design: {self.status.value}" + ("" if self.success else " (NOT SAFE TO RELEASE)"),
+            f"  {self.message}",
+            f"  records n = {self.n}, households = {self.details.get('households')}, cells K = {self.table.n_cells}",
+            f"  household-level keys (once per household of {self.household!r}) = {', '.join(map(str, lay.household_keys))}"
+            f" ({lay.household_table.n_cells} cells)",
+            f"  person-level keys = {', '.join(map(str, lay.person_keys)) or '-'} ({lay.person_table.n_cells} cells)",
+            f"  combinations |Pi| = {len(self.combinations)}, alpha = {self.alpha:g} (household part designed at "
+            f"{self.alpha_household:.4g})",
+            f"  max C1 risk      = {self.max_risk:.6g}  (bound {self.alpha:g}, record level: all m, pi, k0 over "
+            f"{self.details.get('released_cells')} released cells checked)",
+            f"  exact L2 loss    = {self.loss:.6g}  ({self.details.get('loss_independent', float('nan')):.6g} "
+            "if records were released independently)",
+            f"  expected changes = {self.expected_changes:.4g} of {self.n} records",
+        ]
+        for s in self.stages:
+            lines.append(f"  stage {s.name:<10} {s.seconds:8.2f} s  {s.iterations:4d} it  {s.detail}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:  # pragma: no cover - convenience
+        return self.summary()
+
+
+def rebuild_layout(table: FrequencyTable, household_table: FrequencyTable, person_table: FrequencyTable,
+                   hkeys) -> Layout:
+    """The layout of a design read back from a file."""
+    return split(table, hkeys, household_table, person_table)
