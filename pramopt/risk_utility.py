@@ -356,6 +356,11 @@ def frontier(data, qi=None, alphas=DEFAULT_ALPHAS, *, baselines="auto", seed: in
             f"got alpha={design_options['alpha']!r}.")
     alphas = check_alphas(alphas, owner)
     params = DesignParams.from_options(owner, alpha=alphas[0], **design_options)  # every option checked first
+    if params.household is not None:
+        # a household design is two matrices over other tables than the baselines' one
+        raise InvalidParameterError(
+            f"The 'household' parameter of design is not supported by {owner}; got household={params.household!r}. "
+            "Design each alpha with pramopt.design(..., household=...) instead.")
     if progress is not None and not callable(progress):
         fail("progress", owner, "a callable or None", progress)
     seed = check_int(seed, "seed", owner, low=0)

@@ -152,6 +152,7 @@ def test_bad_alphas_are_refused_naming_alphas(example, alphas, monkeypatch):
 @pytest.mark.parametrize("kw, needle", [
     ({"alpha": 0.1}, "alphas=\\[...\\]"), ({"gamma": 2.0}, "'gamma'"), ({"baselines": "bogus"}, "'baselines'"),
     ({"baselines": ["ifpr", "ifpr"]}, "'baselines'"), ({"bogus": 1}, "unknown parameters"),
+    ({"household": "v1"}, "'household' parameter of design is not supported by frontier"),
 ])
 def test_bad_options_are_refused_before_any_design(example, kw, needle, monkeypatch):
     import pramopt.risk_utility as ru

@@ -167,6 +167,8 @@ def test_errors_name_the_parameter(data):
         pramopt.design(pramopt.frequency_table(data, QI), QI, household="hid")
     with pytest.raises(InvalidParameterError, match="cannot be combined with fixed"):
         pramopt.design(data, QI, household="hid", fixed=["region"])
+    with pytest.raises(InvalidParameterError, match="cannot be combined with max_changed_variables=1"):
+        pramopt.design(data, QI, household="hid", max_changed_variables=1)
     with pytest.raises(InvalidParameterError, match="none of the identifying variables"):
         pramopt.design(data, ["relat", "sex"], household="hid")
 
