@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from .errors import InvalidParameterError
 
-__all__ = ["CsvDialect", "DEFAULT_DIALECT", "csv_dialect"]
+__all__ = ["CsvDialect", "DEFAULT_DIALECT", "csv_dialect", "line_end"]
 
 
 @dataclass(frozen=True)
@@ -55,3 +55,12 @@ def csv_dialect(sep: str | None = None, encoding: str | None = None, decimal: st
             f"The 'encoding' parameter of {owner} must name a text encoding (utf-8, latin-1, cp1252, ...); "
             f"got {encoding!r}.") from None
     return CsvDialect(sep=sep, encoding=encoding, decimal=decimal)
+
+
+def line_end(path) -> str:
+    """The line end of a CSV file, ``"\\r\\n"`` or ``"\\n"``, as its first line ends (a release is
+    written with the source's line ends, so that its unchanged lines compare equal to the source's)."""
+    with open(path, "rb") as fh:
+        head = fh.read(1 << 20)
+    i = head.find(b"\n")
+    return "\r\n" if i > 0 and head[i - 1:i] == b"\r" else "\n"

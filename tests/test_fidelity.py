@@ -286,3 +286,117 @@ def test_rounded_matrix_is_refused_or_renormalised_on_request(roof):
     code, _, err = run_main("assess", "--matrix", tmp / "rounded.csv", "--data", tmp / "d.csv", "--qi", "roof",
                             "--renormalize", "1e-6")
     assert code == 2 and "rows summing to 1" in err
+
+
+# --- a file as an office exports it, through every command ----------------------------------
+
+def _office_file(path, households: bool = False):
+    """';' between fields, Latin-1, CRLF line ends, decimal commas, leading zeros, quoted fields,
+    empty fields in non-key columns; household-level region (two rare ones), person-level sex."""
+    rng = np.random.default_rng(5)
+    lines = ["hid;region;sex;revenu;numero;enfants;note"]
+    for h in range(400):
+        reg = rng.choice(["01", "02", "03", "10"], p=[.5, .3, .195, .005])
+        for p in range(int(rng.integers(1, 4))):
+            note = rng.choice(["", "né à Zürich", '"dit ""non"""', '"a; b"'])
+            kids = "" if rng.random() < 0.1 else str(rng.integers(0, 5))
+            lines.append(f"H{h:04d};{reg};{rng.choice(['F', 'M'])};{rng.random() * 1000:.2f};{p + 1:03d};{kids};"
+                         f"{note}".replace(".", ","))
+    path.write_bytes(("\r\n".join(lines) + "\r\n").encode("latin-1"))
+    return ["--sep", ";", "--encoding", "latin-1", "--decimal", ","]
+
+
+def _fields_after_keys(path, nkeys_end=3):
+    """Per line: the raw text of the first field and of everything after the key fields."""
+    lines = path.read_bytes().decode("latin-1").split("\r\n")
+    return [(ln.split(";", nkeys_end)[0], ln.split(";", nkeys_end)[nkeys_end:]) for ln in lines]
+
+
+def test_household_release_keeps_every_other_field_as_written(tmp_path):
+    # a household design released from the command line: the non-identifying fields byte for byte
+    # ('001' stays '001', '12,50' stays '12,50', an empty count stays empty), in the source's
+    # separator, encoding and line ends; household members identical on the household key
+    dialect = _office_file(tmp_path / "d.csv")
+    code, _, err = run_main("design", "--data", tmp_path / "d.csv", "--qi", "region,sex", "--household", "hid",
+                            "--alpha", "0.3", "--out", tmp_path / "des", "-q", *dialect)
+    assert code == 0, err
+    code, _, err = run_main("release", "--design", tmp_path / "des", "--data", tmp_path / "d.csv",
+                            "--out", tmp_path / "r.csv", "--seed", "2", "-q", *dialect)
+    assert code == 0, err
+    src, out = (tmp_path / "d.csv").read_bytes(), (tmp_path / "r.csv").read_bytes()
+    assert out.count(b"\r\n") == src.count(b"\r\n") == src.count(b"\n")
+    assert _fields_after_keys(tmp_path / "d.csv") == _fields_after_keys(tmp_path / "r.csv")
+    rows = [ln.split(";") for ln in out.decode("latin-1").split("\r\n")[1:-1]]
+    assert {r[1] for r in rows} <= {"01", "02", "03", "10"} and {r[2] for r in rows} == {"F", "M"}
+    by_hh = pd.DataFrame([r[:2] for r in rows], columns=["hid", "region"]).groupby("hid")["region"].nunique()
+    assert (by_hh == 1).all()
+
+
+def test_release_keeps_the_sources_line_ends(zeros):
+    df = pd.read_csv(zeros / "d.csv", dtype=str, keep_default_na=False)
+    df.to_csv(zeros / "crlf.csv", index=False, lineterminator="\r\n")
+    code, _, err = run_main("design", "--data", zeros / "crlf.csv", "--qi", "region,sex,age", "--alpha", "0.2",
+                            "--out", zeros / "des", "-q")
+    assert code == 0, err
+    rel = pramopt.release_file(zeros / "crlf.csv", zeros / "r.csv", pramopt.load_design(zeros / "des"), seed=1)
+    assert rel.changed > 0
+    src, out = (zeros / "crlf.csv").read_bytes(), (zeros / "r.csv").read_bytes()
+    assert out.count(b"\r\n") == out.count(b"\n") == src.count(b"\r\n")
+    same = [a == b for a, b in zip(src.split(b"\r\n"), out.split(b"\r\n"))]
+    assert len(same) - sum(same) == rel.changed  # every other line byte for byte
+
+
+def test_unwritable_out_is_refused_before_any_work_naming_the_flag(zeros, tmp_path):
+    # a folder that exists but where no file can be created, even by root: /proc
+    import os
+    if not os.path.isdir("/proc") or os.access("/proc", os.W_OK) is False:
+        pytest.skip("needs Linux's /proc (a folder nobody can create files in)")
+    d = zeros / "d.csv"
+    code, out, err = run_main("design", "--data", d, "--qi", "region,sex,age", "--alpha", "0.2",
+                              "--out", "/proc/pramopt-test")
+    assert code == 2 and "--out" in err and "not writable" in err and "Errno" not in err, err
+    assert out == ""  # refused before the design, so no summary
+    assert run_main("design", "--data", d, "--qi", "region,sex,age", "--alpha", "0.2", "--out", tmp_path / "des",
+                    "-q")[0] == 0
+    for cmd in (["release", "--design", tmp_path / "des", "--data", d, "--out", "/proc/r.csv"],
+                ["estimate", "--design", tmp_path / "des", "--data", d, "--out", "/proc/e.csv"],
+                ["assess", "--matrix", tmp_path / "des", "--data", d, "--qi", "region,sex,age",
+                 "--out", "/proc/a"]):
+        code, _, err = run_main(*cmd)
+        assert code == 2 and "--out" in err and "not writable" in err, (cmd[0], err)
+
+
+def test_estimate_is_written_in_the_data_dialect(tmp_path):
+    # estimates of a ';'/Latin-1/decimal-comma file open in the same spreadsheet settings as the file
+    dialect = _office_file(tmp_path / "d.csv")
+    assert run_main("design", "--data", tmp_path / "d.csv", "--qi", "region,sex", "--alpha", "0.3",
+                    "--out", tmp_path / "des", "-q", *dialect)[0] == 0
+    code, _, err = run_main("estimate", "--design", tmp_path / "des", "--data", tmp_path / "d.csv",
+                            "--out", tmp_path / "e.csv", *dialect)
+    assert code == 0, err
+    est = pd.read_csv(tmp_path / "e.csv", sep=";", decimal=",", encoding="latin-1", dtype={"region": str})
+    assert list(est.columns) == ["region", "sex", "observed", "estimate", "se"]
+    src = pd.read_csv(tmp_path / "d.csv", sep=";", encoding="latin-1", dtype=str)
+    counts = src.groupby(["region", "sex"]).size()
+    got = est.set_index(["region", "sex"])["observed"]
+    assert got.to_dict() == pytest.approx(counts.astype(float).to_dict())
+    assert b"," in (tmp_path / "e.csv").read_bytes().split(b"\n")[1]  # decimal commas
+
+
+def test_wrong_separator_or_encoding_is_named_with_the_flag(tmp_path):
+    _office_file(tmp_path / "d.csv")
+    code, _, err = run_main("design", "--data", tmp_path / "d.csv", "--qi", "region,sex", "--encoding", "latin-1",
+                            "--out", tmp_path / "x")
+    assert code == 2 and "--sep ';'" in err, err
+    code, _, err = run_main("design", "--data", tmp_path / "d.csv", "--qi", "region,sex", "--sep", "\\t",
+                            "--encoding", "latin-1", "--out", tmp_path / "x")
+    assert code == 2 and "--sep ';'" in err, err
+    code, _, err = run_main("design", "--data", tmp_path / "d.csv", "--qi", "region,note", "--sep", ";",
+                            "--out", tmp_path / "x")
+    assert code == 2 and "--encoding latin-1" in err and "not valid utf-8" in err, err
+    assert run_main("design", "--data", tmp_path / "d.csv", "--qi", "region,sex", "--sep", ";", "--encoding",
+                    "latin-1", "--alpha", "0.3", "--out", tmp_path / "x", "-q")[0] == 0
+    code, _, err = run_main("release", "--design", tmp_path / "x", "--data", tmp_path / "d.csv", "--sep", ";",
+                            "--out", tmp_path / "r.csv")  # the accents are in a column the design never read
+    assert code == 2 and "--encoding latin-1" in err, err
+    assert not (tmp_path / "r.csv").exists()

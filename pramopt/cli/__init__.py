@@ -55,7 +55,10 @@ def main(argv=None) -> int:
         print(f"{PROG}: interrupted; nothing was written.", file=sys.stderr)
         return 130
     except (PramoptError, OSError) as e:
-        print(f"{PROG} {args.command}: error: {_in_flags(str(e), parser, args)}", file=sys.stderr)
+        msg, hint = _in_flags(str(e), parser, args), _dialect_hint(str(e), args)
+        if hint:
+            msg = msg.rstrip() + ("" if msg.rstrip().endswith((".", "?", ")")) else ".") + hint
+        print(f"{PROG} {args.command}: error: {msg}", file=sys.stderr)
         return 2
 
 
@@ -75,7 +78,47 @@ def _in_flags(message: str, parser: argparse.ArgumentParser, args) -> str:
         name = m.group(1)
         f = _FLAG_OF.get(name) if _FLAG_OF.get(name) in flags.values() else flags.get(name)
         return f"{f}" if f else m.group(0)
-    return re.sub(r"[Tt]he '(\w+)' parameter of \w+", flag, message)
+    message = re.sub(r"[Tt]he '(\w+)' parameter of \w+", flag, message)
+    # "missing='category'" is "--missing category" here (only a flag's own choices are rewritten)
+    choices = {a.dest: (a.option_strings[0], a.choices) for a in sub._actions if a.option_strings and a.choices}
+
+    def option(m):
+        f, allowed = choices.get(m.group(1), (None, ()))
+        return f"{f} {m.group(2)}" if f and m.group(2) in allowed else m.group(0)
+    return re.sub(r"\b(\w+)='([\w.-]+)'", option, message)
+
+
+#: Separators a CSV file is commonly written with, in the order a tie is broken.
+_SEPARATORS = (",", ";", "\t", "|")
+
+
+def _dialect_hint(message: str, args) -> str:
+    """A sentence naming --sep or --encoding when a CSV data file was read with the wrong one
+    (the reader's own message speaks of columns or bytes, not of the flag that fixes it)."""
+    path = getattr(args, "data", None)
+    if not isinstance(path, str) or not path.lower().endswith(".csv"):
+        return ""
+    enc = (getattr(args, "encoding", None) or "utf-8").lower().replace("_", "-")
+    if enc in ("utf-8", "utf8") and ("UTF8" in message or "utf-8" in message.lower()) and "decode" in message.lower() \
+            or "invalid UTF8" in message:
+        return (" The file is not valid utf-8 (the default --encoding): a file exported on Windows or by older "
+                "software is often --encoding latin-1 or cp1252.")
+    if not ("Cannot read" in message or "must name columns" in message):
+        return ""
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline(1 << 16).decode(enc, errors="replace")
+    except (OSError, LookupError):
+        return ""
+    sep = getattr(args, "sep", None) or ","
+    sep = "\t" if sep == "\\t" else sep
+    counts = {c: first.count(c) for c in _SEPARATORS}
+    best = max(_SEPARATORS, key=lambda c: counts[c])
+    if counts.get(sep, first.count(sep)) or not counts[best]:
+        return ""
+    shown = "\\t" if best == "\t" else best
+    return (f" The file's first line has no {sep!r} but {counts[best]} {best!r}: "
+            f"is it separated by {best!r} (--sep '{shown}')?")
 
 
 if __name__ == "__main__":  # pragma: no cover

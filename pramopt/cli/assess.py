@@ -52,7 +52,7 @@ def run(args) -> int:
     from ..risk.assessment import _cell_codes, assess
 
     if args.out is not None:
-        check_out_dir(Path(args.out))
+        check_out_dir(Path(args.out), flag="--out")
     per_variable = _per_variable_files(args)
     df = read_table(args.data, text=args.qi, dialect=dialect_of(args))  # identifying values as written
     if per_variable is not None:

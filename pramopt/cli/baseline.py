@@ -36,7 +36,7 @@ def add_parser(sub):
 def run(args) -> int:
     from ..baselines import baseline
 
-    check_out_dir(Path(args.out))
+    check_out_dir(Path(args.out), flag="--out")
     df = read_table(args.data, text=args.qi, dialect=dialect_of(args))  # identifying values as written
     family = FAMILY[args.family]
     options = {"per_attribute": args.per_attribute} if family == "rr" else (

@@ -69,7 +69,7 @@ def run(args) -> int:
     kw.update(given)
     params = DesignParams.from_options("design", **kw)  # every parameter checked before any work
     out = Path(args.out if args.out is not None else f"design-{name}")
-    check_out_dir(out)
+    check_out_dir(out, flag="--out" if args.out is not None else None)
     if params.household is not None:
         return _households(args, params, spec, data, qi, name, out)
     if data is None:

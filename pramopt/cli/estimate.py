@@ -24,7 +24,8 @@ def add_parser(sub):
     p.add_argument("--by", type=csv_list, default=None, metavar="A,B", help="non-identifying columns to cross with")
     p.add_argument("--nonnegative", action="store_true",
                    help="project the estimates onto counts >= 0 with the same total")
-    p.add_argument("--out", metavar="FILE", default=None, help=".csv, .parquet or .pq (default: CSV on stdout)")
+    p.add_argument("--out", metavar="FILE", default=None,
+                   help=".csv (in the data's --sep, --encoding, --decimal), .parquet or .pq (default: CSV on stdout)")
     p.set_defaults(func=run)
     return p
 
@@ -34,11 +35,13 @@ def run(args) -> int:
 
     res = load_design(args.design)
     if args.out is not None:
-        check_out_file(args.out)
-    df = read_table(args.data, text=text_keys(res), dialect=dialect_of(args))
+        check_out_file(args.out, flag="--out")
+    dialect = dialect_of(args)
+    df = read_table(args.data, text=text_keys(res), dialect=dialect)
     est = estimate(df, res, by=args.by, nonnegative=args.nonnegative)
+    # a CSV in the data's dialect, so that it opens with the same settings as the data
     if args.out is None:
-        sys.stdout.write(est.to_csv(index=False))
+        sys.stdout.write(est.to_csv(index=False, sep=dialect.sep, decimal=dialect.decimal))
     else:
-        write_table(est, args.out)
+        write_table(est, args.out, dialect=dialect)
     return 0

@@ -103,7 +103,7 @@ def run(args) -> int:
     kw.update(given)
     params = DesignParams.from_options("frontier", alpha=alphas[0], **kw)  # every option checked first
     out = Path(args.out if args.out is not None else f"frontier-{name}")
-    check_out_dir(out, marker=FILES[0])  # the folder, before any counting or solving
+    check_out_dir(out, marker=FILES[0], flag="--out" if args.out is not None else None)  # the folder, before any counting or solving
     if data is None:
         data = count_table(args.data, qi, owner="frontier", domains=params.domains,
                            max_categories=params.max_categories, keys_as_text=True, dialect=dialect_of(args))

@@ -42,7 +42,7 @@ def run(args) -> int:
     if getattr(res, "household", None) is not None:
         return _households(args, res)
     releasable_table(res, "release")  # refuse an unsafe design before reading any data
-    check_out_file(args.out)
+    check_out_file(args.out, flag="--out")
     if _same_format(args.data, args.out):
         # stream the file in record batches: checked against the design in the same pass
         from ..publish.files import release_file
@@ -64,11 +64,22 @@ def run(args) -> int:
 
 def _households(args, res) -> int:
     """A household design: household-level values drawn once per household (in memory)."""
-    from ..households.release import check_releasable, household_release_file
+    from ..households.release import check_releasable
+    from ..publish.files import release_file
 
     check_releasable(res)  # refuse an unsafe design before reading any data
-    check_out_file(args.out)
-    n, changed = household_release_file(args.data, args.out, res, seed=args.seed, dialect=dialect_of(args))
+    check_out_file(args.out, flag="--out")
+    d = dialect_of(args)
+    if _same_format(args.data, args.out):  # every non-identifying field written back as read
+        rel = release_file(args.data, args.out, res, seed=args.seed, sep=d.sep, encoding=d.encoding,
+                           decimal=d.decimal)
+        n, changed = rel.n, rel.changed
+    else:  # CSV to Parquet or back: with pandas' types
+        from ..households.release import release_households
+        df = read_table(args.data, text=text_keys(res), dialect=d)
+        out = release_households(df, res, seed=args.seed)
+        write_table(out, args.out)
+        n, changed = len(out), int((out[list(res.qi)].astype(str) != df[list(res.qi)].astype(str)).any(axis=1).sum())
     say(args, f"released {n} records to {args.out}: {changed} changed (expected {res.expected_changes:.4g}); "
               f"household-level keys {', '.join(map(str, res.household_keys))} once per household of "
               f"{res.household!r}.")

@@ -31,16 +31,36 @@ def _temp_name(p: Path, suffix: str) -> Path:
     return _parent(p) / f".{p.name}.{secrets.token_hex(6)}{suffix}"
 
 
+def _not_writable(folder: Path) -> str | None:
+    """Why no file can be created in ``folder`` (None when one can).
+
+    Tried for real (a temporary file created and removed), because permissions do not tell:
+    root passes every ``os.access`` check, and read-only or special file systems refuse anyway.
+    """
+    if not os.access(folder, os.W_OK):
+        return f"the folder {str(folder)!r} is not writable"
+    probe = folder / f".pramopt-probe.{secrets.token_hex(6)}"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    except OSError as e:
+        return f"the folder {str(folder)!r} is not writable ({e.strerror or type(e).__name__})"
+    with contextlib.suppress(OSError):
+        os.unlink(probe)
+    return None
+
+
 def check_out_file(path, kinds=(".csv",) + PARQUET_SUFFIXES, param: str | None = None,
-                   owner: str | None = None) -> Path:
-    """Fail early (before any long work) on an output file that cannot be written."""
+                   owner: str | None = None, flag: str | None = None) -> Path:
+    """Fail early (before any long work) on an output file that cannot be written (``flag``: the
+    command-line option that named it, for the message)."""
     p = Path(path)
+    name = f"{flag} {str(p)!r}" if flag else repr(str(p))
     where = f"The {param!r} parameter of {owner} must be" if param and owner else None
 
     def bad(allowed: str, why: str):
         if where:
             raise InvalidParameterError(f"{where} {allowed}; got {str(p)!r} ({why}).")
-        raise InvalidParameterError(f"Cannot write {str(p)!r}: {why}.")
+        raise InvalidParameterError(f"Cannot write {name}: {why}.")
 
     if p.suffix.lower() not in kinds:
         bad(f"a file name ending in {', '.join(kinds)}", f"the file name must end in {', '.join(kinds)}")
@@ -49,27 +69,31 @@ def check_out_file(path, kinds=(".csv",) + PARQUET_SUFFIXES, param: str | None =
         bad("a file in an existing folder", f"the folder {str(folder)!r} does not exist")
     if p.is_dir():
         bad("a file name, not a folder", "it is a folder")
-    if not os.access(folder, os.W_OK):
-        bad("a file in a writable folder", f"the folder {str(folder)!r} is not writable")
+    why = _not_writable(folder)
+    if why:
+        bad("a file in a writable folder", why)
     return p
 
 
-def check_out_dir(path, marker: str = DESIGN_FILE) -> Path:
+def check_out_dir(path, marker: str = DESIGN_FILE, flag: str | None = None) -> Path:
     """Fail early on an output folder that cannot be written or holds something else than a design
-    (a folder with ``marker`` in it: ``design.json``, or ``frontier.csv`` for a frontier)."""
+    (a folder with ``marker`` in it: ``design.json``, or ``frontier.csv`` for a frontier); ``flag``:
+    the command-line option that named it, for the message."""
     p = Path(path)
+    name = f"{flag} {str(p)!r}" if flag else repr(str(p))
     parent = _parent(p)
     if not parent.is_dir():
-        raise InvalidParameterError(f"Cannot write {str(p)!r}: the folder {str(parent)!r} does not exist.")
-    if not os.access(parent, os.W_OK):
-        raise InvalidParameterError(f"Cannot write {str(p)!r}: the folder {str(parent)!r} is not writable.")
+        raise InvalidParameterError(f"Cannot write {name}: the folder {str(parent)!r} does not exist.")
+    why = _not_writable(parent)
+    if why:
+        raise InvalidParameterError(f"Cannot write {name}: {why}.")
     if p.exists():
         if not p.is_dir():
-            raise InvalidParameterError(f"Cannot write the folder {str(p)!r}: a file of that name exists.")
+            raise InvalidParameterError(f"Cannot write the folder {name}: a file of that name exists.")
         if any(p.iterdir()) and not (p / marker).is_file():
             what = "design" if marker == DESIGN_FILE else Path(marker).stem
             raise InvalidParameterError(
-                f"Refusing to replace {str(p)!r}: it is not a {what} folder (not empty, and no {marker}).")
+                f"Refusing to replace {name}: it is not a {what} folder (not empty, and no {marker}).")
     return p
 
 

@@ -41,12 +41,13 @@ def read_table(path, param: str | None = None, owner: str | None = None, text=()
         raise InvalidParameterError(f"Cannot read {str(p)!r}: {first}") from None
 
 
-def write_table(df: pd.DataFrame, path) -> Path:
-    """Write ``df`` as CSV or Parquet (by extension), atomically."""
+def write_table(df: pd.DataFrame, path, dialect: CsvDialect = DEFAULT_DIALECT) -> Path:
+    """Write ``df`` as CSV (in ``dialect``: separator, encoding, decimal mark) or Parquet (by
+    extension), atomically."""
     p = check_out_file(path)
     with atomic_write(p) as fh:
         if p.suffix.lower() in PARQUET_SUFFIXES:
             df.to_parquet(fh, index=False)
         else:
-            fh.write(df.to_csv(index=False).encode())
+            fh.write(df.to_csv(index=False, sep=dialect.sep, decimal=dialect.decimal).encode(dialect.encoding))
     return p

@@ -11,10 +11,12 @@ Split-invariant release
     :func:`pramopt.release` on the whole frame and the Dask release.
 
 What is written
-    A CSV is written as CSV and a Parquet file as Parquet.  CSV: the non-identifying fields
-    are copied as they were read (their text, re-quoted only where a field holds a comma, a
-    quote or a line break); each identifying field is the released category written as
-    ``pandas.DataFrame.to_csv`` writes it.  Parquet: the non-identifying columns are copied
+    A CSV is written as CSV and a Parquet file as Parquet.  CSV: in the source's separator,
+    encoding and line ends (those of its first line); the non-identifying fields are copied as
+    they were read (their text, re-quoted only where a field holds the separator, a quote or a
+    line break); each identifying field is the released category written as
+    ``pandas.DataFrame.to_csv`` writes it.  A household design is released in memory, its
+    fields written the same way.  Parquet: the non-identifying columns are copied
     as Arrow arrays, the identifying ones keep their Arrow type, the schema (with pandas'
     metadata) and the compression codec are the source's, and the row groups have a fixed
     size (``ROW_GROUP_SIZE`` records), so that the output does not depend on the batch size.
@@ -40,7 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .._csv import DEFAULT_DIALECT, CsvDialect, csv_dialect
+from .._csv import DEFAULT_DIALECT, CsvDialect, csv_dialect, line_end
 from .._validation import InvalidParameterError, check_int
 from ..errors import DesignMismatchError
 from ..frequency.files import (
@@ -122,12 +124,12 @@ def _quote(arr: pa.Array, quote_empty: bool = False, sep: str = ",") -> pa.Array
     return pc.if_else(need, quoted, arr)
 
 
-def _csv_bytes(columns: list[pa.Array], sep: str = ",") -> memoryview:
+def _csv_bytes(columns: list[pa.Array], sep: str = ",", newline: str = "\n") -> memoryview:
     """The CSV lines of already quoted text columns, as one (UTF-8) buffer."""
     L = pa.large_string()
     columns = [c if c.type == L else c.cast(L) for c in columns]
     row = columns[0] if len(columns) == 1 else pc.binary_join_element_wise(*columns, pa.scalar(sep, L))
-    lines = pc.binary_join_element_wise(row, pa.scalar("", L), pa.scalar("\n", L))
+    lines = pc.binary_join_element_wise(row, pa.scalar("", L), pa.scalar(newline, L))
     _, offsets, data = lines.buffers()
     off = np.frombuffer(offsets, dtype=np.int64)
     lo, hi = int(off[lines.offset]), int(off[lines.offset + len(lines)])
@@ -135,13 +137,14 @@ def _csv_bytes(columns: list[pa.Array], sep: str = ",") -> memoryview:
 
 
 class _CsvSink:
-    """CSV lines in the source's dialect: its separator, and its encoding (Arrow's text is UTF-8)."""
+    """CSV lines in the source's dialect: its separator, its encoding (Arrow's text is UTF-8) and
+    its line ends."""
 
-    def __init__(self, fh, names: list[str], dialect: CsvDialect = DEFAULT_DIALECT):
-        self.fh, self.sep = fh, dialect.sep
+    def __init__(self, fh, names: list[str], dialect: CsvDialect = DEFAULT_DIALECT, newline: str = "\n"):
+        self.fh, self.sep, self.newline = fh, dialect.sep, newline
         self.encoding = None if dialect.encoding == "utf-8" else dialect.encoding
         header = _quote(pa.array(names, type=pa.large_string()), quote_empty=len(names) == 1, sep=self.sep)
-        self._put(_csv_bytes([header[i:i + 1] for i in range(len(names))], self.sep))
+        self._put(_csv_bytes([header[i:i + 1] for i in range(len(names))], self.sep, newline))
 
     def _put(self, data: memoryview) -> None:
         if self.encoding is None:
@@ -151,7 +154,7 @@ class _CsvSink:
 
     def write(self, columns: list[pa.Array]) -> None:
         if len(columns[0]):
-            self._put(_csv_bytes(columns, self.sep))
+            self._put(_csv_bytes(columns, self.sep, self.newline))
 
     def close(self) -> None:
         pass
@@ -327,10 +330,7 @@ def release_file(
     owner = "release_file"
     if getattr(result, "household", None) is not None:
         # a household design: household-level values once per household, in memory
-        from ..households.release import household_release_file
-        n, changed = household_release_file(src, dst, result, seed=seed,
-                                            dialect=csv_dialect(sep, encoding, decimal, owner))
-        return FileRelease(Path(dst), n, changed, 1, "parquet" if Path(dst).suffix.lower() in (".parquet", ".pq") else "csv")
+        return _household_release_file(src, dst, result, seed, csv_dialect(sep, encoding, decimal, owner), owner)
     table = releasable_table(result, owner, allow_unverified)
     batch_size = check_int(batch_size, "batch_size", owner, low=1)
     entropy = seed_entropy(seed, owner)
@@ -346,7 +346,7 @@ def release_file(
     positions = [source.names.index(q) for q in qi]
     offset = changed = batches = 0
     with atomic_write(out) as fh:
-        sink = (_CsvSink(fh, source.names, source.dialect) if source.format == "csv"
+        sink = (_CsvSink(fh, source.names, source.dialect, line_end(source.path)) if source.format == "csv"
                 else _ParquetSink(fh, source.schema, source.compression, ROW_GROUP_SIZE))
         for batch in source.batches(None, batch_size):
             m = batch.num_rows
@@ -359,6 +359,56 @@ def release_file(
         _check_counts(counter, table, releaser, source, qi)
         sink.close()
     return FileRelease(path=out, n=offset, changed=changed, batches=batches, format=source.format)
+
+
+def _household_release_file(src, dst, result, seed, dialect: CsvDialect, owner: str) -> FileRelease:
+    """Release a file with a household design, in memory (households need every member at once).
+
+    A CSV is read twice: typed as :func:`pramopt.io.read_table` reads it (identifying values as
+    the design's categories), and every field as the text written, so that every
+    non-identifying field is written back byte for byte, in the source's dialect and line ends,
+    as :func:`release_file` writes a person-level release.
+    """
+    from ..households.release import check_releasable, release_households
+    from ..io.tables import read_table, write_table
+
+    check_releasable(result)  # before reading any data
+    source = _Source(src, None, owner, param="src", dialect=dialect)
+    out_path = _check_dst(dst, source, owner)
+    qi = list(result.table.qi)
+    text = [q for q, c in zip(qi, result.table.categories) if text_categories(c)]
+    df = read_table(source.path, text=text, dialect=dialect)
+    out = release_households(df, result, seed=seed)
+    changed = int((out[qi].astype(str) != df[qi].astype(str)).any(axis=1).sum())
+    if source.format == "parquet":
+        write_table(out, out_path)
+        return FileRelease(out_path, len(out), changed, 1, "parquet")
+    raw = pd.read_csv(source.path, dtype=str, keep_default_na=False, na_filter=False, sep=dialect.sep,
+                      encoding=dialect.encoding)
+    if len(raw) != len(out) or list(raw.columns) != source.names:  # pragma: no cover - one parser, two reads
+        raise InvalidParameterError(f"Cannot read {str(source.path)!r} twice alike; release it in memory instead.")
+    columns = []
+    for name in source.names:
+        if name in qi:
+            if name not in text:  # typed categories: refuse text they would not write back as read
+                want = np.array([_csv_text(x) for x in df[name]], dtype=object)
+                bad = np.flatnonzero((want != raw[name].to_numpy(dtype=object)) & df[name].notna().to_numpy())
+                if bad.size:
+                    i = int(bad[0])
+                    raise DesignMismatchError(
+                        f"The data do not match the design: {name!r} is written {raw[name].iloc[i]!r} in "
+                        f"{str(source.path)!r} where the design's category is {want[i]!r}, and a release would "
+                        f"write it back as {want[i]!r}. Make the design from this file (the command line reads "
+                        "identifying values as the text written; in Python, count_file(..., keys_as_text=True)).")
+            col = pa.array([_csv_text(x) for x in out[name]], type=pa.large_string())
+        else:
+            col = pa.array(raw[name].tolist(), type=pa.large_string())
+        columns.append(_quote(col, quote_empty=len(source.names) == 1, sep=dialect.sep))
+    with atomic_write(out_path) as fh:
+        sink = _CsvSink(fh, source.names, dialect, line_end(source.path))
+        sink.write(columns)
+        sink.close()
+    return FileRelease(out_path, len(out), changed, 1, "csv")
 
 
 def _batch_cells(batch: pa.RecordBatch, codes: np.ndarray, lookup: CellLookup, qi) -> np.ndarray:
