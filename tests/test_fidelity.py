@@ -400,3 +400,23 @@ def test_wrong_separator_or_encoding_is_named_with_the_flag(tmp_path):
                             "--out", tmp_path / "r.csv")  # the accents are in a column the design never read
     assert code == 2 and "--encoding latin-1" in err, err
     assert not (tmp_path / "r.csv").exists()
+
+
+def test_household_release_refuses_a_file_a_typed_design_would_rewrite(tmp_path):
+    # a household design made in Python on numbers (3) meets a file that writes '03': refused,
+    # as for a person-level design, instead of written back as '3'
+    rng = np.random.default_rng(5)
+    rows = [{"hid": h, "region": reg, "sex": rng.choice(["F", "M"])} for h in range(400)
+            for reg in [rng.choice(["01", "02", "03", "10"], p=[.5, .3, .195, .005])]
+            for _ in range(int(rng.integers(1, 4)))]
+    pd.DataFrame(rows).to_csv(tmp_path / "d.csv", index=False)
+    typed = pd.read_csv(tmp_path / "d.csv")
+    res = pramopt.design(typed, ["region", "sex"], household="hid", alpha=0.3)
+    assert res.success
+    with pytest.raises(pramopt.DesignMismatchError, match="'region' is written '0[123]'.*category is '[123]'"):
+        pramopt.release_file(tmp_path / "d.csv", tmp_path / "r.csv", res, seed=1)
+    assert not (tmp_path / "r.csv").exists()
+    typed.to_csv(tmp_path / "typed.csv", index=False)  # written as the design's categories: released
+    rel = pramopt.release_file(tmp_path / "typed.csv", tmp_path / "r.csv", res, seed=1)
+    src, out = (tmp_path / "typed.csv").read_text().splitlines(), (tmp_path / "r.csv").read_text().splitlines()
+    assert rel.changed == sum(a != b for a, b in zip(src, out)) > 0
