@@ -297,6 +297,7 @@ def _office_file(path, households: bool = False):
     lines = ["hid;region;sex;revenu;numero;enfants;note"]
     for h in range(400):
         reg = rng.choice(["01", "02", "03", "10"], p=[.5, .3, .195, .005])
+        reg = "" if households and h % 16 == 0 else reg  # missing for whole households
         for p in range(int(rng.integers(1, 4))):
             note = rng.choice(["", "né à Zürich", '"dit ""non"""', '"a; b"'])
             kids = "" if rng.random() < 0.1 else str(rng.integers(0, 5))
@@ -316,18 +317,22 @@ def test_household_release_keeps_every_other_field_as_written(tmp_path):
     # a household design released from the command line: the non-identifying fields byte for byte
     # ('001' stays '001', '12,50' stays '12,50', an empty count stays empty), in the source's
     # separator, encoding and line ends; household members identical on the household key
-    dialect = _office_file(tmp_path / "d.csv")
+    dialect = _office_file(tmp_path / "d.csv", households=True)
     code, _, err = run_main("design", "--data", tmp_path / "d.csv", "--qi", "region,sex", "--household", "hid",
                             "--alpha", "0.3", "--out", tmp_path / "des", "-q", *dialect)
     assert code == 0, err
-    code, _, err = run_main("release", "--design", tmp_path / "des", "--data", tmp_path / "d.csv",
-                            "--out", tmp_path / "r.csv", "--seed", "2", "-q", *dialect)
+    code, said, err = run_main("release", "--design", tmp_path / "des", "--data", tmp_path / "d.csv",
+                               "--out", tmp_path / "r.csv", "--seed", "2", *dialect)
     assert code == 0, err
     src, out = (tmp_path / "d.csv").read_bytes(), (tmp_path / "r.csv").read_bytes()
+    lines = [a != b for a, b in zip(src.split(b"\r\n"), out.split(b"\r\n"))]
+    assert f": {sum(lines)} changed" in said  # a missing region that stays missing is no change
+    assert [r.split(b";")[1] == b"" for r in src.split(b"\r\n")[1:-1]] == \
+        [r.split(b";")[1] == b"" for r in out.split(b"\r\n")[1:-1]]
     assert out.count(b"\r\n") == src.count(b"\r\n") == src.count(b"\n")
     assert _fields_after_keys(tmp_path / "d.csv") == _fields_after_keys(tmp_path / "r.csv")
     rows = [ln.split(";") for ln in out.decode("latin-1").split("\r\n")[1:-1]]
-    assert {r[1] for r in rows} <= {"01", "02", "03", "10"} and {r[2] for r in rows} == {"F", "M"}
+    assert {r[1] for r in rows} <= {"01", "02", "03", "10", ""} and {r[2] for r in rows} == {"F", "M"}
     by_hh = pd.DataFrame([r[:2] for r in rows], columns=["hid", "region"]).groupby("hid")["region"].nunique()
     assert (by_hh == 1).all()
 

@@ -36,6 +36,7 @@ def _same_format(src, dst) -> bool:
 
 
 def run(args) -> int:
+    from ..publish.files import records_changed
     from ..publish.frame import check_same_table, releasable_table, release
 
     res = load_design(args.design)
@@ -56,7 +57,7 @@ def run(args) -> int:
     check_same_table(table_for_design(df, res), res.table, repr(args.data))
     out = release(df, res, seed=args.seed)
     write_table(out, args.out)
-    changed = int((out[list(res.qi)].astype(str) != df[list(res.qi)].astype(str)).any(axis=1).sum())
+    changed = records_changed(df, out, res.qi)
     say(args, f"released {len(out)} records to {args.out}: {changed} changed "
               f"(expected {res.expected_changes:.4g}).")
     return 0
@@ -65,7 +66,7 @@ def run(args) -> int:
 def _households(args, res) -> int:
     """A household design: household-level values drawn once per household (in memory)."""
     from ..households.release import check_releasable
-    from ..publish.files import release_file
+    from ..publish.files import records_changed, release_file
 
     check_releasable(res)  # refuse an unsafe design before reading any data
     check_out_file(args.out, flag="--out")
@@ -79,7 +80,7 @@ def _households(args, res) -> int:
         df = read_table(args.data, text=text_keys(res), dialect=d)
         out = release_households(df, res, seed=args.seed)
         write_table(out, args.out)
-        n, changed = len(out), int((out[list(res.qi)].astype(str) != df[list(res.qi)].astype(str)).any(axis=1).sum())
+        n, changed = len(out), records_changed(df, out, res.qi)
     say(args, f"released {n} records to {args.out}: {changed} changed (expected {res.expected_changes:.4g}); "
               f"household-level keys {', '.join(map(str, res.household_keys))} once per household of "
               f"{res.household!r}.")

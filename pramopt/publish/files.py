@@ -361,6 +361,14 @@ def release_file(
     return FileRelease(path=out, n=offset, changed=changed, batches=batches, format=source.format)
 
 
+def records_changed(df: pd.DataFrame, out: pd.DataFrame, qi) -> int:
+    """Records whose identifying values differ between ``df`` and its release ``out`` (a missing
+    value that stays missing is unchanged, whatever missing marker each frame holds)."""
+    a, b = df[list(qi)], out[list(qi)]
+    same = (a == b).fillna(False) | (a.isna() & b.isna())
+    return int((~same.to_numpy(dtype=bool)).any(axis=1).sum())
+
+
 def _household_release_file(src, dst, result, seed, dialect: CsvDialect, owner: str) -> FileRelease:
     """Release a file with a household design, in memory (households need every member at once).
 
@@ -379,7 +387,7 @@ def _household_release_file(src, dst, result, seed, dialect: CsvDialect, owner: 
     text = [q for q, c in zip(qi, result.table.categories) if text_categories(c)]
     df = read_table(source.path, text=text, dialect=dialect)
     out = release_households(df, result, seed=seed)
-    changed = int((out[qi].astype(str) != df[qi].astype(str)).any(axis=1).sum())
+    changed = records_changed(df, out, qi)
     if source.format == "parquet":
         write_table(out, out_path)
         return FileRelease(out_path, len(out), changed, 1, "parquet")
