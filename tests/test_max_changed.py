@@ -181,3 +181,26 @@ def test_no_distance_helps_when_no_general_design_exists():
     assert res.status is Status.INFEASIBLE
     assert res.details["smallest_max_changed_variables"] is None
     assert "No max_changed_variables allows" in res.message
+
+
+@pytest.mark.parametrize("structure", ["blocks", "replacement"])
+def test_closed_forms_under_change_weights_report_the_exact_loss(example, structure):
+    """The block and replacement designs are ranked by the weighted objective, but the result's
+    loss is the exact L2 loss (covariance formula) and the weighted objective adds the weighted
+    changes once, both computed here from P and the codes."""
+    df, qi = example
+    res = pramopt.design(df, qi, 0.1, change_weights={"v5": 5}, structure=structure)
+    assert res.success and res.reduction.structure == structure
+    exact = l2_loss_from_covariance(res.matrix.toarray(), res.table.counts)
+    assert res.loss == pytest.approx(exact, rel=1e-8)
+    codes, U = res.table.codes, res.table.counts
+    j = qi.index("v5")
+    weighted = sum(U[k] * v * 5 for k, l, v, _ in _distances(res.matrix, codes) if codes[k, j] != codes[l, j])
+    assert res.details["weighted_objective"] == pytest.approx(exact + 2 / U.sum() ** 2 * weighted, rel=1e-8)
+
+
+@pytest.mark.parametrize("w", [float("inf"), -float("inf")])
+def test_an_infinite_weight_is_refused_by_name(example, w):
+    df, qi = example
+    with pytest.raises(InvalidParameterError, match=r"change_weights\['v5'\]"):
+        pramopt.design(df, qi, 0.1, change_weights={"v5": w})

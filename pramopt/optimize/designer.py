@@ -576,6 +576,9 @@ class _Designer:
         if best is None:
             return None
         att, rep, f = best
+        obj = self.problem.objective
+        if hasattr(obj, "term"):  # solve_blocks ranks by the whole objective; a candidate carries the exact loss
+            f -= obj.term(att.P, self.problem.counts)
         r = att.reduction
         return _Candidate("blocks", att.P, rep, f, None, r, att.solver, None,
                           f"A block-diagonal retention-replacement design was made ({r.blocks} blocks of at least "
