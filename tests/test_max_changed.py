@@ -204,3 +204,26 @@ def test_an_infinite_weight_is_refused_by_name(example, w):
     df, qi = example
     with pytest.raises(InvalidParameterError, match=r"change_weights\['v5'\]"):
         pramopt.design(df, qi, 0.1, change_weights={"v5": w})
+
+
+def _kept_far_case():
+    """a (3 values), b, c binary; the six cells with c = 1 are kept.  The cells that may send records
+    (c = 0) vary in a and b only, but a replacement design also sends records into the kept cells,
+    three variables away from some senders."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for cell in itertools.product(range(3), [0, 1], [0, 1]):
+        rows += [cell] * int(rng.integers(1, 30))
+    keep = [{"a": a, "b": b, "c": 1} for a in range(3) for b in [0, 1]]
+    return pd.DataFrame(rows, columns=["a", "b", "c"]), keep
+
+
+def test_replacement_is_not_used_when_kept_cells_receive_from_too_far():
+    df, keep = _kept_far_case()
+    kw = dict(combination_size=2, keep_cells=keep, max_changed_variables=2)
+    with pytest.raises(InvalidParameterError, match="'max_changed_variables'"):
+        pramopt.design(df, ["a", "b", "c"], 0.2, structure="replacement", **kw)
+    res = pramopt.design(df, ["a", "b", "c"], 0.2, **kw)
+    assert res.success and "replacement" not in res.details["tried"]
+    assert max(h for *_, h in _distances(res.matrix, res.table.codes)) <= 2
+    assert _c1_holds(res, size=2)

@@ -158,10 +158,10 @@ class DesignProblem:
         if d is None:
             return True
         pools = np.asarray(pools)
-        cells = np.flatnonzero(~self.kept)
-        codes = self.table.codes[cells]
-        for p in np.unique(pools[cells]):
-            c = codes[pools[cells] == p]
+        # every cell of a pool counts, kept ones too: they send nothing but receive replacements
+        codes = self.table.codes
+        for p in np.unique(pools):
+            c = codes[pools == p]
             if np.count_nonzero((c != c[0]).any(axis=0)) > d:
                 return False
         return True
