@@ -227,3 +227,9 @@ def test_replacement_is_not_used_when_kept_cells_receive_from_too_far():
     assert res.success and "replacement" not in res.details["tried"]
     assert max(h for *_, h in _distances(res.matrix, res.table.codes)) <= 2
     assert _c1_holds(res, size=2)
+
+
+def test_cli_names_the_flag_of_a_bad_weight(tmp_path):
+    code, _, err = _run("design", "--change-weights", "v5=-1", "--out", tmp_path / "d")
+    assert code == 2 and "--change-weights (entry 'v5') must be a real number in [0, inf); got -1.0" in err
+    assert not (tmp_path / "d").exists()
