@@ -233,3 +233,25 @@ def test_cli_names_the_flag_of_a_bad_weight(tmp_path):
     code, _, err = _run("design", "--change-weights", "v5=-1", "--out", tmp_path / "d")
     assert code == 2 and "--change-weights (entry 'v5') must be a real number in [0, inf); got -1.0" in err
     assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.slow  # two dense designs under k: about 25 s
+def test_privacy_designs_are_chosen_by_the_weighted_objective(example):
+    """Under k the dense design competes with K-ary randomized response (which ignores the weights);
+    with change_weights the pick is by the weighted objective, computed here from P and the codes:
+    the result beats the unweighted pick on it and changes v5 less."""
+    df, qi = example
+    j = qi.index("v5")
+
+    def weighted(res):
+        P, codes, U = res.matrix.tocoo(), res.table.codes, res.table.counts.astype(float)
+        moved = U[P.row] * P.data * 50 * (codes[P.row, j] != codes[P.col, j])
+        v5 = float((U[P.row] * P.data * (codes[P.row, j] != codes[P.col, j])).sum())
+        return l2_loss_from_covariance(res.matrix.toarray(), U) + 2 / U.sum() ** 2 * moved.sum(), v5
+
+    plain = pramopt.design(df, qi, 0.1, k=3)
+    heavy = pramopt.design(df, qi, 0.1, k=3, change_weights={"v5": 50})
+    assert heavy.success and _c1_holds(heavy)
+    (f_heavy, v5_heavy), (f_plain, v5_plain) = weighted(heavy), weighted(plain)
+    assert heavy.details["weighted_objective"] == pytest.approx(f_heavy, rel=1e-8)
+    assert f_heavy < f_plain and v5_heavy < v5_plain
