@@ -255,3 +255,36 @@ def test_privacy_designs_are_chosen_by_the_weighted_objective(example):
     (f_heavy, v5_heavy), (f_plain, v5_plain) = weighted(heavy), weighted(plain)
     assert heavy.details["weighted_objective"] == pytest.approx(f_heavy, rel=1e-8)
     assert f_heavy < f_plain and v5_heavy < v5_plain
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_changes_bound_under_max_changed_is_below_the_exact_restricted_minimum(seed):
+    """The flow relaxation with only the permitted transitions bounds the expected changes of every
+    design meeting the full C1 within distance 1: the exact minimum over P (full C1 rows from the
+    definition, P_mk = 0 beyond distance 1) is at least the bound, which is itself above the
+    unrestricted bound (the restriction is felt)."""
+    from scipy.optimize import linprog
+
+    from full_c1 import row_sums
+    from pramopt.frequency.combinations import resolve_combinations
+    from pramopt.optimize.problem import DesignProblem
+    from pramopt.optimize.relaxation import changes_bound
+    from pramopt.params import DesignParams
+
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame({f"v{i}": rng.choice(L, 250, p=(w := 1 / np.arange(1, L + 1) ** 1.5) / w.sum())
+                       for i, L in enumerate((3, 3, 2, 3))})
+    t = pramopt.frequency_table(df, list(df.columns))
+    combos = resolve_combinations(t.qi, None, None, "test")
+
+    def bound(d):
+        return changes_bound(DesignProblem.build(t, combos, DesignParams.from_options("design", alpha=0.1,
+                                                                                      max_changed_variables=d)))
+    K, U = t.n_cells, t.counts.astype(float)
+    far = np.array([[sum(a != b for a, b in zip(t.codes[k], t.codes[m])) > 1 for m in range(K)] for k in range(K)])
+    A = full_c1_rows(t, 0.1)
+    res = linprog(-np.diag(U).ravel(), A_ub=A, b_ub=np.zeros(A.shape[0]), A_eq=row_sums(K), b_eq=np.ones(K),
+                  bounds=np.column_stack([np.zeros(K * K), np.where(far.ravel(), 0.0, 1.0)]), method="highs")
+    assert res.status == 0
+    exact = U.sum() + res.fun
+    assert bound(None) < bound(1) <= exact + 1e-6
