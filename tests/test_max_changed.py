@@ -288,3 +288,28 @@ def test_changes_bound_under_max_changed_is_below_the_exact_restricted_minimum(s
     assert res.status == 0
     exact = U.sum() + res.fun
     assert bound(None) < bound(1) <= exact + 1e-6
+
+
+@pytest.mark.parametrize("seed, d, kw", [(0, 1, {}), (1, 2, {}), (2, 1, {"fixed": ["v0"]}), (3, 2, {"keep": True})])
+def test_permitted_pairs_are_those_of_the_brute_force_scan(seed, d, kw):
+    """Every ordered pair of different cells at Hamming distance <= d, not out of a kept cell and
+    within one stratum of the fixed variables, by a double loop over the cells."""
+    from pramopt.frequency.combinations import resolve_combinations
+    from pramopt.optimize.problem import DesignProblem
+    from pramopt.params import DesignParams
+
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame({f"v{i}": rng.integers(0, L, 300) for i, L in enumerate((3, 4, 2, 3, 2))})
+    t = pramopt.frequency_table(df, list(df.columns))
+    keep = [dict(zip(t.qi, map(int, t.codes[i]))) for i in range(0, t.n_cells, 7)] if kw.get("keep") else None
+    p = DesignParams.from_options("design", alpha=0.1, max_changed_variables=d, fixed=kw.get("fixed"),
+                                  keep_cells=keep)
+    pb = DesignProblem.build(t, resolve_combinations(t.qi, None, None, "test"), p)
+    kept = {tuple(c.values()) for c in keep or []}
+    cells = [tuple(int(x) for x in c) for c in t.codes]
+    want = [(k, m) for k in range(len(cells)) for m in range(len(cells))
+            if k != m and cells[k] not in kept and sum(a != b for a, b in zip(cells[k], cells[m])) <= d
+            and (not kw.get("fixed") or cells[k][0] == cells[m][0])]
+    r, c = pb.allowed_pairs(10**6)
+    assert list(zip(r.tolist(), c.tolist())) == want
+    assert pb.allowed_pairs(len(want) - 1) is None
