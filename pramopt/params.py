@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -134,7 +135,8 @@ def _weights(v, name, owner):
     for key, w in v.items():
         if not isinstance(key, str):
             fail(name, owner, "a mapping from identifying variable names (str) to weights >= 0", v)
-        out[key] = check_real(w, f"{name}[{key!r}]", owner, low=0, low_open=False)
+        # finite: an infinite weight makes 0 * inf = NaN costs for the cells that keep the variable
+        out[key] = check_real(w, f"{name}[{key!r}]", owner, low=0, low_open=False, high=math.inf)
     return MappingProxyType(out)
 
 

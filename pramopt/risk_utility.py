@@ -400,11 +400,16 @@ def frontier(data, qi=None, alphas=DEFAULT_ALPHAS, *, baselines="auto", seed: in
             tell(a, name, b)
         base[a] = MappingProxyType(base[a])
     notes = [skipped] if skipped else []
-    restricting = [k for k in ("fixed", "keep_cells", "invariant", "epsilon", "k", "min_diagonal")
+    restricting = [k for k in ("fixed", "keep_cells", "invariant", "epsilon", "k", "min_diagonal",
+                               "max_changed_variables")
                    if opts.get(k) not in (None, False, [], ())]
     if names and restricting:
         notes.append(f"The options {', '.join(restricting)} restrict the optimal design only; the baselines are "
                      "calibrated to C1 at α alone.")
+    if opts.get("change_weights"):
+        # the points compare the exact L2 loss, which the optimal design no longer minimises alone
+        notes.append("With change_weights the optimal design minimises the L2 loss plus the weighted changes "
+                     "(details['weighted_objective']), not the L2 loss the points show.")
     qi_names = list(table.qi)
     return Frontier(points=pd.DataFrame(rows, columns=list(COLUMNS)), alphas=alphas,
                     designs=MappingProxyType(designs), baselines=MappingProxyType(base), table=table,

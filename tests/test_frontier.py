@@ -233,3 +233,20 @@ def test_a_spec_gives_the_alphas(tmp_path):
     (tmp_path / "bad.toml").write_text(text.replace("alphas = [0.2, 0.1]", "alphas = [0.2, 2]"))
     with pytest.raises(InvalidParameterError, match=r"\[frontier\] alphas"):
         pramopt.load_spec(tmp_path / "bad.toml")
+
+
+def test_options_that_restrict_or_reweight_the_optimal_design_are_noted(example):
+    """max_changed_variables restricts the optimal design only (the baselines change any number of
+    variables: checked here from their matrices), and change_weights makes it minimise another
+    objective than the loss the points compare: both are said in the notes."""
+    f = pramopt.frontier(example, QI, (0.2,), baselines=["retention"], max_changed_variables=2,
+                         change_weights={"v5": 2})
+    opt, base = f.result(0.2), f.result(0.2, "retention")
+    codes = opt.table.codes
+
+    def farthest(P):
+        D = P.toarray()
+        return max(int(np.count_nonzero(codes[k] != codes[l])) for k, l in zip(*np.nonzero(D)))
+    assert opt.success and farthest(opt.matrix) <= 2 < farthest(base.matrix)
+    assert any("max_changed_variables" in n for n in f.notes)
+    assert any("change_weights" in n for n in f.notes)

@@ -181,3 +181,135 @@ def test_no_distance_helps_when_no_general_design_exists():
     assert res.status is Status.INFEASIBLE
     assert res.details["smallest_max_changed_variables"] is None
     assert "No max_changed_variables allows" in res.message
+
+
+@pytest.mark.parametrize("structure", ["blocks", "replacement"])
+def test_closed_forms_under_change_weights_report_the_exact_loss(example, structure):
+    """The block and replacement designs are ranked by the weighted objective, but the result's
+    loss is the exact L2 loss (covariance formula) and the weighted objective adds the weighted
+    changes once, both computed here from P and the codes."""
+    df, qi = example
+    res = pramopt.design(df, qi, 0.1, change_weights={"v5": 5}, structure=structure)
+    assert res.success and res.reduction.structure == structure
+    exact = l2_loss_from_covariance(res.matrix.toarray(), res.table.counts)
+    assert res.loss == pytest.approx(exact, rel=1e-8)
+    codes, U = res.table.codes, res.table.counts
+    j = qi.index("v5")
+    weighted = sum(U[k] * v * 5 for k, l, v, _ in _distances(res.matrix, codes) if codes[k, j] != codes[l, j])
+    assert res.details["weighted_objective"] == pytest.approx(exact + 2 / U.sum() ** 2 * weighted, rel=1e-8)
+
+
+@pytest.mark.parametrize("w", [float("inf"), -float("inf")])
+def test_an_infinite_weight_is_refused_by_name(example, w):
+    df, qi = example
+    with pytest.raises(InvalidParameterError, match=r"change_weights\['v5'\]"):
+        pramopt.design(df, qi, 0.1, change_weights={"v5": w})
+
+
+def _kept_far_case():
+    """a (3 values), b, c binary; the six cells with c = 1 are kept.  The cells that may send records
+    (c = 0) vary in a and b only, but a replacement design also sends records into the kept cells,
+    three variables away from some senders."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for cell in itertools.product(range(3), [0, 1], [0, 1]):
+        rows += [cell] * int(rng.integers(1, 30))
+    keep = [{"a": a, "b": b, "c": 1} for a in range(3) for b in [0, 1]]
+    return pd.DataFrame(rows, columns=["a", "b", "c"]), keep
+
+
+def test_replacement_is_not_used_when_kept_cells_receive_from_too_far():
+    df, keep = _kept_far_case()
+    kw = dict(combination_size=2, keep_cells=keep, max_changed_variables=2)
+    with pytest.raises(InvalidParameterError, match="'max_changed_variables'"):
+        pramopt.design(df, ["a", "b", "c"], 0.2, structure="replacement", **kw)
+    res = pramopt.design(df, ["a", "b", "c"], 0.2, **kw)
+    assert res.success and "replacement" not in res.details["tried"]
+    assert max(h for *_, h in _distances(res.matrix, res.table.codes)) <= 2
+    assert _c1_holds(res, size=2)
+
+
+def test_cli_names_the_flag_of_a_bad_weight(tmp_path):
+    code, _, err = _run("design", "--change-weights", "v5=-1", "--out", tmp_path / "d")
+    assert code == 2 and "--change-weights (entry 'v5') must be a real number in [0, inf); got -1.0" in err
+    assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.slow  # two dense designs under k: about 25 s
+def test_privacy_designs_are_chosen_by_the_weighted_objective(example):
+    """Under k the dense design competes with K-ary randomized response (which ignores the weights);
+    with change_weights the pick is by the weighted objective, computed here from P and the codes:
+    the result beats the unweighted pick on it and changes v5 less."""
+    df, qi = example
+    j = qi.index("v5")
+
+    def weighted(res):
+        P, codes, U = res.matrix.tocoo(), res.table.codes, res.table.counts.astype(float)
+        moved = U[P.row] * P.data * 50 * (codes[P.row, j] != codes[P.col, j])
+        v5 = float((U[P.row] * P.data * (codes[P.row, j] != codes[P.col, j])).sum())
+        return l2_loss_from_covariance(res.matrix.toarray(), U) + 2 / U.sum() ** 2 * moved.sum(), v5
+
+    plain = pramopt.design(df, qi, 0.1, k=3)
+    heavy = pramopt.design(df, qi, 0.1, k=3, change_weights={"v5": 50})
+    assert heavy.success and _c1_holds(heavy)
+    (f_heavy, v5_heavy), (f_plain, v5_plain) = weighted(heavy), weighted(plain)
+    assert heavy.details["weighted_objective"] == pytest.approx(f_heavy, rel=1e-8)
+    assert f_heavy < f_plain and v5_heavy < v5_plain
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_changes_bound_under_max_changed_is_below_the_exact_restricted_minimum(seed):
+    """The flow relaxation with only the permitted transitions bounds the expected changes of every
+    design meeting the full C1 within distance 1: the exact minimum over P (full C1 rows from the
+    definition, P_mk = 0 beyond distance 1) is at least the bound, which is itself above the
+    unrestricted bound (the restriction is felt)."""
+    from scipy.optimize import linprog
+
+    from full_c1 import row_sums
+    from pramopt.frequency.combinations import resolve_combinations
+    from pramopt.optimize.problem import DesignProblem
+    from pramopt.optimize.relaxation import changes_bound
+    from pramopt.params import DesignParams
+
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame({f"v{i}": rng.choice(L, 250, p=(w := 1 / np.arange(1, L + 1) ** 1.5) / w.sum())
+                       for i, L in enumerate((3, 3, 2, 3))})
+    t = pramopt.frequency_table(df, list(df.columns))
+    combos = resolve_combinations(t.qi, None, None, "test")
+
+    def bound(d):
+        return changes_bound(DesignProblem.build(t, combos, DesignParams.from_options("design", alpha=0.1,
+                                                                                      max_changed_variables=d)))
+    K, U = t.n_cells, t.counts.astype(float)
+    far = np.array([[sum(a != b for a, b in zip(t.codes[k], t.codes[m])) > 1 for m in range(K)] for k in range(K)])
+    A = full_c1_rows(t, 0.1)
+    res = linprog(-np.diag(U).ravel(), A_ub=A, b_ub=np.zeros(A.shape[0]), A_eq=row_sums(K), b_eq=np.ones(K),
+                  bounds=np.column_stack([np.zeros(K * K), np.where(far.ravel(), 0.0, 1.0)]), method="highs")
+    assert res.status == 0
+    exact = U.sum() + res.fun
+    assert bound(None) < bound(1) <= exact + 1e-6
+
+
+@pytest.mark.parametrize("seed, d, kw", [(0, 1, {}), (1, 2, {}), (2, 1, {"fixed": ["v0"]}), (3, 2, {"keep": True})])
+def test_permitted_pairs_are_those_of_the_brute_force_scan(seed, d, kw):
+    """Every ordered pair of different cells at Hamming distance <= d, not out of a kept cell and
+    within one stratum of the fixed variables, by a double loop over the cells."""
+    from pramopt.frequency.combinations import resolve_combinations
+    from pramopt.optimize.problem import DesignProblem
+    from pramopt.params import DesignParams
+
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame({f"v{i}": rng.integers(0, L, 300) for i, L in enumerate((3, 4, 2, 3, 2))})
+    t = pramopt.frequency_table(df, list(df.columns))
+    keep = [dict(zip(t.qi, map(int, t.codes[i]))) for i in range(0, t.n_cells, 7)] if kw.get("keep") else None
+    p = DesignParams.from_options("design", alpha=0.1, max_changed_variables=d, fixed=kw.get("fixed"),
+                                  keep_cells=keep)
+    pb = DesignProblem.build(t, resolve_combinations(t.qi, None, None, "test"), p)
+    kept = {tuple(c.values()) for c in keep or []}
+    cells = [tuple(int(x) for x in c) for c in t.codes]
+    want = [(k, m) for k in range(len(cells)) for m in range(len(cells))
+            if k != m and cells[k] not in kept and sum(a != b for a, b in zip(cells[k], cells[m])) <= d
+            and (not kw.get("fixed") or cells[k][0] == cells[m][0])]
+    r, c = pb.allowed_pairs(10**6)
+    assert list(zip(r.tolist(), c.tolist())) == want
+    assert pb.allowed_pairs(len(want) - 1) is None

@@ -46,7 +46,7 @@ def dense_product(matrices):
 
 
 def brute_c1(P, cells, data, combos):
-    """max over present m, π, k0 of U0(m) P(m -> k0) / sum_l U0(l) P(l -> k0), loops only."""
+    """max over present m, π, k0 of P(m -> k0) / sum_l U0(l) P(l -> k0) (Cator et al., eq. (1)), loops only."""
     keys = [tuple(r) for r in cells.itertuples(index=False)]
     U0 = np.array([((data[QI] == pd.Series(k, index=QI)).all(axis=1)).sum() for k in keys], dtype=float)
     worst = 0.0
@@ -56,7 +56,7 @@ def brute_c1(P, cells, data, combos):
                              for m in range(len(keys))])
             den = U0 @ into
             for m in np.flatnonzero(U0):
-                worst = max(worst, U0[m] * into[m] / den)
+                worst = max(worst, into[m] / den)
     return worst, U0
 
 
@@ -147,3 +147,24 @@ def test_cli_refuses_mixed_or_repeated_matrices(argv, message, tmp_path, capsys,
     data.to_csv(tmp_path / "data.csv", index=False)
     code, out, err = run_main("assess", *argv, "--data", tmp_path / "data.csv", "--qi", ",".join(QI), capsys=capsys)
     assert code == 2 and message in err
+
+
+def test_cli_matches_a_missing_value_written_na_by_r(tmp_path, capsys):
+    """walls has missing values; R's write.csv writes its matrix's row and column for them as NA.
+    The labels stay the text written ('2', not 2.0), so every category of the data has its row,
+    and the figures are the library's on the same matrix with NaN labels."""
+    rng = np.random.default_rng(3)
+    df = pd.DataFrame({"roof": rng.choice(["2", "4"], 150), "walls": rng.choice(["2", "3", None], 150, p=[0.3, 0.6, 0.1]),
+                       "sex": rng.choice(["1", "2"], 150)})
+    df.to_csv(tmp_path / "data.csv", index=False)
+    M = [[0.8, 0.1, 0.1], [0.1, 0.8, 0.1], [0.1, 0.1, 0.8]]
+    pd.DataFrame(M, index=["2", "3", "NA"], columns=["2", "3", "NA"]).to_csv(tmp_path / "Mwalls.csv")
+    code, out, err = run_main("assess", "--matrix", f"walls={tmp_path / 'Mwalls.csv'}", "--data", tmp_path / "data.csv",
+                              "--qi", "roof,walls,sex", "--json", capsys=capsys)
+    assert code in (0, 1) and out, err
+    got = json.loads(out)
+    lab = ["2", "3", np.nan]
+    ref = assess_per_variable(df, {"walls": pd.DataFrame(M, index=lab, columns=lab)}, ["roof", "walls", "sex"])
+    for f in ("max_risk", "expected_changes", "loss", "n_cells"):
+        assert got[f] == pytest.approx(getattr(ref, f), rel=1e-12), f
+    assert got["expected_changes"] == pytest.approx(0.2 * 150, rel=1e-12)  # every record leaves with 0.2

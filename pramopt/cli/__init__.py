@@ -75,10 +75,10 @@ def _in_flags(message: str, parser: argparse.ArgumentParser, args) -> str:
     flags = {a.dest: a.option_strings[0] for a in sub._actions if a.option_strings}
 
     def flag(m):
-        name = m.group(1)
+        name, entry = m.group(1), m.group(2)  # entry: "['v5']" of "The \"change_weights['v5']\" parameter"
         f = _FLAG_OF.get(name) if _FLAG_OF.get(name) in flags.values() else flags.get(name)
-        return f"{f}" if f else m.group(0)
-    message = re.sub(r"[Tt]he '(\w+)' parameter of \w+", flag, message)
+        return (f"{f} (entry {entry[1:-1]})" if entry else f"{f}") if f else m.group(0)
+    message = re.sub(r"""[Tt]he ['"](\w+)(\[[^\]]*\])?['"] parameter of \w+""", flag, message)
     # "missing='category'" is "--missing category" here (only a flag's own choices are rewritten)
     choices = {a.dest: (a.option_strings[0], a.choices) for a in sub._actions if a.option_strings and a.choices}
 

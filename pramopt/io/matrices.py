@@ -98,7 +98,9 @@ def read_matrix(path, qi, data: pd.DataFrame | None = None) -> tuple[np.ndarray,
     # labels of variables the data hold as text are read as the text written ('03' stays '03')
     text = [q for q in qi if data is not None and q in data.columns and data[q].dropna().map(type).eq(str).all()
             and data[q].notna().any()]
-    df = read_table(p, text=[c for q in text for c in (q, f"from_{q}", f"to_{q}")])
+    # (with one variable, R's write.csv puts the row labels under an empty header, 'Unnamed: 0')
+    df = read_table(p, text=[c for q in text for c in (q, f"from_{q}", f"to_{q}")]
+                    + (["Unnamed: 0"] if len(qi) == 1 and text else []))
     fcols, tcols = [f"from_{q}" for q in qi], [f"to_{q}" for q in qi]
     if all(c in df.columns for c in fcols + tcols) and "probability" in df.columns:
         frm = df[fcols].set_axis(qi, axis=1)

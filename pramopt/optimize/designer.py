@@ -385,7 +385,7 @@ class _Designer:
             return self.identity(status, f"No invertible matrix over the present cells was found that meets {want} "
                                  f"({att.detail or 'no feasible start with a finite loss'}). Relax epsilon, k or "
                                  "alpha.")
-        name, P, meas, loss = min(ok, key=lambda c: c[3])
+        name, P, meas, loss = min(ok, key=lambda c: self._objective(c[1], c[3]))  # change_weights too
         det = self._privacy_details(meas, fall)
         det["tried"] = {c[0]: c[3] for c in cands if c[2]["ok"]}
         why = ("The optimal dense design under " if name == "optimal" else
@@ -551,8 +551,12 @@ class _Designer:
 
     def _score(self, c: "_Candidate") -> float:
         """What auto mode compares: the exact loss, plus the change_weights term when given."""
+        return self._objective(c.P, c.loss)
+
+    def _objective(self, P, loss: float) -> float:
+        """The objective of a matrix of exact loss ``loss``: the loss, plus the change_weights term."""
         obj = self.problem.objective
-        return c.loss + obj.term(c.P, self.problem.counts) if hasattr(obj, "term") else c.loss
+        return loss + obj.term(P, self.problem.counts) if hasattr(obj, "term") else loss
 
     def _beyond_distance(self, name: str, pools) -> bool:
         """Whether ``max_changed_variables`` rules this structure out (pools of cells farther apart);
@@ -576,6 +580,9 @@ class _Designer:
         if best is None:
             return None
         att, rep, f = best
+        obj = self.problem.objective
+        if hasattr(obj, "term"):  # solve_blocks ranks by the whole objective; a candidate carries the exact loss
+            f -= obj.term(att.P, self.problem.counts)
         r = att.reduction
         return _Candidate("blocks", att.P, rep, f, None, r, att.solver, None,
                           f"A block-diagonal retention-replacement design was made ({r.blocks} blocks of at least "
