@@ -177,7 +177,7 @@ def test_changes_bound_over_some_combinations_is_their_own_optimum_and_below_the
     pb = _problem(df, qi)
     rare = int((pb.counts < 10).sum())
     used = bound_combinations(pb, 2 * rare)
-    assert len(used) == 2 and bound_combinations(pb, 4 * rare) == (0, 1, 2, 3)
+    assert len(used) == 2 and bound_combinations(pb, 4 * rare) == (0, 1, 2, 3) and bound_combinations(pb, rare - 1) == ()
     lb = changes_bound(pb, combinations=used)
     sub = _min_changes_full_c1(pb.table, 0.1, combos=[pb.combos[i] for i in used])
     best = _min_changes_full_c1(pb.table, 0.1)

@@ -539,7 +539,7 @@ class _Designer:
             # evidence of optimality: no design meeting C1 changes fewer records in expectation
             # (one program over the whole table: not attempted where even the floor's is too large)
             used = bound_combinations(self.problem, CHANGES_BOUND_MAX_ROWS)
-            lb = changes_bound(self.problem, self.p.min_diagonal or 0.0, combinations=used)
+            lb = changes_bound(self.problem, self.p.min_diagonal or 0.0, combinations=used) if used else None
             of = "" if len(used) == len(self.problem.combos) else f" (rows of {len(used)} of {len(self.problem.combos)} combinations)"
             info["detail"] = ("unknown" if lb is None else
                               f"every design changes >= {lb:.4g} records in expectation{of}")

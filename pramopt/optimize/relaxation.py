@@ -195,7 +195,8 @@ def floor_bound(problem: DesignProblem) -> float | None:
 def bound_combinations(problem: DesignProblem, max_rows: int) -> tuple[int, ...]:
     """The combinations whose rows :func:`changes_bound` keeps within ``max_rows`` rows: all of
     them when they fit, otherwise those with the most records in groups of fewer than 1/alpha
-    records (the groups that must send or receive records), at least one.
+    records (the groups that must send or receive records); none (no bound) when the rows of one
+    combination alone exceed ``max_rows``.
 
     Dropping rows of a minimisation can only lower its optimum, so the bound over any subset
     of the combinations is still a lower bound; these are the ones that carry most of it (on the
@@ -205,10 +206,12 @@ def bound_combinations(problem: DesignProblem, max_rows: int) -> tuple[int, ...]
     rare = int(np.count_nonzero(problem.counts < 1.0 / problem.alpha))
     if rare * m <= max_rows:
         return tuple(range(m))
+    if rare > max_rows:
+        return ()
     g = problem.groups
     small = g.size < 1.0 / problem.alpha
     score = np.bincount(g.combination[small], weights=g.size[small], minlength=m)
-    keep = max(1, max_rows // max(rare, 1))
+    keep = max_rows // rare
     return tuple(sorted(int(i) for i in np.argsort(-score, kind="stable")[:keep]))
 
 
