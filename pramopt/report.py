@@ -403,9 +403,6 @@ def _png(fig) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-#: Up to this many cells the heat map is an image of the matrix; beyond, one mark per entry.
-HEATMAP_IMAGE_MAX = 300
-
 
 def change_vs_frequency_figure(diag, table: FrequencyTable, gamma=None):
     """Cator et al., Figure 1, as two panels against U0(m) (a matplotlib Figure).
@@ -548,52 +545,6 @@ def transitions_figure(transitions: dict):
                           shrink=0.8, format=pct)
         cb.ax.yaxis.set_minor_formatter(pct)
     return fig
-
-
-def figure_heatmap(P, table: FrequencyTable, diag_cols=None) -> str:
-    """Heat map of the off-diagonal entries of P, rows and columns in cell order (base64 PNG).
-
-    No longer in the reports (its rows and columns are unlabelled cells; the reports show the
-    transitions per variable instead), kept for callers who want the whole matrix at a glance.
-
-    Up to ``HEATMAP_IMAGE_MAX`` cells it is an image of the matrix; beyond, one mark per
-    off-diagonal entry (the matrix is never made dense).
-    """
-    from matplotlib.colors import LogNorm
-
-    M = sp.coo_array(P)
-    K, Kc = M.shape
-    dc = np.arange(K) if diag_cols is None else np.asarray(diag_cols)
-    keep = (M.col != dc[M.row]) & (M.data > 0)
-    rows, cols, vals = M.row[keep], M.col[keep], M.data[keep].astype(float)
-    size = min(9.0, 3.5 + K / 40)
-    fig, ax = _figure((size + 1.2, size))
-    if vals.size:
-        norm = LogNorm(vmin=max(vals.min(), 1e-12), vmax=vals.max())
-        if max(K, Kc) <= HEATMAP_IMAGE_MAX:
-            off = np.full((K, Kc), np.nan)
-            off[rows, cols] = vals
-            im = ax.imshow(off, cmap="viridis", interpolation="nearest", norm=norm)
-        else:
-            im = ax.scatter(cols, rows, c=vals, cmap="viridis", norm=norm, s=max(0.5, 2000.0 / K), marker="s",
-                            linewidths=0)
-            ax.set_xlim(-0.5, Kc - 0.5)
-            ax.set_ylim(K - 0.5, -0.5)
-        fig.colorbar(im, ax=ax, label="P_mk (off the diagonal, log scale)")
-    else:
-        ax.imshow(np.zeros((min(K, 2), min(Kc, 2))), cmap="Greys", vmin=0, vmax=1)
-        ax.text(0.5, 0.5, "no off-diagonal transitions", ha="center", va="center", transform=ax.transAxes)
-    if K <= 40 and Kc == K:
-        lab = [",".join(map(str, r)) for r in table.cells().itertuples(index=False)]
-        ax.set_xticks(range(K), lab, rotation=90, fontsize=6)
-        ax.set_yticks(range(K), lab, fontsize=6)
-    ax.set_xlabel("released cell k")
-    ax.set_ylabel("original cell m")
-    ax.set_title("Transitions off the diagonal")
-    return _png(fig)
-
-
-# ---------------------------------------------------------------------------------------------
 
 
 # ---------------------------------------------------------------------------------------------
