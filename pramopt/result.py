@@ -376,9 +376,11 @@ def entries(P) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return rows, M.indices.astype(np.int64), M.data
 
 
-def matrix_long(P, table: FrequencyTable, tol: float = 0.0) -> pd.DataFrame:
-    """Long form of ``P``: ``from_<var>``, ``to_<var>``, ``probability`` per entry above ``tol``."""
+def matrix_long(P, table: FrequencyTable, tol: float = 0.0, row_offset: int = 0) -> pd.DataFrame:
+    """Long form of ``P``: ``from_<var>``, ``to_<var>``, ``probability`` per entry above ``tol``
+    (``P``'s row i is the table's cell ``row_offset + i``: a slice of rows is one piece of it)."""
     r, c, v = entries(P)
+    r = r + row_offset
     keep = v > tol
     r, c, v = r[keep], c[keep], v[keep]
     cells = table.cells()

@@ -425,3 +425,21 @@ def test_household_release_refuses_a_file_a_typed_design_would_rewrite(tmp_path)
     rel = pramopt.release_file(tmp_path / "typed.csv", tmp_path / "r.csv", res, seed=1)
     src, out = (tmp_path / "typed.csv").read_text().splitlines(), (tmp_path / "r.csv").read_text().splitlines()
     assert rel.changed == sum(a != b for a, b in zip(src, out)) > 0
+
+
+def test_matrix_csv_written_in_pieces_is_the_long_form_byte_for_byte(tmp_path, monkeypatch):
+    # matrix.csv is written a few rows at a time (a census design has millions of entries); the
+    # file must be exactly the long form written in one piece, header once, rows in order
+    import pramopt.io.design_file as DF
+    from pramopt.result import matrix_long
+
+    df = pramopt.example_data(n=600, seed=1)
+    qi = list(df.columns[:4])
+    res = pramopt.design(df, qi, alpha=0.2)
+    assert res.success and res.matrix.nnz > res.table.n_cells  # rows with several entries
+    whole = matrix_long(res.matrix, res.table).to_csv(index=False).encode("utf-8")
+    monkeypatch.setattr(DF, "MATRIX_CHUNK", 7)
+    pramopt.save_design(res, tmp_path)
+    assert (tmp_path / "matrix.csv").read_bytes() == whole
+    back = pramopt.load_design(tmp_path)
+    assert abs(back.matrix - res.matrix).max() == 0
