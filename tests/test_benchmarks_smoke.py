@@ -149,3 +149,14 @@ def test_households_quick(tmp_path):
     # members released together never disagree on a household-level key
     assert hh.households_disagree_urbrur == 0 and hh.households_disagree_roof == 0
     assert (tmp_path / "households_quick.md").exists() and (tmp_path / "households_quick.png").exists()
+
+
+@pytest.mark.slow
+def test_optimality_quick(tmp_path):
+    # about a minute: SLSQP from seven starts on a 15-cell table
+    from benchmarks import optimality
+
+    res = optimality.run(tmp_path, quick=True, log=lambda m: None)
+    row = res.iloc[0]
+    assert row.status == "success" and row.feasible_starts >= 1 and np.isfinite(row.multistart_best)
+    assert (tmp_path / "optimality.md").exists()
