@@ -46,7 +46,7 @@ _TANGENTS = (0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 
 #: A candidate row joins the LP once its left-hand side exceeds this share of its bound.
-_NEAR = 0.95
+_NEAR = 0.8
 #: Each block's present rows are strictly diagonally dominant over its present columns by this much.
 DOMINANCE = 0.05
 
@@ -95,15 +95,15 @@ class _Combination:
         self.WU = U0[:, None] * M
 
     def violated(self, x, alpha) -> np.ndarray:
+        """The candidate rows to add: those near binding or violated at ``x``."""
         Y = (self.S @ x).reshape(-1, self.nb)  # K x nb
         D = self.WU.T @ Y  # nA x nb
         lhs = self.M[self.mm, self.aa] * Y[self.mm, self.bb]
-        # rows near binding come in too (fewer rounds)
         return (~self.active) & (lhs > _NEAR * alpha * D[self.aa, self.bb] + 1e-12)
 
 
 def solve_person_by_household(lay: Layout, Ph, combos, alpha: float, floor: float = 0.15, keep_missing: bool = True,
-                              max_rounds: int = 30):
+                              max_rounds: int = 25):
     """The stacked person matrices ``Pp^(h)`` meeting C1 with ``Ph`` fixed, by one LP with lazy rows.
 
     The objective is a convex stand-in for the loss: the records of each cell m times a
@@ -220,6 +220,8 @@ def solve_person_by_household(lay: Layout, Ph, combos, alpha: float, floor: floa
             new += int(v.sum())
         if not new:
             break
+    else:
+        return None  # rows still violated after max_rounds: no design (the caller tries another)
     x[x < 1e-12] = 0.0  # solver dust
     out = np.zeros((Kh * Kp, Kp))
     out[np.arange(Kh * Kp), np.tile(np.arange(Kp), Kh)] = 1.0  # rows no record uses: the identity
