@@ -294,16 +294,32 @@ def test_conditional_release_keeps_households_and_matches_the_record_matrix(data
     col_index = {tuple(c): k for k, c in enumerate(cols.tolist())}
     reps = 100
     total = np.zeros(cols.shape[0])
+    h_of, p_of = _cell_maps(r)
+    enc = lambda f: np.column_stack([pd.Index(c).get_indexer(f[q]) for q, c in zip(qi, r.table.categories)])  # noqa: E731
+    orig = enc(data)
+    h0, p0 = np.array([h_of(c) for c in orig.tolist()]), np.array([p_of(c) for c in orig.tolist()])
+    B = _blocks(r)
+    Kp = B.shape[1]
+    moved = np.zeros((len(data), Kp))  # per record: how often each person cell was released
     for s in range(reps):
         out = pramopt.release(data, r, seed=s)
         assert (out.groupby("hid")[["region", "roof"]].nunique() == 1).all().all()
         t = pramopt.frequency_table(out, qi, domains={q: list(c) for q, c in zip(qi, r.table.categories)})
         for c, n in zip(t.codes.tolist(), t.counts):
             total[col_index[tuple(c)]] += n
+        moved[np.arange(len(data)), [p_of(c) for c in enc(out).tolist()]] += 1
     pd.testing.assert_series_equal(out["income"], data["income"])
     sizes = data.groupby("hid").size().to_numpy()
     se = np.sqrt((sizes ** 2).sum() / 4 / reps)
     assert np.max(np.abs(total / reps - expected)) < 5 * se
+    # person draws are independent given the record: per original (h, p), the released person cells
+    # follow row p of Pp^(h) (binomial standard errors)
+    key = h0 * Kp + p0
+    for k in np.unique(key):
+        rows = key == k
+        got, q = moved[rows].sum(axis=0), B[k // Kp, k % Kp]
+        n_draws = rows.sum() * reps
+        assert np.all(np.abs(got - n_draws * q) <= 5 * np.sqrt(n_draws * q * (1 - q)) + 1e-9)
 
 
 def test_conditional_loss_by_monte_carlo_on_the_pair_space(data, conditional):
