@@ -143,14 +143,16 @@ class HouseholdDesign:
     household_design : DesignResult
         ``Ph`` on the household-level cells (records counted), designed at ``alpha_household`` over
         the household part of each combination of Π.
-    person_matrix : scipy.sparse.csr_array of shape (Kp, Kp), read-only
-        ``Pp`` on the person-level cells, drawn per person.
+    person_matrix : scipy.sparse.csr_array of shape (Kp, Kp) or (Kh * Kp, Kp), read-only
+        ``Pp`` on the person-level cells, drawn per person: one matrix for every household cell, or
+        one per household cell stacked (row ``h * Kp + p`` is ``Pp^(h)[p, ·]``, used for the members
+        of households whose original household cell is h; :func:`.model.person_index`).
     layout : Layout
         The record, household and person tables and how the record cells split into them.
     household : str
         The column of household identifiers.
     status : Status
-        SUCCESS only when the record-level matrix ``Ph[h, h'] Pp[p, p']`` meets the full C1 with
+        SUCCESS only when the record-level matrix ``Ph[h, h'] Pp^(h)[p, p']`` meets the full C1 with
         ``max_risk <= alpha`` (checked by :mod:`pramopt.verify` over every released pair) and the
         household design succeeded.
     max_risk : float
@@ -240,7 +242,9 @@ class HouseholdDesign:
             f"  records n = {self.n}, households = {self.details.get('households')}, cells K = {self.table.n_cells}",
             f"  household-level keys (once per household of {self.household!r}) = {', '.join(map(str, lay.household_keys))}"
             f" ({lay.household_table.n_cells} cells)",
-            f"  person-level keys = {', '.join(map(str, lay.person_keys)) or '-'} ({lay.person_table.n_cells} cells)",
+            f"  person-level keys = {', '.join(map(str, lay.person_keys)) or '-'} ({lay.person_table.n_cells} cells; "
+            + ("one person matrix per household cell)" if self.person_matrix.shape[0] != self.person_matrix.shape[1]
+               else "one person matrix for every household)"),
             f"  combinations |Pi| = {len(self.combinations)}, alpha = {self.alpha:g} (household part designed at "
             f"{self.alpha_household:.4g})",
             f"  max C1 risk      = {self.max_risk:.6g}  (bound {self.alpha:g}, record level: all m, pi, k0 over "
