@@ -99,7 +99,7 @@ class _Combination:
         Y = (self.S @ x).reshape(-1, self.nb)  # K x nb
         D = self.WU.T @ Y  # nA x nb
         lhs = self.M[self.mm, self.aa] * Y[self.mm, self.bb]
-        return (~self.active) & (lhs > _NEAR * alpha * D[self.aa, self.bb] + 1e-12)
+        return (~self.active) & (lhs > _NEAR * alpha * D[self.aa, self.bb])
 
 
 def solve_person_by_household(lay: Layout, Ph, combos, alpha: float, floor: float = 0.15, keep_missing: bool = True,
@@ -180,12 +180,16 @@ def solve_person_by_household(lay: Layout, Ph, combos, alpha: float, floor: floa
                 continue
             pairs, which = np.unique(aa * c.nb + bb, return_inverse=True)
             which = np.asarray(which).ravel()
-            rows = sp.csr_array(sp.diags_array(c.M[mm, aa]) @ c.S[mm * c.nb + bb])
+            # each (a, b) scaled by its largest M(m, a): a released value reached only through tiny
+            # entries of Ph would otherwise sit below the solver's feasibility tolerance
+            scale = np.zeros(pairs.size)
+            np.maximum.at(scale, which, c.M[mm, aa])
+            rows = sp.csr_array(sp.diags_array(c.M[mm, aa] / scale[which]) @ c.S[mm * c.nb + bb])
             ub_rows.append((rows, n_aux + which))
-            # aux(a, b) - sum_h Nh(h, a) Z(h, b) = 0
+            # aux(a, b) - sum_h Nh(h, a) Z(h, b) / scale(a, b) = 0
             pa, pb = pairs // c.nb, pairs % c.nb
             ks, hs = np.nonzero(c.Nh[:, pa].T > 0)  # ks: which (a, b), hs: household cell
-            aux_eq.append((n_aux + ks, nx + K + z_off[c.pp] + hs * c.nb + pb[ks], -c.Nh[hs, pa[ks]]))
+            aux_eq.append((n_aux + ks, nx + K + z_off[c.pp] + hs * c.nb + pb[ks], -c.Nh[hs, pa[ks]] / scale[ks]))
             n_aux += pairs.size
         nv = base + n_aux
         A = sp.vstack([r for r, _ in ub_rows]).tocoo() if ub_rows else sp.coo_array((0, nx))

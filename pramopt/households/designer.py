@@ -138,6 +138,8 @@ def design_households(data, qi, params: DesignParams, design, progress=None, cli
                     break
                 stages.append(Stage(name, time.perf_counter() - t1, 0,
                                     f"record-level max risk {rep.max_risk:.6g} > alpha at margin {margin:g}"))
+                if kind == "by-household" and not rep.max_risk <= alpha * 1.01:
+                    break  # far above alpha: a larger margin does not help (and each try is a large LP)
     hd = dict(households=int(hh.max()) + 1, tried_fractions=tried)
     out = dict(household=params.household, alpha=alpha, combinations=tuple(tuple(table.qi[j] for j in c) for c in combos),
                params=params.to_dict(), layout=lay, stages=stages)
