@@ -1,9 +1,12 @@
 """Households: today's person-level design against the household design on sdcMicro's testdata.
 
 Seven keys (household-level urbrur, roof, walls, water, electcon; person-level relat, sex), alpha = 0.1,
-every triple.  For each design: loss, expected changes, time, and after release (mean over seeds) the
-households whose members disagree on urbrur / roof and the households with a number of heads
-(relat == 1) other than one.  ``--quick``: synthetic households instead of testdata.
+every triple.  Designs: person-level (no households), the household design with one person matrix
+shared by every household cell (the designer's other person part switched off), and the household
+design as ``pramopt.design`` makes it (one person matrix per household cell among the candidates).
+For each: loss, expected changes, time, and after release (mean over seeds) the households whose
+members disagree on urbrur / roof and the households with a number of heads (relat == 1) other than
+one.  ``--quick``: synthetic households instead of testdata.
 """
 from __future__ import annotations
 
@@ -45,14 +48,26 @@ def run(out, quick=False, log=print):
         df, qi = _synthetic(), ["urbrur", "roof", "relat", "sex"]
     else:
         df, qi = pd.read_csv(TESTDATA), TESTDATA_KEYS7
+    from pramopt.households import designer
+
     rows = []
-    for name, kw in (("person-level (today)", {}), ("households", {"household": "ori_hid"})):
+    for name, kw in (("person-level", {}), ("households, one person matrix", {"household": "ori_hid"}),
+                     ("households, person matrix per household cell", {"household": "ori_hid"})):
         t0 = time.perf_counter()
-        res = pramopt.design(df, qi, alpha=0.1, **kw)
+        if name == "households, one person matrix":
+            keep, designer.solve_person_by_household = designer.solve_person_by_household, lambda *a, **k: None
+            try:
+                res = pramopt.design(df, qi, alpha=0.1, **kw)
+            finally:
+                designer.solve_person_by_household = keep
+        else:
+            res = pramopt.design(df, qi, alpha=0.1, **kw)
         sec = time.perf_counter() - t0
         log(f"{name}: {res.status.value}, loss {res.loss:.4g}, changes {res.expected_changes:.4g}, {sec:.1f} s")
         urb, roof, heads = _after_release(df, res)
-        rows.append({"design": name, "status": res.status.value, "max_risk": res.max_risk, "loss": res.loss,
+        rows.append({"design": name, "status": res.status.value,
+                     "person_part": res.details.get("person_structure", "-") if kw else "-",
+                     "alpha_household": getattr(res, "alpha_household", float("nan")), "max_risk": res.max_risk, "loss": res.loss,
                      "expected_changes": res.expected_changes, "seconds": sec,
                      "households_disagree_urbrur": urb, "households_disagree_roof": roof,
                      "households_heads_not_1": heads})
@@ -72,13 +87,13 @@ def run(out, quick=False, log=print):
         if col is None:
             x = np.arange(3)
             for i, r in t.iterrows():
-                ax.bar(x + 0.4 * i, [r.households_disagree_urbrur, r.households_disagree_roof,
-                                     r.households_heads_not_1], 0.4, label=r.design)
-            ax.set_xticks(x + 0.2, ["disagree\nurbrur", "disagree\nroof", "heads != 1"])
+                ax.bar(x + 0.27 * i, [r.households_disagree_urbrur, r.households_disagree_roof,
+                                      r.households_heads_not_1], 0.27, label=r.design)
+            ax.set_xticks(x + 0.27, ["disagree\nurbrur", "disagree\nroof", "heads != 1"])
             ax.set_title("households after release")
             ax.legend(fontsize=7)
         else:
-            ax.bar(t.design, t[col], color=["C0", "C1"])
+            ax.bar(["person", "hh, one Pp", "hh, Pp per h"], t[col], color=["C0", "C1", "C2"])
             ax.set_title(lab)
             ax.tick_params(axis="x", labelsize=7)
     fig.tight_layout()

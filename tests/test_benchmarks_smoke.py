@@ -144,10 +144,10 @@ def test_households_quick(tmp_path):
     from benchmarks import households
 
     t = households.run(tmp_path, quick=True, log=lambda m: None)
-    hh = t[t.design == "households"].iloc[0]
-    assert hh.status == "success" and hh.max_risk <= 0.1
-    # members released together never disagree on a household-level key
-    assert hh.households_disagree_urbrur == 0 and hh.households_disagree_roof == 0
+    for _, hh in t[t.design.str.startswith("households")].iterrows():
+        assert hh.status == "success" and hh.max_risk <= 0.1
+        # members released together never disagree on a household-level key
+        assert hh.households_disagree_urbrur == 0 and hh.households_disagree_roof == 0
     assert (tmp_path / "households_quick.md").exists() and (tmp_path / "households_quick.png").exists()
 
 

@@ -211,3 +211,194 @@ def test_cli_and_spec_round_trip(data, tmp_path, capsys):
     from pramopt.spec import design_kwargs
     r = pramopt.design(s.load_data(), list(s.qi), **design_kwargs(s))
     assert r.success and r.household == "hid" and tuple(r.params["household_keys"]) == ("region", "roof")
+
+
+# --- one person matrix per household cell --------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def conditional(data):
+    """The household design whose person part depends on the household cell (the designer's other
+    person parts switched off so that it is the one chosen)."""
+    from pramopt.households import designer
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(designer, "solve_person", lambda *a, **k: None)
+        mp.setattr(designer, "solve_person_replacement", lambda *a, **k: None)
+        r = pramopt.design(data, QI, alpha=ALPHA, household="hid")
+    assert r.success and r.details["person_structure"] == "by-household"
+    lay = r.layout
+    assert r.person_matrix.shape == (lay.household_table.n_cells * lay.person_table.n_cells, lay.person_table.n_cells)
+    return r
+
+
+def _blocks(r):
+    """Pp^(h) as a (Kh, Kp, Kp) array: row h * Kp + p of the stacked matrix is Pp^(h)[p, .]."""
+    lay = r.layout
+    Kh, Kp = lay.household_table.n_cells, lay.person_table.n_cells
+    return _dense(r.person_matrix).reshape(Kh, Kp, Kp)
+
+
+def _cell_maps(r):
+    t, lay = r.table, r.layout
+    hix = {tuple(x): i for i, x in enumerate(lay.household_table.codes.tolist())}
+    pix = {tuple(x): i for i, x in enumerate(lay.person_table.codes.tolist())}
+    hpos, ppos = [t.qi.index(q) for q in r.household_keys], [t.qi.index(q) for q in r.person_keys]
+    return (lambda c: hix[tuple(c[j] for j in hpos)]), (lambda c: pix[tuple(c[j] for j in ppos)])
+
+
+def test_conditional_record_matrix_is_ph_times_the_household_cells_person_matrix(conditional):
+    r = conditional
+    R, cols = r.record_matrix()
+    R = _dense(R)
+    Ph, B = _dense(r.household_matrix), _blocks(r)
+    h_of, p_of = _cell_maps(r)
+    used = sorted({h_of(m) for m in r.table.codes.tolist()})
+    # the person part does depend on the household cell here
+    assert any(not np.allclose(B[used[0]], B[h]) for h in used[1:])
+    for i, m in enumerate(r.table.codes.tolist()):
+        h, p = h_of(m), p_of(m)
+        for k, c in enumerate(cols.tolist()):
+            assert R[i, k] == pytest.approx(Ph[h, h_of(c)] * B[h, p, p_of(c)], abs=1e-15)
+    assert np.allclose(R.sum(axis=1), 1.0)
+
+
+def test_conditional_full_c1_by_brute_force(conditional):
+    R, cols = conditional.record_matrix()
+    combos = list(itertools.combinations(range(len(QI)), 3))
+    worst = _brute_c1(_dense(R), conditional.table.codes, conditional.table.counts.astype(float), cols, combos)
+    assert worst <= ALPHA
+    assert worst == pytest.approx(conditional.max_risk, rel=1e-9)
+
+
+def test_conditional_blocks_are_invertible_by_dominance(conditional):
+    """Within each household cell, a present person cell's row keeps more on its diagonal than it
+    sends to the other present person cells; the rows of absent person cells are the identity."""
+    B = _blocks(conditional)
+    h_of, p_of = _cell_maps(conditional)
+    present = {}
+    for m in conditional.table.codes.tolist():
+        present.setdefault(h_of(m), set()).add(p_of(m))
+    for h in range(B.shape[0]):
+        here = present.get(h, set())
+        for p in range(B.shape[1]):
+            if p in here:
+                assert B[h, p, p] - sum(B[h, p, q] for q in here if q != p) >= 0.05 - 1e-9
+            else:
+                assert B[h, p, p] == 1.0
+
+
+def test_conditional_release_keeps_households_and_matches_the_record_matrix(data, conditional):
+    r = conditional
+    R, cols = r.record_matrix()
+    expected = r.table.counts.astype(float) @ _dense(R)
+    qi = list(r.table.qi)
+    col_index = {tuple(c): k for k, c in enumerate(cols.tolist())}
+    reps = 100
+    total = np.zeros(cols.shape[0])
+    h_of, p_of = _cell_maps(r)
+    enc = lambda f: np.column_stack([pd.Index(c).get_indexer(f[q]) for q, c in zip(qi, r.table.categories)])  # noqa: E731
+    orig = enc(data)
+    h0, p0 = np.array([h_of(c) for c in orig.tolist()]), np.array([p_of(c) for c in orig.tolist()])
+    B = _blocks(r)
+    Kp = B.shape[1]
+    moved = np.zeros((len(data), Kp))  # per record: how often each person cell was released
+    for s in range(reps):
+        out = pramopt.release(data, r, seed=s)
+        assert (out.groupby("hid")[["region", "roof"]].nunique() == 1).all().all()
+        t = pramopt.frequency_table(out, qi, domains={q: list(c) for q, c in zip(qi, r.table.categories)})
+        for c, n in zip(t.codes.tolist(), t.counts):
+            total[col_index[tuple(c)]] += n
+        moved[np.arange(len(data)), [p_of(c) for c in enc(out).tolist()]] += 1
+    pd.testing.assert_series_equal(out["income"], data["income"])
+    sizes = data.groupby("hid").size().to_numpy()
+    se = np.sqrt((sizes ** 2).sum() / 4 / reps)
+    assert np.max(np.abs(total / reps - expected)) < 5 * se
+    # person draws are independent given the record: per original (h, p), the released person cells
+    # follow row p of Pp^(h) (binomial standard errors)
+    key = h0 * Kp + p0
+    for k in np.unique(key):
+        rows = key == k
+        got, q = moved[rows].sum(axis=0), B[k // Kp, k % Kp]
+        n_draws = rows.sum() * reps
+        assert np.all(np.abs(got - n_draws * q) <= 5 * np.sqrt(n_draws * q * (1 - q)) + 1e-9)
+
+
+def test_conditional_loss_by_monte_carlo_on_the_pair_space(data, conditional):
+    """The estimator lives on every pair (h, p): the dense matrix Ph[h, h'] Pp^(h)[p, p'] over all
+    Kh Kp pairs is inverted directly and the squared error of P^-T U / n simulated."""
+    r = conditional
+    lay = r.layout
+    Kh, Kp = lay.household_table.n_cells, lay.person_table.n_cells
+    Ph, B = _dense(r.household_matrix), _blocks(r)
+    P = np.einsum("ac,abd->abcd", Ph, B).reshape(Kh * Kp, Kh * Kp)
+    assert np.allclose(P.sum(axis=1), 1.0)
+    Q = np.linalg.inv(P)
+    h_of, p_of = _cell_maps(r)
+    qi = list(r.table.qi)
+
+    def pair_counts(frame):
+        t = pramopt.frequency_table(frame, qi, domains={q: list(c) for q, c in zip(qi, r.table.categories)})
+        U = np.zeros(Kh * Kp)
+        for c, n in zip(t.codes.tolist(), t.counts):
+            U[h_of(c) * Kp + p_of(c)] += n
+        return U
+    n = len(data)
+    mu = pair_counts(data) / n
+    # the independent-records part in closed form from the dense inverse
+    U0P = pair_counts(data) @ P
+    assert r.details["loss_independent"] == pytest.approx(float(U0P @ np.sum(Q**2, axis=1)) / n**2 - 1 / n, rel=1e-9)
+    reps = 150
+    err = [np.sum((Q.T @ pair_counts(pramopt.release(data, r, seed=s)) / n - mu) ** 2) for s in range(reps)]
+    sd = np.std(err) / np.sqrt(reps)
+    assert abs(np.mean(err) - r.loss) < 5 * sd
+    assert r.loss > r.details["loss_independent"]
+
+
+def test_member_pairs_count_ordered_pairs_of_distinct_members(data, result):
+    from pramopt.households.result import member_pairs
+    lay = result.layout
+    Kh, Kp = lay.household_table.n_cells, lay.person_table.n_cells
+    h_of, p_of = _cell_maps(result)
+    codes = np.column_stack([pd.Index(c).get_indexer(data[q]) for q, c in zip(result.table.qi, result.table.categories)])
+    hh = pd.factorize(data["hid"])[0]
+    hs = np.array([h_of(c) for c in codes.tolist()])
+    ps = np.array([p_of(c) for c in codes.tolist()])
+    want = np.zeros((Kh, Kp, Kp))
+    for i in range(len(data)):
+        for j in range(len(data)):
+            if i != j and hh[i] == hh[j]:
+                want[hs[i], ps[i], ps[j]] += 1
+    got = member_pairs(hh, hs, ps, Kh, Kp).toarray().reshape(Kh, Kp, Kp)
+    assert np.array_equal(got, want)
+
+
+def test_conditional_design_file_round_trip_and_the_old_format(conditional, result, tmp_path):
+    from pramopt.households.files import _digest, save_household_design
+    (tmp_path / "c").mkdir()
+    (tmp_path / "o").mkdir()
+    save_household_design(conditional, tmp_path / "c")
+    rec = json.loads((tmp_path / "c" / "design.json").read_text())
+    assert rec["format"] == "pramopt-households/2" and rec["person_structure"] == "per household cell"
+    back = pramopt.load_design(tmp_path / "c")
+    assert back.success and back.person_matrix.shape == conditional.person_matrix.shape
+    assert (abs(back.person_matrix - conditional.person_matrix) > 0).nnz == 0
+    assert back.check().max_risk == pytest.approx(conditional.max_risk, rel=1e-12)
+    assert back.loss == conditional.loss
+    # released the same way from the file as from memory
+    df = households()
+    pd.testing.assert_frame_equal(pramopt.release(df, back, seed=5), pramopt.release(df, conditional, seed=5))
+    # a stacked matrix that claims to be shared is refused
+    rec["person_structure"] = "shared"
+    rec["record_sha256"] = _digest(rec)
+    (tmp_path / "c" / "design.json").write_text(json.dumps(rec))
+    with pytest.raises(pramopt.DesignFileError, match="malformed"):
+        pramopt.load_design(tmp_path / "c")
+    # a design file of the first format (one shared person matrix) still loads
+    save_household_design(result, tmp_path / "o")
+    old = json.loads((tmp_path / "o" / "design.json").read_text())
+    old["format"] = "pramopt-households/1"
+    del old["person_structure"]
+    old["record_sha256"] = _digest(old)
+    (tmp_path / "o" / "design.json").write_text(json.dumps(old))
+    back = pramopt.load_design(tmp_path / "o")
+    assert back.success and back.person_matrix.shape == result.person_matrix.shape
+    assert back.check().max_risk == pytest.approx(result.max_risk, rel=1e-12)

@@ -5,9 +5,13 @@
    A combination of household keys only has the same left-hand sides at record level as in this
    table, so it holds at ``alpha_h <= alpha``; the projections of the mixed combinations are a
    stand-in that leaves room for the person part (a smaller ``alpha_h`` asks less of ``Pp``).
-2. ``Pp``: with ``Ph`` fixed, the fewest expected person changes meeting the full C1 at record level
-   (:mod:`.person`), with the designer's margin.
-3. The record-level matrix ``Ph[h, h'] Pp[p, p']`` is checked by :mod:`pramopt.verify` over every
+2. The person part, with ``Ph`` fixed, meeting the full C1 at record level with the designer's
+   margin: one matrix ``Pp`` for every household cell (:mod:`.person`: general and replacement),
+   and one matrix ``Pp^(h)`` per household cell (:mod:`.conditional`), which can perturb persons
+   where the released household values need it and so works at a larger ``alpha_h``.  The latter is
+   tried down the ladder until it first succeeds; the ladder stops once the household part's own
+   loss reaches the best loss found (a smaller ``alpha_h`` only perturbs the households more).
+3. The record-level matrix ``Ph[h, h'] Pp^(h)[p, p']`` is checked by :mod:`pramopt.verify` over every
    released pair; of the verified candidates the smallest exact loss wins.
 """
 from __future__ import annotations
@@ -22,9 +26,10 @@ from ..frequency.combinations import resolve_combinations
 from ..frequency.table import FrequencyTable, cells_of
 from ..params import DesignParams
 from ..result import Stage, Status
-from .model import household_codes, household_keys, layout
+from .conditional import solve_person_by_household
+from .model import household_codes, household_keys, layout, person_diagonal
 from .person import PERSON_MAX_CELLS, solve_person, solve_person_replacement
-from .result import HouseholdDesign, household_loss, record_check
+from .result import HouseholdDesign, household_loss, member_pairs, record_check
 
 __all__ = ["design_households", "HOUSEHOLD_FRACTIONS"]
 
@@ -53,19 +58,6 @@ def _refuse(p: DesignParams, data, client, owner: str) -> pd.DataFrame:
     return data
 
 
-def _same_cell_pairs(hh: np.ndarray, h_rec: np.ndarray, p_rec: np.ndarray, Kh: int) -> np.ndarray:
-    """Per household cell: ordered pairs of distinct members of one household with the same person cell."""
-    if not hh.size:
-        return np.zeros(Kh)
-    key = pd.MultiIndex.from_arrays([hh, p_rec])
-    c = pd.Series(1, index=key).groupby(level=[0, 1]).sum()
-    pairs = (c * (c - 1)).groupby(level=0).sum()
-    out = np.zeros(Kh)
-    first_h = pd.Series(h_rec).groupby(hh).first()
-    np.add.at(out, first_h.loc[pairs.index].to_numpy(), pairs.to_numpy())
-    return out
-
-
 def design_households(data, qi, params: DesignParams, design, progress=None, client=None,
                       owner: str = "design") -> HouseholdDesign:
     """The household design of :func:`pramopt.design` (``household=`` given); ``design`` is that
@@ -88,7 +80,8 @@ def design_households(data, qi, params: DesignParams, design, progress=None, cli
             hcombos.append(c)
     rec_cells = cells_of(df[list(table.qi)], table)
     hh, _ = household_codes(df, params.household, lay.h_of[rec_cells])
-    same = _same_cell_pairs(hh, lay.h_of[rec_cells], lay.p_of[rec_cells], lay.household_table.n_cells)
+    same = member_pairs(hh, lay.h_of[rec_cells], lay.p_of[rec_cells], lay.household_table.n_cells,
+                        lay.person_table.n_cells)
     stages = [Stage("households", time.perf_counter() - t0, 0,
                     f"{int(hh.max()) + 1} households; household-level {list(hkeys)}, person-level {list(pkeys)}")]
     base = params.to_dict()
@@ -98,7 +91,7 @@ def design_households(data, qi, params: DesignParams, design, progress=None, cli
     floor = max(0.51, params.min_diagonal or 0.0)
     fractions = HOUSEHOLD_FRACTIONS if lay.ppos else (1.0,)
     keep = params.missing == "keep"
-    best, tried, last, seen = None, {}, None, []
+    best, tried, last, seen, found = None, {}, None, [], set()
     for frac in fractions:
         a_h = alpha * frac
         t1 = time.perf_counter()
@@ -108,22 +101,35 @@ def design_households(data, qi, params: DesignParams, design, progress=None, cli
         if not rh.success:
             last = rh
             break  # a smaller alpha_h is harder still
+        if best is not None and rh.loss >= best[0]:
+            break  # the household part alone loses as much as the best design found
         if any((abs(rh.matrix - m) > 0).nnz == 0 for m in seen):
             continue  # the same household part (P = I already meets the smaller alpha): nothing new
         seen.append(rh.matrix)
-        for kind in ("general", "replacement"):
+        kinds = ("general", "replacement") + (() if "by-household" in found else ("by-household",))
+        for kind in kinds:
             for margin in _MARGINS:
                 t1 = time.perf_counter()
                 a_s = alpha * (1 - margin)
-                Pp = (solve_person(lay, rh.matrix, combos, a_s, floor, keep) if kind == "general" else
-                      solve_person_replacement(lay, rh.matrix, combos, a_s, max(1e-3, params.min_diagonal or 0.0), keep))
+                if kind == "general":
+                    Pp = solve_person(lay, rh.matrix, combos, a_s, floor, keep)
+                elif kind == "replacement":
+                    Pp = solve_person_replacement(lay, rh.matrix, combos, a_s, max(1e-3, params.min_diagonal or 0.0), keep)
+                else:
+                    Pp = solve_person_by_household(lay, rh.matrix, combos, a_s, max(0.15, params.min_diagonal or 0.0),
+                                                   keep)
                 name = f"person {kind}@{frac:g}"
                 if Pp is None:
                     stages.append(Stage(name, time.perf_counter() - t1, 0, "infeasible"))
                     break
                 rep, R, cols = record_check(lay, rh.matrix, Pp, combos)
                 if rep.max_risk <= alpha:
-                    loss, indep = household_loss(lay, rh.matrix, Pp, same)
+                    try:
+                        loss, indep = household_loss(lay, rh.matrix, Pp, same)
+                    except np.linalg.LinAlgError:  # a singular person part has no unbiased estimator
+                        stages.append(Stage(name, time.perf_counter() - t1, 0, "singular"))
+                        break
+                    found.add(kind)
                     tried[f"{kind}@{frac:g}"] = loss
                     stages.append(Stage(name, time.perf_counter() - t1, 0, f"record-level max risk {rep.max_risk:.6g} "
                                         f"at margin {margin:g}, loss {loss:.4g}"))
@@ -132,6 +138,8 @@ def design_households(data, qi, params: DesignParams, design, progress=None, cli
                     break
                 stages.append(Stage(name, time.perf_counter() - t1, 0,
                                     f"record-level max risk {rep.max_risk:.6g} > alpha at margin {margin:g}"))
+                if kind == "by-household" and not rep.max_risk <= alpha * 1.01:
+                    break  # far above alpha: a larger margin does not help (and each try is a large LP)
     hd = dict(households=int(hh.max()) + 1, tried_fractions=tried)
     out = dict(household=params.household, alpha=alpha, combinations=tuple(tuple(table.qi[j] for j in c) for c in combos),
                params=params.to_dict(), layout=lay, stages=stages)
@@ -145,11 +153,12 @@ def design_households(data, qi, params: DesignParams, design, progress=None, cli
                                alpha_household=rh.alpha, details=hd, **out)
     loss, indep, frac, rh, Pp, rep, kr, kind = best
     Ph = rh.matrix
-    diag = Ph.diagonal()[lay.h_of] * Pp.diagonal()[lay.p_of]
+    diag = Ph.diagonal()[lay.h_of] * person_diagonal(Pp, lay.h_of, lay.p_of)
     changes = float(table.counts @ (1.0 - diag))
     status = Status.SUCCESS if rep.max_risk <= alpha and rh.success else Status.UNVERIFIED
+    what = "one person matrix per household cell" if kind == "by-household" else f"{kind} person matrix"
     msg = (f"Household-level keys drawn once per household (household part at alpha_h = {frac:g} alpha), "
-           f"person-level keys per person ({kind} person matrix; tried: "
+           f"person-level keys per person ({what}; tried: "
            f"{', '.join(f'{k} loss {v:.4g}' for k, v in tried.items())}); full C1 verified on the record-level matrix.")
     hd.update(loss_independent=indep, released_cells=kr, fraction=frac, person_structure=kind)
     return HouseholdDesign(household_design=rh, person_matrix=Pp, status=status, message=msg,

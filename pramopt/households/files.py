@@ -1,10 +1,12 @@
 """Household designs on disk: one ``design.json`` that carries the household structure.
 
-The file (format ``pramopt-households/1``) holds the household part as a full design record
-(:func:`pramopt.io.design_file.design_record`, with its own checksums), the person matrix and
-table, the record-level table, the household column and keys, and a checksum over all of it, so
+The file (format ``pramopt-households/2``) holds the household part as a full design record
+(:func:`pramopt.io.design_file.design_record`, with its own checksums), the person matrix (one
+shared by every household cell, or one per household cell stacked, as ``person_structure`` says)
+and table, the record-level table, the household column and keys, and a checksum over all of it, so
 that ``pramopt release`` knows to draw household-level values once per household.  A reader that
-knows only person-level designs refuses the format instead of releasing per record.
+knows only person-level designs refuses the format instead of releasing per record, and a reader
+of format ``/1`` (one shared person matrix, still read here) refuses ``/2``.
 ``household_matrix.csv`` and ``person_matrix.csv`` beside it are for reading.
 """
 from __future__ import annotations
@@ -28,7 +30,10 @@ from .result import HouseholdDesign, rebuild_layout
 
 __all__ = ["FORMAT", "save_household_design", "load_household_design"]
 
-FORMAT = "pramopt-households/1"
+FORMAT = "pramopt-households/2"
+#: Earlier format: always one person matrix shared by every household cell.
+FORMAT_1 = "pramopt-households/1"
+_STRUCTURES = ("shared", "per household cell")
 
 
 def _table_rec(t: FrequencyTable) -> dict:
@@ -63,6 +68,7 @@ def household_record(result: HouseholdDesign, extra: dict | None = None) -> dict
         "person_keys": list(lay.person_keys), "qi": list(result.qi),
         "table": _table_rec(lay.table), "person_table": _table_rec(lay.person_table),
         "household_design": design_record(result.household_design),
+        "person_structure": _STRUCTURES[result.person_matrix.shape[0] != result.person_matrix.shape[1]],
         "person_matrix": {"shape": list(result.person_matrix.shape), "rows": r.tolist(), "cols": c.tolist(),
                           "values": v.tolist()},
         "status": result.status.value, "success": bool(result.success), "message": result.message,
@@ -77,13 +83,30 @@ def household_record(result: HouseholdDesign, extra: dict | None = None) -> dict
     return rec
 
 
+def _person_long(result: HouseholdDesign) -> pd.DataFrame:
+    """``person_matrix.csv``: the long form of ``Pp``, or of each used ``Pp^(h)`` headed by the
+    household-level values of h (``household_<var>`` columns)."""
+    lay = result.layout
+    Pp = sp.csr_array(result.person_matrix)
+    Kp = lay.person_table.n_cells
+    if Pp.shape[0] == Kp:
+        return matrix_long(Pp, lay.person_table)
+    hcells = lay.household_table.cells()
+    parts = []
+    for h in np.unique(lay.h_of):
+        block = matrix_long(Pp[h * Kp:(h + 1) * Kp], lay.person_table)
+        head = pd.DataFrame({f"household_{q}": [hcells.iloc[h][q]] * len(block) for q in hcells.columns})
+        parts.append(pd.concat([head, block], axis=1))
+    return pd.concat(parts, ignore_index=True)
+
+
 def save_household_design(result: HouseholdDesign, folder, extra: dict | None = None) -> Path:
     """Write ``design.json``, ``household_matrix.csv`` and ``person_matrix.csv`` into ``folder``."""
     folder = Path(folder)
     lay = result.layout
     write_table(matrix_long(result.household_matrix, lay.household_table), folder / "household_matrix.csv")
     if lay.ppos:
-        write_table(matrix_long(result.person_matrix, lay.person_table), folder / "person_matrix.csv")
+        write_table(_person_long(result), folder / "person_matrix.csv")
     write_text(json.dumps(household_record(result, extra), indent=1, allow_nan=False), folder / DESIGN_FILE)
     return folder / DESIGN_FILE
 
@@ -101,6 +124,11 @@ def load_household_design(rec: dict, path) -> HouseholdDesign:
         m = rec["person_matrix"]
         Pp = sp.csr_array((np.asarray(m["values"], dtype=float), (np.asarray(m["rows"], dtype=np.int64),
                            np.asarray(m["cols"], dtype=np.int64))), shape=tuple(m["shape"]))
+        structure = rec.get("person_structure", "shared") if rec["format"] != FORMAT_1 else "shared"
+        Kp, Kh = person.n_cells, rh.table.n_cells
+        if structure not in _STRUCTURES or Pp.shape != ((Kp if structure == "shared" else Kh * Kp), Kp):
+            raise ValueError(f"person matrix of shape {Pp.shape} for structure {structure!r} with {Kh} household "
+                             f"and {Kp} person cells")
         fig = rec["figures"]
         return HouseholdDesign(
             household_design=rh, person_matrix=Pp, layout=lay, household=rec["household"],

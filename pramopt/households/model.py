@@ -2,10 +2,11 @@
 
 A household design is two matrices: ``Ph`` on the household-level cells (the values of the
 household-level keys; a household's cell is drawn once and copied to every member) and ``Pp`` on
-the person-level cells (drawn per person, independently of the household part).  A record of cell
+the person-level cells (drawn per person, independently of the household draw), either one matrix
+for all or one ``Pp^(h)`` per original household cell (:mod:`.conditional`).  A record of cell
 ``(h, p)`` is therefore released as ``(h', p')`` with probability
 
-    P((h, p) -> (h', p')) = Ph[h, h'] * Pp[p, p'],
+    P((h, p) -> (h', p')) = Ph[h, h'] * Pp^(h)[p, p'],
 
 its *marginal* law, whatever the correlation between the members of one household.  The released
 cells are every pair ``(h', p')`` of a household cell and a person cell, including pairs absent
@@ -24,7 +25,7 @@ from .._plain import plain
 from ..errors import InvalidParameterError
 from ..frequency.table import FrequencyTable, cell_index, frequency_table
 
-__all__ = ["Layout", "household_keys", "layout", "record_matrix", "household_codes"]
+__all__ = ["Layout", "household_keys", "layout", "record_matrix", "household_codes", "person_index", "person_diagonal"]
 
 
 def _non_constant(df: pd.DataFrame, household: str, keys) -> dict:
@@ -172,15 +173,34 @@ def household_codes(df: pd.DataFrame, household: str, h_cells: np.ndarray) -> tu
     return hh, h_cells[first]
 
 
+def person_index(Pp, h: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """The row of the person matrix that draws a record of household cell h and person cell p.
+
+    ``Pp`` is either one matrix for every household cell (Kp x Kp: row p) or one per household
+    cell, stacked (Kh Kp x Kp: row ``h Kp + p``, :mod:`.conditional`); with one household cell
+    the two agree."""
+    Kp = Pp.shape[1]
+    p = np.asarray(p, dtype=np.int64)
+    return p if Pp.shape[0] == Kp else np.asarray(h, dtype=np.int64) * Kp + p
+
+
+def person_diagonal(Pp, h: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """``Pp^(h)[p, p]`` for each pair (h, p)."""
+    P = sp.csr_array(Pp, dtype=float)
+    return np.asarray(P[person_index(P, h, p), np.asarray(p, dtype=np.int64)]).ravel()
+
+
 def record_matrix(Ph, Pp, h_of: np.ndarray, p_of: np.ndarray) -> tuple[sp.csr_array, np.ndarray]:
-    """The record-level matrix: row m (cell ``(h_of[m], p_of[m])``) has ``Ph[h, h'] * Pp[p, p']`` at
-    the released pair ``(h', p')``.
+    """The record-level matrix: row m (cell ``(h_of[m], p_of[m])``) has ``Ph[h, h'] * Pp^(h)[p, p']``
+    at the released pair ``(h', p')`` (``Pp^(h) = Pp`` for a person part shared by every
+    household cell, see :func:`person_index`).
 
     Returns the K x K' matrix over the pairs that some row reaches, and those pairs as
     ``(h', p')`` rows (K' x 2), in increasing order of ``h' * Kp + p'``.
     """
     Rh = sp.csr_array(sp.csr_array(Ph, dtype=float)[np.asarray(h_of)])
-    Rp = sp.csr_array(sp.csr_array(Pp, dtype=float)[np.asarray(p_of)])
+    Pp = sp.csr_array(Pp, dtype=float)
+    Rp = sp.csr_array(Pp[person_index(Pp, h_of, p_of)])
     Rh.eliminate_zeros()
     Rp.eliminate_zeros()
     Kp = Rp.shape[1]

@@ -16,7 +16,7 @@ from ..errors import DesignMismatchError, InvalidParameterError
 from ..frequency.table import FrequencyTable, cell_index, check_qi, count_rows, record_codes, text_categories
 from ..publish.frame import check_same_table
 from ..publish.sampling import Sampler, UniformStream, seed_entropy
-from .model import household_codes
+from .model import household_codes, person_index
 from .result import HouseholdDesign
 
 __all__ = ["release_households", "check_releasable", "household_release_file"]
@@ -94,7 +94,9 @@ def release_households(df: pd.DataFrame, result: HouseholdDesign, seed=None) -> 
     e_h, e_p = (int.from_bytes(np.random.SeedSequence(entropy, spawn_key=(k,)).generate_state(4).tobytes(), "little")
                 for k in (0, 1))
     new_h = Sampler(result.household_matrix).draw(h_of_household, UniformStream(e_h)(0, h_of_household.size))[hh]
-    new_p = Sampler(result.person_matrix).draw(p_rec, UniformStream(e_p)(0, len(df)))
+    # a person matrix per household cell: the row of the record's original household cell
+    new_p = Sampler(result.person_matrix).draw(person_index(result.person_matrix, h_rec, p_rec),
+                                               UniformStream(e_p)(0, len(df)))
     out = df.copy()
     parts = [(lay.household_table, lay.hpos, new_h), (lay.person_table, lay.ppos, new_p)]
     for sub, pos, new in parts:

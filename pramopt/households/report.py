@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..report import ReportData
+from .model import person_diagonal
 from .result import HouseholdDesign
 
 __all__ = ["from_household"]
@@ -13,7 +14,7 @@ def from_household(result: HouseholdDesign, title: str = "pramopt household desi
     and the household part's reduction."""
     lay = result.layout
     R, cols = result.record_matrix()
-    diag = result.household_matrix.diagonal()[lay.h_of] * result.person_matrix.diagonal()[lay.p_of]
+    diag = result.household_matrix.diagonal()[lay.h_of] * person_diagonal(result.person_matrix, lay.h_of, lay.p_of)
     rh = result.household_design
     t = result.table
     labels = [", ".join(str(t.categories[j][c]) for j, c in enumerate(row)) for row in cols.tolist()]
@@ -22,7 +23,10 @@ def from_household(result: HouseholdDesign, title: str = "pramopt household desi
         "records n": result.n,
         "households": (f"{result.details.get('households')} (column {result.household!r}); household-level keys "
                        f"{', '.join(map(str, lay.household_keys))} drawn once per household and copied to every "
-                       f"member; person-level keys {', '.join(map(str, lay.person_keys)) or '-'} per person"),
+                       f"member; person-level keys {', '.join(map(str, lay.person_keys)) or '-'} per person, from "
+                       + ("the person matrix of the household's original household cell"
+                          if result.person_matrix.shape[0] != result.person_matrix.shape[1]
+                          else "one person matrix for every household")),
         "present cells K": result.table.n_cells,
         "released cells (household cell x person cell)": R.shape[1],
         "identifying variables": ", ".join(map(str, result.qi)),

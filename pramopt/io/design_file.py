@@ -38,8 +38,8 @@ MATRIX_FILE = "matrix.csv"
 #: Format tag of ``design.json``; bumped on incompatible changes.
 FORMAT = "pramopt-design/2"
 _FORMAT_1 = "pramopt-design/1"
-#: Format tag of a household design (:mod:`pramopt.households.files`).
-_HOUSEHOLDS = "pramopt-households/1"
+#: Format tags of a household design (:mod:`pramopt.households.files`; /1: one person matrix).
+_HOUSEHOLDS = ("pramopt-households/1", "pramopt-households/2")
 
 
 def matrix_sha256(P) -> str:
@@ -203,7 +203,7 @@ def load_design(path) -> DesignResult:
                               f"it stops making sense at line {e.lineno}. Write it again with pramopt design.") from None
     except (OSError, ValueError) as e:
         raise DesignFileError(f"Cannot read the design {str(p)!r}: {e}") from None
-    if isinstance(rec, dict) and rec.get("format") == _HOUSEHOLDS:
+    if isinstance(rec, dict) and rec.get("format") in _HOUSEHOLDS:
         # household-level keys once per household: a HouseholdDesign (pramopt.households)
         from ..households.files import load_household_design
         return load_household_design(rec, p)
