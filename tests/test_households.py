@@ -169,8 +169,20 @@ def test_errors_name_the_parameter(data):
         pramopt.design(data, QI, household="hid", fixed=["region"])
     with pytest.raises(InvalidParameterError, match="cannot be combined with max_changed_variables=1"):
         pramopt.design(data, QI, household="hid", max_changed_variables=1)
+    # a record's diagonal is Ph[h, h] Pp[p, p]: a floor on each part is not one on the records
+    with pytest.raises(InvalidParameterError, match="cannot be combined with min_diagonal=0.4"):
+        pramopt.design(data, QI, household="hid", min_diagonal=0.4)
     with pytest.raises(InvalidParameterError, match="none of the identifying variables"):
         pramopt.design(data, ["relat", "sex"], household="hid")
+
+
+def test_release_file_refuses_what_a_household_release_does_not_do(data, result, tmp_path):
+    src = tmp_path / "data.csv"
+    data.to_csv(src, index=False)
+    for kw, needle in (({"batch_size": 10}, "'batch_size'"), ({"allow_unverified": True}, "'allow_unverified'")):
+        with pytest.raises(InvalidParameterError, match=needle + " parameter of release_file is not supported"):
+            pramopt.release_file(src, tmp_path / "out.csv", result, seed=1, **kw)
+    assert not (tmp_path / "out.csv").exists()
 
 
 def test_release_refuses_a_household_that_differs_on_a_household_key(data, result):

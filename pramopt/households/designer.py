@@ -38,7 +38,9 @@ HOUSEHOLD_FRACTIONS = (1.0, 0.8, 0.6, 0.45, 0.3, 0.2, 0.1)
 #: Margins inside alpha at which the person LP works (grown when the check fails).
 _MARGINS = (1e-5, 1e-4, 1e-3)
 #: Parameters a household design cannot combine with (each forces structure on one matrix of records).
-_REFUSED = ("fixed", "keep_cells", "workers", "invariant", "epsilon", "k", "max_changed_variables", "change_weights")
+# min_diagonal: a record's diagonal is Ph[h, h] Pp[p, p], below each part's floor; not designed for
+_REFUSED = ("fixed", "keep_cells", "workers", "invariant", "epsilon", "k", "max_changed_variables", "change_weights",
+            "min_diagonal")
 
 
 def _refuse(p: DesignParams, data, client, owner: str) -> pd.DataFrame:

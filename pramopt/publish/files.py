@@ -329,7 +329,13 @@ def release_file(
     """
     owner = "release_file"
     if getattr(result, "household", None) is not None:
-        # a household design: household-level values once per household, in memory
+        # a household design: household-level values once per household, in memory, verified only
+        for name, value, default in (("batch_size", batch_size, DEFAULT_BATCH_SIZE), ("format", format, None),
+                                     ("allow_unverified", allow_unverified, False)):
+            if value != default:
+                raise InvalidParameterError(
+                    f"The {name!r} parameter of {owner} is not supported with a household design (released in "
+                    f"memory, verified designs only); got {value!r}.")
         return _household_release_file(src, dst, result, seed, csv_dialect(sep, encoding, decimal, owner), owner)
     table = releasable_table(result, owner, allow_unverified)
     batch_size = check_int(batch_size, "batch_size", owner, low=1)
