@@ -24,6 +24,7 @@ from .._plain import plain as _plain
 from ..errors import DesignFileError
 from ..frequency.table import FrequencyTable
 from ..io.atomic import DESIGN_FILE, write_text
+from ..io.design_file import design_from_record, design_record, register_reader
 from ..io.tables import write_table
 from ..result import Stage, Status, entries, matrix_long
 from .result import HouseholdDesign, rebuild_layout
@@ -58,8 +59,6 @@ def _digest(rec: dict) -> str:
 
 
 def household_record(result: HouseholdDesign, extra: dict | None = None) -> dict:
-    from ..io.design_file import design_record
-
     r, c, v = entries(result.person_matrix)
     lay = result.layout
     rec = {
@@ -113,12 +112,10 @@ def save_household_design(result: HouseholdDesign, folder, extra: dict | None = 
 
 def load_household_design(rec: dict, path) -> HouseholdDesign:
     """Rebuild a :class:`HouseholdDesign` from the content of its ``design.json``."""
-    from ..io.design_file import _from_record
-
     if _digest(rec) != rec.get("record_sha256"):
         raise DesignFileError(f"The design {str(path)!r} was modified: it does not match its checksum.")
     try:
-        rh = _from_record(rec["household_design"], path)
+        rh = design_from_record(rec["household_design"], path)
         table, person = _table(rec["table"]), _table(rec["person_table"])
         lay = rebuild_layout(table, rh.table, person, rec["household_keys"])
         m = rec["person_matrix"]
@@ -141,3 +138,7 @@ def load_household_design(rec: dict, path) -> HouseholdDesign:
             params=dict(rec.get("params") or {}), details=dict(rec.get("details") or {}))
     except (KeyError, TypeError, ValueError, IndexError) as e:
         raise DesignFileError(f"The design {str(path)!r} is malformed: {e!r}") from None
+
+
+# pramopt.load_design reads household designs through this reader (the io layer imports nothing above it)
+register_reader((FORMAT_1, FORMAT), load_household_design)

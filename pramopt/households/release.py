@@ -13,13 +13,13 @@ import scipy.sparse as sp
 from .._plain import plain
 from .._validation import ROW_SUM_TOL
 from ..errors import DesignMismatchError, InvalidParameterError
-from ..frequency.table import FrequencyTable, cell_index, check_qi, count_rows, record_codes, text_categories
-from ..publish.frame import check_same_table
+from ..frequency.table import FrequencyTable, cell_index, check_qi, count_rows, record_codes
+from ..publish.checks import check_same_table
 from ..publish.sampling import Sampler, UniformStream, seed_entropy
 from .model import household_codes, person_index
 from .result import HouseholdDesign
 
-__all__ = ["release_households", "check_releasable", "household_release_file"]
+__all__ = ["release_households", "check_releasable"]
 
 
 def check_releasable(result: HouseholdDesign) -> None:
@@ -108,20 +108,3 @@ def release_households(df: pd.DataFrame, result: HouseholdDesign, seed=None) -> 
                 pass
             out[q] = vals
     return out
-
-
-def household_release_file(src, dst, result: HouseholdDesign, seed=None, dialect=None) -> tuple[int, int]:
-    """Release a file with a household design (in memory; written atomically).  Returns
-    ``(records, records changed)``."""
-    from ..io import read_table, write_table
-    from .._csv import DEFAULT_DIALECT
-
-    check_releasable(result)
-    text = [q for q, c in zip(result.table.qi, result.table.categories) if text_categories(c)]
-    df = read_table(src, text=text, dialect=dialect or DEFAULT_DIALECT)
-    out = release_households(df, result, seed=seed)
-    write_table(out, dst)
-    qi = list(result.qi)
-    changed = int((out[qi].astype(str) != df[qi].astype(str)).any(axis=1).sum())
-    return len(out), changed
-

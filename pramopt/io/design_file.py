@@ -38,8 +38,16 @@ MATRIX_FILE = "matrix.csv"
 #: Format tag of ``design.json``; bumped on incompatible changes.
 FORMAT = "pramopt-design/2"
 _FORMAT_1 = "pramopt-design/1"
-#: Format tags of a household design (:mod:`pramopt.households.files`; /1: one person matrix).
-_HOUSEHOLDS = ("pramopt-households/1", "pramopt-households/2")
+#: Readers of the formats other layers write (format tag -> reader(record, path)), registered by
+#: them (:mod:`pramopt.households.files` registers the household designs'), so that this module
+#: imports nothing above it.
+_READERS: dict = {}
+
+
+def register_reader(formats, reader) -> None:
+    """Let :func:`load_design` read files of ``formats`` with ``reader(record, path)``."""
+    for f in formats:
+        _READERS[f] = reader
 
 
 def matrix_sha256(P) -> str:
@@ -203,16 +211,15 @@ def load_design(path) -> DesignResult:
                               f"it stops making sense at line {e.lineno}. Write it again with pramopt design.") from None
     except (OSError, ValueError) as e:
         raise DesignFileError(f"Cannot read the design {str(p)!r}: {e}") from None
-    if isinstance(rec, dict) and rec.get("format") in _HOUSEHOLDS:
-        # household-level keys once per household: a HouseholdDesign (pramopt.households)
-        from ..households.files import load_household_design
-        return load_household_design(rec, p)
+    if isinstance(rec, dict) and rec.get("format") in _READERS:
+        # e.g. household-level keys once per household: a HouseholdDesign (pramopt.households)
+        return _READERS[rec["format"]](rec, p)
     if not isinstance(rec, dict) or rec.get("format") not in (FORMAT, _FORMAT_1):
         raise DesignFileError(f"{str(p)!r} is not a pramopt design file (format {FORMAT!r}).")
-    return _from_record(rec, p)
+    return design_from_record(rec, p)
 
 
-def _from_record(rec: dict, p) -> DesignResult:
+def design_from_record(rec: dict, p) -> DesignResult:
     """The :class:`~pramopt.DesignResult` of a design record, its checksums checked."""
     try:
         qi = tuple(rec["qi"])

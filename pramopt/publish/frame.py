@@ -17,6 +17,7 @@ from .._validation import ROW_SUM_TOL, InvalidParameterError
 from ..errors import DesignMismatchError
 from ..frequency.table import FrequencyTable, cells_of, check_qi, text_categories
 from ..verify import c1_risk
+from .checks import check_same_table
 from .sampling import Sampler, UniformStream, seed_entropy
 
 __all__ = ["release", "estimate", "releasable_table", "check_same_table", "record_cells", "release_frame"]
@@ -81,15 +82,6 @@ def _check_privacy_again(result, table: FrequencyTable) -> None:
     if k is not None and not pk_anonymity(P, table.n) >= float(k):
         raise DesignMismatchError(f"The design fails k = {float(k):g} when checked again (k "
                                   f"{pk_anonymity(P, table.n):.6g}); refusing to release with it.")
-
-
-def check_same_table(got: FrequencyTable, table: FrequencyTable, source: str = "the data") -> None:
-    """Refuse data whose cells or counts over the identifying variables are not the design's."""
-    if got.checksum() != table.checksum():
-        raise DesignMismatchError(
-            f"The design was made for other data: the cells or counts of {source} over "
-            f"{', '.join(map(str, table.qi))} differ (n = {got.n} vs {table.n}, {got.n_cells} vs "
-            f"{table.n_cells} cells).")
 
 
 def record_cells(df: pd.DataFrame, table: FrequencyTable, owner: str) -> np.ndarray:
