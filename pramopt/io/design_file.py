@@ -158,7 +158,7 @@ def save_design(result: DesignResult, folder, *, kind: str = "design", extra: di
 
 
 #: Entries of P written to matrix.csv at a time: a replacement design on 6,500 census cells has
-#: 18 million, whose long form in one piece took 6 GB and 9 minutes to write.
+#: 18 million; in one piece, its long form and CSV text took most of a 9-minute save.
 MATRIX_CHUNK = 500_000
 
 
