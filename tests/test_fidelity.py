@@ -443,3 +443,31 @@ def test_matrix_csv_written_in_pieces_is_the_long_form_byte_for_byte(tmp_path, m
     assert (tmp_path / "matrix.csv").read_bytes() == whole
     back = pramopt.load_design(tmp_path)
     assert abs(back.matrix - res.matrix).max() == 0
+
+
+def test_a_large_matrix_is_kept_beside_design_json_checked_and_required(tmp_path, monkeypatch):
+    # millions of entries go to matrix.npz beside design.json (inline JSON lists took gigabytes);
+    # it is read back exactly, and an edited or missing matrix.npz is refused
+    import json
+
+    import pramopt.io.design_file as DF
+
+    df = pramopt.example_data(n=600, seed=1)
+    qi = list(df.columns[:4])
+    res = pramopt.design(df, qi, alpha=0.2)
+    monkeypatch.setattr(DF, "INLINE_MAX", 0)
+    pramopt.save_design(res, tmp_path)
+    rec = json.loads((tmp_path / "design.json").read_text())
+    assert rec["matrix"] == {"shape": list(res.matrix.shape), "file": "matrix.npz"} and "matrix.npz" in rec["files"]
+    back = pramopt.load_design(tmp_path)
+    assert abs(back.matrix - res.matrix).max() == 0 and back.success
+    assert pramopt.release(df, back, seed=3).equals(pramopt.release(df, res, seed=3))
+    z = dict(np.load(tmp_path / "matrix.npz"))
+    z["values"] = z["values"].copy()
+    z["values"][0] -= 0.01
+    np.savez(tmp_path / "matrix.npz", **z)
+    with pytest.raises(pramopt.DesignFileError, match="matrix.npz does not match its checksum"):
+        pramopt.load_design(tmp_path)
+    (tmp_path / "matrix.npz").unlink()
+    with pytest.raises(pramopt.DesignFileError, match="keeps its matrix in matrix.npz, which is missing"):
+        pramopt.load_design(tmp_path)
