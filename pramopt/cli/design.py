@@ -83,7 +83,8 @@ def run(args) -> int:
     title = f"pramopt design: {name}" + (f" ({spec.paper})" if spec is not None and spec.paper else "")
     extra = {"spec": str(spec.path), "name": spec.name, "paper": spec.paper} if spec is not None else {"name": name}
     write_outputs(out, result, title, extra=extra)
-    say(args, result.summary(), f"written to {out}/ (design.json, matrix.csv, report.html, report.md)")
+    files = "design.json, matrix.csv" + (", matrix.npz" if (out / "matrix.npz").is_file() else "")
+    say(args, result.summary(), f"written to {out}/ ({files}, report.html, report.md)")
     code = 0 if result.success else 1
     if spec is not None and spec.expected:
         misses = check_expected(spec, result.figures(), result.status.value)
