@@ -35,9 +35,8 @@ import pandas as pd
 from ._validation import InvalidParameterError, check_int, check_real, fail
 from .baselines.calibrate import CALIBRATIONS
 from .errors import CallbackError
-from .frequency.combinations import resolve_combinations
-from .frequency.table import FrequencyTable, frequency_table
-from .optimize.designer import design
+from .frequency.table import FrequencyTable
+from .optimize.designer import design, table_and_combinations
 from .params import DesignParams
 from .result import DesignResult
 
@@ -364,12 +363,7 @@ def frontier(data, qi=None, alphas=DEFAULT_ALPHAS, *, baselines="auto", seed: in
     if progress is not None and not callable(progress):
         fail("progress", owner, "a callable or None", progress)
     seed = check_int(seed, "seed", owner, low=0)
-    if isinstance(data, FrequencyTable):
-        table = data
-    else:
-        table = frequency_table(data, qi, domains=params.domains, max_categories=params.max_categories,
-                                owner=owner)
-    combos = resolve_combinations(table.qi, params.combination_size, params.combinations, owner)
+    table, combos = table_and_combinations(data, qi, params, owner)
     names, skipped = _check_baselines(baselines, table.n_cells, owner)
     opts = params.to_dict()
     opts.pop("alpha")

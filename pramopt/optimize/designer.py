@@ -139,12 +139,7 @@ def design(data, qi=None, alpha: float = DesignParams.alpha, *, progress: Progre
         # household-level keys once per household, person-level keys per person (pramopt.households)
         from ..households.designer import design_households
         return design_households(data, qi, params, design, progress=progress, client=client, owner=owner)
-    if isinstance(data, FrequencyTable):
-        table = data
-    else:
-        table = frequency_table(data, qi, domains=params.domains, max_categories=params.max_categories,
-                                owner=owner)
-    combos = resolve_combinations(table.qi, params.combination_size, params.combinations, owner)
+    table, combos = table_and_combinations(data, qi, params, owner)
     if params.epsilon is not None or params.k is not None:
         _check_privacy(params, table, owner)
     if (params.workers is not None or client is not None) and not params.fixed:
@@ -179,6 +174,17 @@ design.__signature__ = signature(
                     inspect.Parameter("alpha", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=DesignParams.alpha)],
     after=[inspect.Parameter("progress", inspect.Parameter.KEYWORD_ONLY, default=None),
            inspect.Parameter("client", inspect.Parameter.KEYWORD_ONLY, default=None)])
+
+
+def table_and_combinations(data, qi, params: DesignParams, owner: str):
+    """The frequency table of ``data`` (as given, when it is one) and the combinations Π that
+    ``params`` ask for: what every design over the same data and options starts from."""
+    if isinstance(data, FrequencyTable):
+        table = data
+    else:
+        table = frequency_table(data, qi, domains=params.domains, max_categories=params.max_categories,
+                                owner=owner)
+    return table, resolve_combinations(table.qi, params.combination_size, params.combinations, owner)
 
 
 def _check_privacy(p: DesignParams, table: FrequencyTable, owner: str) -> None:
