@@ -25,7 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linprog
 
-from .model import Layout
+from .model import Layout, same_missing
 
 __all__ = ["solve_person_by_household", "CONDITIONAL_MAX_ENTRIES"]
 
@@ -129,8 +129,7 @@ def solve_person_by_household(lay: Layout, Ph, combos, alpha: float, floor: floa
     vm, vp = np.meshgrid(np.arange(K), np.arange(Kp), indexing="ij")
     vm, vp = vm.ravel(), vp.ravel()
     if keep_missing:
-        miss = tp.missing()
-        ok = (miss[lay.p_of[vm]] == miss[vp]).all(axis=1)
+        ok = same_missing(tp, lay.p_of[vm], vp)
         vm, vp = vm[ok], vp[ok]
     nx = vm.size
     hset = {j: i for i, j in enumerate(lay.hpos)}

@@ -25,7 +25,8 @@ from .._plain import plain
 from ..errors import InvalidParameterError
 from ..frequency.table import FrequencyTable, cell_index, frequency_table
 
-__all__ = ["Layout", "household_keys", "layout", "record_matrix", "household_codes", "person_index", "person_diagonal"]
+__all__ = ["Layout", "household_keys", "layout", "record_matrix", "household_codes", "person_index", "person_diagonal",
+           "same_missing"]
 
 
 def _non_constant(df: pd.DataFrame, household: str, keys) -> dict:
@@ -228,3 +229,10 @@ def released_codes(lay: Layout, pairs: np.ndarray) -> np.ndarray:
     if lay.ppos:
         out[:, list(lay.ppos)] = lay.person_table.codes[pairs[:, 1]]
     return out
+
+
+def same_missing(person_table: FrequencyTable, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Whether person cells ``a[i]`` and ``b[i]`` have the same missing pattern: the pairs a person
+    matrix may use with ``missing="keep"``."""
+    miss = person_table.missing()
+    return (miss[a] == miss[b]).all(axis=1)

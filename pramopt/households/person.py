@@ -21,7 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linprog
 
-from .model import Layout
+from .model import Layout, same_missing
 
 __all__ = ["solve_person", "solve_person_replacement", "PERSON_MAX_CELLS"]
 
@@ -64,8 +64,7 @@ def solve_person(lay: Layout, Ph, combos, alpha: float, floor: float, keep_missi
     pr, pc = np.meshgrid(np.arange(Kp), np.arange(Kp), indexing="ij")
     pr, pc = pr.ravel(), pc.ravel()
     if keep_missing:
-        miss = tp.missing()
-        same = (miss[pr] == miss[pc]).all(axis=1)
+        same = same_missing(tp, pr, pc)
         pr, pc = pr[same], pc[same]
     nx = pr.size
     hset = {j: i for i, j in enumerate(lay.hpos)}
