@@ -73,7 +73,6 @@ class ReportData:
     col_codes: np.ndarray | None = None
     #: P_mm of each present cell m when the columns are not the present cells
     diag: np.ndarray | None = None
-    col_labels: Sequence | None = None
     #: the diagonal floor the design relied on (drawn on the probability-of-change plot)
     gamma: float | None = None
     #: the cells of the matrix's columns (one column per identifying variable) when ``col_codes`` is set

@@ -77,10 +77,9 @@ def run(args) -> int:
         rows = np.array([lookup[tuple(r)] for r in table.codes.tolist()], dtype=np.int64)
         d = a.to_dict()
         figures = _figures(a, d)
-        lab = [", ".join(map(str, r)) for r in cells.itertuples(index=False)]
         rd = ReportData(title=f"pramopt assessment: {Path(args.matrix[0]).name}", matrix=P[rows],
                         table=table, combinations=combos, alpha=a.alpha, figures=figures,
-                        col_codes=col_codes, diag=P[rows, rows], col_labels=lab, col_cells=cells)
+                        col_codes=col_codes, diag=P[rows, rows], col_cells=cells)
         _write(args, d, rd)
     return 0 if (a.meets_c1 is None or a.meets_c1) else 1
 

@@ -16,8 +16,6 @@ def from_household(result: HouseholdDesign, title: str = "pramopt household desi
     R, cols = result.record_matrix()
     diag = result.household_matrix.diagonal()[lay.h_of] * person_diagonal(result.person_matrix, lay.h_of, lay.p_of)
     rh = result.household_design
-    t = result.table
-    labels = [", ".join(str(t.categories[j][c]) for j, c in enumerate(row)) for row in cols.tolist()]
     figures = {
         "status": result.status.value,
         "records n": result.n,
@@ -42,4 +40,4 @@ def from_household(result: HouseholdDesign, title: str = "pramopt household desi
     return ReportData(title=title, matrix=R, table=result.table, combinations=list(result.combination_indices),
                       alpha=result.alpha, figures=figures, status=result.status.value, message=result.message,
                       reduction=rh.reduction.as_dict() if rh.reduction is not None else {},
-                      stages=tuple(result.stages), solver=rh.solver, col_codes=cols, diag=diag, col_labels=labels)
+                      stages=tuple(result.stages), solver=rh.solver, col_codes=cols, diag=diag)
