@@ -17,6 +17,8 @@ from ._common import max_rss_mb, records_data, reduction_of, run_child, timed, w
 
 CELLS = (50, 100, 200, 400, 800, 1600, 3200, 5000)
 RECORDS = (10_000, 100_000, 1_000_000, 10_000_000)
+#: The rare-heavy range of the K series (almost every cell rare, 20 combinations), with a slope of its own.
+RARE_RANGE = (800, 3200)
 ALPHA = 0.1
 
 
@@ -38,7 +40,8 @@ def cells_point(K: int, repeats: int = 3, budget: float = 30.0) -> dict:
     res, t_design, runs = timed(lambda: pramopt.design(table, alpha=ALPHA), repeats=repeats, budget=budget)
     out = dict(K=table.n_cells, n=table.n, n_vars=len(qi), rare_cells=int((table.counts < 1 / ALPHA).sum()),
                count_s=t_count, design_s=t_design, runs=runs, success=bool(res.success), status=res.status.value,
-               gamma=res.gamma, solver=res.solver, support=reduction_of(res).get("support"),
+               gamma=res.gamma, structure=reduction_of(res).get("structure"), solver=res.solver,
+               support=reduction_of(res).get("support"),
                support_mode=reduction_of(res).get("support_mode"), working_set=reduction_of(res).get("final_working_set"),
                loss=res.loss, rss_after_import_mb=rss0, peak_rss_mb=max_rss_mb())
     out.update(_stage_groups(res.stages))
@@ -102,12 +105,18 @@ def run(out: Path, quick: bool = False, cells=None, records=None, timeout: float
         "refine vs K": slope(big.K, big.refine_s) if len(big) else np.nan,
         "peak memory above imports vs K": slope(big.K, mem) if len(big) else np.nan,
     }
+    # the rare-heavy part of the series, where no general design exists (the structure changes below it)
+    rare = ok[(ok.K >= RARE_RANGE[0]) & (ok.K <= RARE_RANGE[1])]
+    if len(rare) >= 2:
+        slopes[f"design time vs K, {RARE_RANGE[0]:,} <= K <= {RARE_RANGE[1]:,}"] = slope(rare.K, rare.design_s)
+        slopes[f"peak memory above imports vs K, {RARE_RANGE[0]:,} <= K <= {RARE_RANGE[1]:,}"] = slope(
+            rare.K, rare.peak_rss_mb - rare.rss_after_import_mb)
     if "count_s" in ndf:
         nn = ndf[ndf.n >= 100_000] if (ndf.n >= 100_000).sum() >= 2 else ndf
         slopes["counting vs n"] = slope(nn.n, nn.count_s)
         slopes["release vs n"] = slope(nn.n, nn.release_s)
         slopes["peak memory vs n"] = slope(nn.n, nn.peak_rss_mb - nn.rss_after_import_mb)
-    notes = ["Fitted log-log slopes (K >= 100, n >= 100,000): " +
+    notes = ["Fitted log-log slopes (K >= 100 unless a range is named, n >= 100,000): " +
              "; ".join(f"{k}: {v:.2f}" for k, v in slopes.items()) + ".",
              "Synthetic data (benchmarks/_common.py): zipf_cells(K, seed=2) -- exactly K present cells of 6 "
              "variables with 6 categories each (the same product space for every K), Zipf-like counts max(1, round(500 / rank^1.1)); alpha = 0.1, every 3-variable combination.",
