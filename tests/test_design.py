@@ -188,3 +188,18 @@ def test_sdcmicro_testdata_seven_keys(shared_data):
     assert res.gamma < 0.95
     assert res.min_diagonal > 0.5 and np.isfinite(res.loss)
     assert res.max_risk <= 0.1
+
+
+def test_auto_mode_picks_the_smallest_loss_of_every_structure(example, result):
+    # Where a general design exists, auto mode also makes the replacement and block designs and
+    # keeps the smallest exact loss: each structure is designed here on its own, its loss
+    # recomputed from the release's covariance, and the smallest is the one auto mode returned.
+    assert set(result.details["tried"]) == {"general", "replacement", "blocks"}
+    losses = {}
+    for structure in ("general", "replacement", "blocks"):
+        r = pramopt.design(example, QI, alpha=0.1, structure=structure)
+        assert r.success and r.max_risk <= 0.1, structure
+        losses[structure] = l2_loss_from_covariance(r.matrix, r.counts)
+        assert result.details["tried"][structure] == pytest.approx(losses[structure], rel=1e-6)
+    assert result.loss == pytest.approx(min(losses.values()), rel=1e-6)
+    assert result.reduction.structure == min(losses, key=losses.get)
