@@ -168,15 +168,32 @@ def risk_by_combination(P, table: FrequencyTable, combinations, alpha=None, col_
 # per-variable matrices are categories x categories)
 # ---------------------------------------------------------------------------------------------
 
+#: Entries of P handled at a time when summing flows: the codes of both ends of each entry are
+#: (entries x variables) arrays, 1.4 GB at once for the 18 million entries of a 5-key census design.
+FLOW_CHUNK = 1 << 20
+
+
 def _flows(P, table: FrequencyTable, col_codes=None):
-    """Original codes and released codes (each (nnz, d)) and expected records U0(m) P_mk of
-    every nonzero entry of P."""
-    M = sp.coo_array(P)
-    keep = M.data != 0
-    r, c = M.row[keep], M.col[keep]
-    flow = np.asarray(table.counts, dtype=float)[r] * M.data[keep].astype(float)
-    cc = np.asarray(table.codes) if col_codes is None else np.asarray(col_codes)
-    return np.asarray(table.codes)[r], cc[c], flow, r
+    """Per piece of at most about ``FLOW_CHUNK`` nonzero entries of P: original codes and released
+    codes (each (entries, d)), the expected records U0(m) P_mk of each entry, and its row m."""
+    M = sp.csr_array(P)
+    indptr, indices, data = M.indptr, M.indices, M.data
+    codes = np.asarray(table.codes)
+    cc = codes if col_codes is None else np.asarray(col_codes)
+    counts = np.asarray(table.counts, dtype=float)
+    K = M.shape[0]
+    a = 0
+    while a < K:
+        # rows a..b-1 hold at most FLOW_CHUNK entries (at least one row)
+        b = max(a + 1, int(np.searchsorted(indptr, indptr[a] + FLOW_CHUNK, side="right")) - 1)
+        b = min(b, K)
+        lo, hi = indptr[a], indptr[b]
+        r = np.repeat(np.arange(a, b), np.diff(indptr[a:b + 1]))
+        c, v = indices[lo:hi], data[lo:hi].astype(float)
+        keep = v != 0
+        r, c = r[keep], c[keep]
+        yield codes[r], cc[c], counts[r] * v[keep], r
+        a = b
 
 
 def _label(x) -> str:
@@ -210,11 +227,13 @@ def variable_changes(P, table: FrequencyTable, col_codes=None) -> pd.DataFrame:
     ``expected records`` is ``sum_m U0(m) sum_l P_ml [m_j != l_j]`` and ``share`` that divided
     by n.  A record whose cell changes counts for every variable that changes with it.
     """
-    frm, to, flow, _ = _flows(P, table, col_codes)
     n = float(table.n)
+    changed = np.zeros(len(table.qi))
+    for frm, to, flow, _ in _flows(P, table, col_codes):
+        changed += [flow[frm[:, j] != to[:, j]].sum() for j in range(len(table.qi))]
     rows = []
     for j, q in enumerate(table.qi):
-        e = float(flow[frm[:, j] != to[:, j]].sum())
+        e = float(changed[j])
         rows.append({"variable": str(q), "categories": len(table.categories[j]),
                      "expected records changed": e, "share of records": e / n if n else float("nan")})
     return pd.DataFrame(rows)
@@ -223,17 +242,19 @@ def variable_changes(P, table: FrequencyTable, col_codes=None) -> pd.DataFrame:
 def variable_margins(P, table: FrequencyTable, col_codes=None, labels=None) -> pd.DataFrame:
     """Per identifying variable and category: the records before and the records expected after
     (``U0ᵀP`` summed over the released cells with that category), and the difference."""
-    _, to, flow, _ = _flows(P, table, col_codes)
     labels = labels if labels is not None else variable_labels(table, col_codes)
     u = np.asarray(table.counts, dtype=float)
+    after = [np.zeros(len(lab)) for lab in labels]
+    for _, to, flow, _ in _flows(P, table, col_codes):
+        for j, lab in enumerate(labels):
+            after[j] += np.bincount(to[:, j], weights=flow, minlength=len(lab))
     rows = []
     for j, q in enumerate(table.qi):
         L = len(labels[j])
         before = np.bincount(np.asarray(table.codes)[:, j], weights=u, minlength=L)
-        after = np.bincount(to[:, j], weights=flow, minlength=L)
         for a in range(L):
             rows.append({"variable": str(q), "category": labels[j][a], "before": float(before[a]),
-                         "after (expected)": float(after[a]), "difference": float(after[a] - before[a])})
+                         "after (expected)": float(after[j][a]), "difference": float(after[j][a] - before[a])})
     return pd.DataFrame(rows)
 
 
@@ -245,13 +266,15 @@ def variable_transitions(P, table: FrequencyTable, col_codes=None, labels=None) 
     records with category a.  Rows sum to 1; index and columns are the categories' labels.
     For a product (per-variable) mechanism it is that variable's own matrix.
     """
-    frm, to, flow, _ = _flows(P, table, col_codes)
     labels = labels if labels is not None else variable_labels(table, col_codes)
+    sums = [np.zeros((len(table.categories[j]), len(labels[j]))) for j in range(len(table.qi))]
+    for frm, to, flow, _ in _flows(P, table, col_codes):
+        for j, T in enumerate(sums):
+            np.add.at(T, (frm[:, j], to[:, j]), flow)
     out = {}
     for j, q in enumerate(table.qi):
-        L, Lr = len(labels[j]), len(table.categories[j])
-        T = np.zeros((Lr, L))
-        np.add.at(T, (frm[:, j], to[:, j]), flow)
+        Lr = len(table.categories[j])
+        T = sums[j]
         with np.errstate(invalid="ignore", divide="ignore"):
             T = T / T.sum(axis=1, keepdims=True)
         out[str(q)] = pd.DataFrame(T, index=pd.Index(labels[j][:Lr], name=f"original {q}"),
@@ -265,12 +288,17 @@ def top_flows(P, table: FrequencyTable, n: int = 15, col_codes=None, labels=None
     ``from`` and ``to`` are the cells' values in the order of ``table.qi``; ``changes`` names
     each variable whose value changes, e.g. ``roof: 4→2, walls: 3→2``.
     """
-    frm, to, flow, r = _flows(P, table, col_codes)
     labels = labels if labels is not None else variable_labels(table, col_codes)
-    moved = (frm != to).any(axis=1) & (flow > 0)
-    frm, to, flow, r = frm[moved], to[moved], flow[moved], r[moved]
-    order = np.argsort(-flow, kind="stable")[:n]
+    parts = []
+    for frm, to, flow, r in _flows(P, table, col_codes):
+        moved = (frm != to).any(axis=1) & (flow > 0)
+        frm, to, flow, r = frm[moved], to[moved], flow[moved], r[moved]
+        top = np.argsort(-flow, kind="stable")[:n]  # the n largest of the whole are among the pieces' n largest
+        parts.append((frm[top], to[top], flow[top], r[top]))
     d = len(table.qi)
+    empty = (np.empty((0, d), np.int64), np.empty((0, d), np.int64), np.empty(0), np.empty(0, np.int64))
+    frm, to, flow, r = (np.concatenate([p[i] for p in parts]) if parts else empty[i] for i in range(4))
+    order = np.argsort(-flow, kind="stable")[:n]
 
     def cell(code):
         return ", ".join(labels[j][code[j]] for j in range(d))
