@@ -225,8 +225,9 @@ RETENTION_SECONDS = 60.0
 
 
 def _retentions(problem: DesignProblem, trace: Trace, verify, o, w, pools, P, rep, f, floor):
-    """The retentions re-optimised against the exact C1 (:mod:`.retention`), kept only when the
-    matrix passes the full check ``verify`` and its objective is smaller; else the inputs."""
+    """The retentions re-optimised against the exact C1 with ``w`` fixed (:mod:`.retention`), kept
+    only when the matrix passes the full check ``verify`` and its objective is smaller; else the
+    inputs.  Returns ``(o, P, report, loss)``."""
     from .retention import optimise_retentions
 
     alpha, counts = problem.alpha, problem.counts
@@ -244,21 +245,21 @@ def _retentions(problem: DesignProblem, trace: Trace, verify, o, w, pools, P, re
         res = optimise_retentions(problem, o, w, pools, a, floor, time_limit=RETENTION_SECONDS)
         if res is None:
             trace.add("retentions", time.perf_counter() - t0, 0, "the retention program failed: kept the relaxation's")
-            return o, P, rep, f
-        if _entries(res.o, w, pools) > REPLACEMENT_MAX_ENTRIES:
+            break
+        if _entries(res.o, w, pools) > REPLACEMENT_MAX_ENTRIES:  # cells that sent nothing may send now
             trace.add("retentions", time.perf_counter() - t0, res.steps, "too many entries: kept the relaxation's")
-            return o, P, rep, f
+            break
         Pn = replacement_matrix(res.o, w, pools)
         before = float(counts @ (o * (1.0 - w)))
         trace.add("retentions", time.perf_counter() - t0, res.steps,
                   f"at alpha*(1-{m:g}): {res.detail}; expected changes {before:.5g} -> {res.changes:.5g}; "
-                  f"{res.solves} LP solves, {res.rows} rows imposed")
+                  f"{res.solves} LP solves, {res.rows} of C1's rows imposed")
         rn = verify(Pn)
         if rn.max_risk <= alpha:
             fn = replacement_loss(res.o, w, pools, counts)
             if score(Pn, fn) < base:
                 return res.o, Pn, rn, fn
-            return o, P, rep, f
+            break
     return o, P, rep, f
 
 

@@ -159,7 +159,7 @@ class RetentionProgram:
         self.rare = rare
         # column offsets
         self.o_T, self.o_D = K, K + nP
-        self.nv = K + nP + G
+        self.nv, self.nx = K + nP + G, K
         self._eq = None
         self.invariant = bool(problem.params.invariant)
 
@@ -219,87 +219,103 @@ class RetentionProgram:
         Returns ``(o, solves, status)``; ``o`` is None when the program failed.  ``act_in`` (the
         imposed inside rows) is grown in place.
         """
-        from scipy.optimize import linprog
-
         A_eq, b_eq = self._equalities()
-        c = np.zeros(self.nv)
-        c[:self.K] = cost
-        bounds = np.zeros((self.nv, 2))
-        bounds[:self.K, 0], bounds[:self.K, 1] = lo, hi
-        bounds[self.K:, 1] = np.inf
-        bounds[self.o_D:, 0] = -np.inf  # D is defined by its equality row
-        solves = 0
-        for _ in range(LAZY_ROUNDS):
-            A_c, b_c = self._rows(act_in)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                res = linprog(c, A_ub=A_c if A_c.shape[0] else None, b_ub=b_c if A_c.shape[0] else None,
-                              A_eq=A_eq, b_eq=b_eq, bounds=bounds, method="highs")
-            solves += 1
-            if res.status != 0 or res.x is None:
-                return None, solves, f"status {res.status}: {res.message}"
-            o = np.clip(res.x[:self.K], lo, hi)
-            e_in, e_out = self.excess(o)
-            if np.any(e_out > VIOLATION_TOL):  # impossible by the argument of the module docstring
-                return None, solves, "an outside row is violated"
-            new = (e_in > VIOLATION_TOL) & ~act_in
-            if not new.any():
-                return o, solves, "ok"
-            act_in |= new
-        return None, solves, f"rows still violated after {LAZY_ROUNDS} rounds"
+        return _lazy_solve(self, cost, lo, hi, A_eq, b_eq, act_in)
 
 
-def optimise_retentions(problem: DesignProblem, o0: np.ndarray, w: np.ndarray, pools: np.ndarray, a: float,
-                        floor: float, *, objective: str = "loss", time_limit: float = 60.0) -> RetentionResult | None:
-    """Retentions of smaller exact loss (or fewer expected changes) than ``o0`` under C1 at level ``a``.
+def _lazy_solve(prog, cost, lo, hi, A_eq, b_eq, act_in):
+    """``min cost . x`` over the first ``prog.nx`` columns in ``[lo, hi]`` (the others free or >= 0
+    as ``prog.aux_bounds`` says), the equalities and the imposed inside rows; the rows the
+    solution violates (``prog.excess``) are added and the program solved again."""
+    from scipy.optimize import linprog
 
-    ``o0`` must meet C1 at level ``a`` (the relaxation's design, after its margin): it is the
-    start and the fallback, so the result is never worse than it by the program's measure.
-    Returns None when the program could not be solved; otherwise a result whose ``o`` meets
-    every row of C1 at level ``a`` up to :data:`VIOLATION_TOL` (the caller verifies the matrix).
-    """
-    t_start = time.perf_counter()
-    prog = RetentionProgram(problem, w, pools, a, floor)
-    U = problem.counts
-    lo = np.zeros(problem.K)
-    hi = prog.hi
-    o = np.clip(np.asarray(o0, dtype=float), lo, hi)
-    act_in = prog.excess(o)[0] > -START_TIGHT
-    pl = prog.pools
+    nx, nv = prog.nx, prog.nv
+    c = np.zeros(nv)
+    c[:nx] = cost
+    bounds = np.column_stack([np.zeros(nv), np.full(nv, np.inf)])
+    bounds[:nx, 0], bounds[:nx, 1] = lo, hi
+    bounds[prog.o_D:prog.o_D + prog.G, 0] = -np.inf  # D is defined by its equality row
+    solves = 0
+    for _ in range(LAZY_ROUNDS):
+        A_c, b_c = prog._rows(act_in)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = linprog(c, A_ub=A_c if A_c.shape[0] else None, b_ub=b_c if A_c.shape[0] else None,
+                          A_eq=A_eq, b_eq=b_eq, bounds=bounds, method="highs")
+        solves += 1
+        if res.status != 0 or res.x is None:
+            return None, solves, f"status {res.status}: {res.message}"
+        x = np.clip(res.x[:nx], lo, hi)
+        e_in, e_out = prog.excess(x)
+        if np.any(e_out > VIOLATION_TOL):  # impossible by the argument of the module docstring
+            return None, solves, "an outside row is violated"
+        new = (e_in > VIOLATION_TOL) & ~act_in
+        if not new.any():
+            return x, solves, "ok"
+        act_in |= new
+    return None, solves, f"rows still violated after {LAZY_ROUNDS} rounds"
 
-    def changes(x):
-        return float(U @ (x * (1.0 - w)))
 
-    f0 = replacement_loss(o, w, pl, U)
-    if objective == "changes":
-        x, solves, st = prog.solve(U * (1.0 - w), lo, hi, act_in)
-        if x is None:
-            return None
-        return RetentionResult(x, replacement_loss(x, w, pl, U), changes(x), 1, solves, int(act_in.sum()),
-                               "expected changes minimised")
-    f, g = replacement_loss_grad(o, w, pl, U)
-    radius, steps, solves, accepted = 0.25, 0, 0, 0
-    while steps < MAX_STEPS and radius >= MIN_RADIUS and time.perf_counter() - t_start < time_limit:
+def _slp(x, lo, hi, fgrad, solve, deadline, radius=0.25):
+    """Trust-region sequential linear programming on ``fgrad`` (value and gradient) from the
+    feasible ``x``: each step minimises the gradient over the program (``solve(cost, lo, hi)``)
+    within ``x +- radius``, and is kept only when the exact value decreases (the radius doubles,
+    up to 1, after good steps and shrinks after poor ones).
+    Returns ``(x, f, accepted, steps, solves)``."""
+    f, g = fgrad(x)
+    steps = solves = accepted = 0
+    while steps < MAX_STEPS and radius >= MIN_RADIUS and time.perf_counter() < deadline:
         steps += 1
-        lo_r, hi_r = np.maximum(lo, o - radius), np.minimum(hi, o + radius)
-        x, s, st = prog.solve(g, lo_r, hi_r, act_in)
+        y, s, _ = solve(g, np.maximum(lo, x - radius), np.minimum(hi, x + radius))
         solves += s
-        if x is None:
+        if y is None:
             radius *= 0.25
             continue
-        fx, gx = replacement_loss_grad(x, w, pl, U)
-        pred = float(g @ (o - x))
-        gain = f - fx
-        if not np.isfinite(fx) or gain <= 0:
+        fy, gy = fgrad(y)
+        pred, gain = float(g @ (x - y)), f - fy
+        if not np.isfinite(fy) or gain <= 0:
             radius *= 0.25
             continue
         accepted += 1
-        o, f, g = x, fx, gx
+        x, f, g = y, fy, gy
         if pred > 0 and gain > 0.75 * pred:
             radius = min(1.0, 2.0 * radius)
         elif pred > 0 and gain < 0.25 * pred:
             radius *= 0.5
         if gain < STEP_RTOL * f:
             break
-    return RetentionResult(o, f, changes(o), accepted, solves, int(act_in.sum()),
+    return x, f, accepted, steps, solves
+
+
+def optimise_retentions(problem: DesignProblem, o0: np.ndarray, w: np.ndarray, pools: np.ndarray, a: float,
+                        floor: float, *, objective: str = "loss", time_limit: float = 60.0) -> RetentionResult | None:
+    """Retentions of smaller exact loss than ``o0`` (or, with ``objective="changes"``, of fewest
+    expected changes) under C1 at level ``a``, with the replacement distributions ``w`` fixed.
+
+    For the loss, ``o0`` must meet C1 at level ``a`` (the relaxation's design, after its margin): it
+    is the start, and every accepted step keeps C1 and lowers the exact loss, until a step gains
+    less than :data:`STEP_RTOL` or ``time_limit`` seconds have passed.  Returns None when the
+    program could not be solved; otherwise a result whose ``o`` meets every row of C1 at level
+    ``a`` up to :data:`VIOLATION_TOL` (the caller verifies the matrix).
+    """
+    deadline = time.perf_counter() + time_limit
+    prog = RetentionProgram(problem, w, pools, a, floor)
+    pl, U = prog.pools, problem.counts
+    lo = np.zeros(problem.K)
+    o = np.clip(np.asarray(o0, dtype=float), lo, prog.hi)
+    act = prog.excess(o)[0] > -START_TIGHT
+
+    def changes(x):
+        return float(U @ (x * (1.0 - w)))
+
+    if objective == "changes":
+        x, solves, st = prog.solve(U * (1.0 - w), lo, prog.hi, act)
+        if x is None:
+            return None
+        return RetentionResult(x, replacement_loss(x, w, pl, U), changes(x), 1, solves, int(act.sum()),
+                               "expected changes minimised")
+    f0 = replacement_loss(o, w, pl, U)
+    o, f, accepted, steps, solves = _slp(o, lo, prog.hi, lambda x: replacement_loss_grad(x, w, pl, U),
+                                         lambda c, l, h: prog.solve(c, l, h, act), deadline)
+    return RetentionResult(o, f, changes(o), accepted, solves, int(act.sum()),
                            f"loss {f0:.4g} -> {f:.4g} in {accepted} of {steps} steps")
