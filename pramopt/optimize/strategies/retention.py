@@ -22,7 +22,7 @@ where ``W[g, p]`` is the share of pool p's replacement distribution that falls i
   ``a D[g] >= a U0(k) (1 - o_k) + a T_p W[g, p] >= (1 - o_k) + o_k W[g, p] >= o_m W[g, p]``.
   (:meth:`RetentionProgram.excess` still measures them; the program fails if one were violated.)
 
-The program has K + (pools) + (groups) columns and is linear; its rows are imposed lazily: those
+The program has K + (pools) + (groups of its rows) columns and is linear; its rows are imposed lazily: those
 tight or violated at the start, then those the current point violates (computed exactly from the
 formulas above, in O(K |Π|)), until none is violated.  On it the exact L2 loss (in O(K) by Sherman
 and Morrison, :func:`.replacement.replacement_loss`, with the gradient of
@@ -57,6 +57,10 @@ LAZY_ROUNDS = 30
 #: A row counts as violated when its left-hand side exceeds its bound by more than this (relative):
 #: the LP solver's own feasibility tolerance; the margin below alpha absorbs it.
 VIOLATION_TOL = 1e-9
+#: scipy's HiGHS method for the programs.  The interior point was faster on the 5-key census sample
+#: (16 s against 22 s for the same 12 solves) but slower per solve on the 6-key one (7.1 s against
+#: 6.6 s); the default (simplex) ends on a vertex, exact to HiGHS's tolerance.
+LP_METHOD = "highs"
 #: Trust-region steps of the loss minimisation, and the smallest radius tried.
 MAX_STEPS = 40
 MIN_RADIUS = 1e-4
@@ -114,7 +118,8 @@ class RetentionResult:
 class RetentionProgram:
     """C1 as linear rows in the retentions ``o`` of a replacement design with fixed ``w``.
 
-    Columns: ``o`` (K), ``T`` (pools), ``D`` (every group).  See the module docstring.
+    Columns: ``o`` (K), ``T`` (pools), ``D`` (the groups of the imposed rows).  See the module
+    docstring.
     """
 
     def __init__(self, problem: DesignProblem, w: np.ndarray, pools: np.ndarray, a: float, floor: float):
@@ -158,9 +163,7 @@ class RetentionProgram:
         self.out_g, self.out_p, self.out_w = self.Wd.row, self.Wd.col, self.Wd.data
         self.rare = rare
         # column offsets
-        self.o_T, self.o_D = K, K + nP
-        self.nv, self.nx = K + nP + G, K
-        self._eq = None
+        self.nx = K
         self.invariant = bool(problem.params.invariant)
 
     # -- exact values at a point ---------------------------------------------------------------
@@ -183,65 +186,70 @@ class RetentionProgram:
         return e_in, e_out
 
     # -- the linear program ---------------------------------------------------------------------
-    def _equalities(self):
-        if self._eq is None:
-            K, nP, G = self.K, self.nP, self.G
-            ar = np.arange(K)
-            # T_p - sum_{l in p} U0(l) o_l = 0
-            A_T = sp.csr_matrix((np.concatenate([np.ones(nP), -self.U]),
-                                 (np.concatenate([np.arange(nP), self.pools]),
-                                  np.concatenate([self.o_T + np.arange(nP), ar]))), shape=(nP, self.nv))
-            # D_g + sum_{l in g} U0(l) o_l - sum_p W[g, p] T_p = U(g)
-            memU = self.mem @ sp.diags(self.U)
-            A_D = sp.hstack([memU, -self.W, sp.identity(G)], format="csr")
-            parts, rhs = [A_T, A_D], [np.zeros(nP), self.U_g]
-            if self.invariant:
-                # each cell receives what it sends: U0(k) o_k = w_k T_p
-                A_I = sp.csr_matrix((np.concatenate([self.U, -self.w]),
-                                     (np.concatenate([ar, ar]), np.concatenate([ar, self.o_T + self.pools]))),
-                                    shape=(K, self.nv))
-                parts.append(A_I)
-                rhs.append(np.zeros(K))
-            self._eq = (sp.vstack(parts, format="csr"), np.concatenate(rhs))
-        return self._eq
-
-    def _rows(self, act_in: np.ndarray):
+    def program(self, act_in: np.ndarray):
+        """The program with the imposed inside rows ``act_in``: ``(A_ub, b_ub, A_eq, b_eq, n_cols)``
+        over the columns ``o`` (K), ``T`` (pools) and ``D`` of the groups those rows use only
+        (the others' denominators play no part: on the 7-key census sample, 35 combinations, all
+        of them made each solve minutes long)."""
+        K, nP = self.K, self.nP
         i = np.flatnonzero(act_in)
-        m, g, wv = self.in_m[i], self.in_g[i], self.in_w[i]
-        A_in = sp.csr_matrix((np.concatenate([wv - 1.0, np.full(i.size, -self.a)]),
-                              (np.tile(np.arange(i.size), 2), np.concatenate([m, self.o_D + g]))),
-                             shape=(i.size, self.nv))
-        return A_in, -np.ones(i.size)
+        used, gpos = np.unique(self.in_g[i], return_inverse=True)
+        nU = used.size
+        nv = K + nP + nU
+        o_T, o_D = K, K + nP
+        ar = np.arange(K)
+        # T_p - sum_{l in p} U0(l) o_l = 0
+        A_T = sp.csr_matrix((np.concatenate([np.ones(nP), -self.U]),
+                             (np.concatenate([np.arange(nP), self.pools]), np.concatenate([o_T + np.arange(nP), ar]))),
+                            shape=(nP, nv))
+        # D_g + sum_{l in g} U0(l) o_l - sum_p W[g, p] T_p = U(g), for the groups in use
+        A_D = sp.hstack([self.mem[used] @ sp.diags(self.U), -self.W[used], sp.identity(nU)], format="csr")
+        parts, rhs = [A_T, A_D], [np.zeros(nP), self.U_g[used]]
+        if self.invariant:
+            # each cell receives what it sends: U0(k) o_k = w_k T_p
+            parts.append(sp.csr_matrix((np.concatenate([self.U, -self.w]),
+                                        (np.concatenate([ar, ar]), np.concatenate([ar, o_T + self.pools]))),
+                                       shape=(K, nv)))
+            rhs.append(np.zeros(K))
+        # the inside rows: o_m (W[g, p(m)] - 1) - a D_g <= -1
+        A_in = sp.csr_matrix((np.concatenate([self.in_w[i] - 1.0, np.full(i.size, -self.a)]),
+                              (np.tile(np.arange(i.size), 2), np.concatenate([self.in_m[i], o_D + gpos]))),
+                             shape=(i.size, nv))
+        return A_in, -np.ones(i.size), sp.vstack(parts, format="csr"), np.concatenate(rhs), nv
 
-    def solve(self, cost: np.ndarray, lo: np.ndarray, hi: np.ndarray, act_in):
+    def solve(self, cost: np.ndarray, lo: np.ndarray, hi: np.ndarray, act_in, deadline=None):
         """Minimise ``cost . o`` over ``lo <= o <= hi`` and C1, adding violated rows lazily.
 
         Returns ``(o, solves, status)``; ``o`` is None when the program failed.  ``act_in`` (the
         imposed inside rows) is grown in place.
         """
-        A_eq, b_eq = self._equalities()
-        return _lazy_solve(self, cost, lo, hi, A_eq, b_eq, act_in)
+        return _lazy_solve(self, cost, lo, hi, act_in, deadline)
 
 
-def _lazy_solve(prog, cost, lo, hi, A_eq, b_eq, act_in):
-    """``min cost . x`` over the first ``prog.nx`` columns in ``[lo, hi]`` (the others free or >= 0
-    as ``prog.aux_bounds`` says), the equalities and the imposed inside rows; the rows the
-    solution violates (``prog.excess``) are added and the program solved again."""
+def _lazy_solve(prog, cost, lo, hi, act_in, deadline=None):
+    """``min cost . x`` over the first ``prog.nx`` columns in ``[lo, hi]`` (``T`` >= 0, ``D`` free),
+    the equalities and the imposed inside rows (``prog.program``); the rows the solution violates
+    (``prog.excess``) are added and the program solved again.  Past ``deadline``
+    (``time.perf_counter()``) HiGHS stops and the solve fails."""
     from scipy.optimize import linprog
 
-    nx, nv = prog.nx, prog.nv
-    c = np.zeros(nv)
-    c[:nx] = cost
-    bounds = np.column_stack([np.zeros(nv), np.full(nv, np.inf)])
-    bounds[:nx, 0], bounds[:nx, 1] = lo, hi
-    bounds[prog.o_D:prog.o_D + prog.G, 0] = -np.inf  # D is defined by its equality row
+    nx = prog.nx
     solves = 0
     for _ in range(LAZY_ROUNDS):
-        A_c, b_c = prog._rows(act_in)
+        A_c, b_c, A_eq, b_eq, nv = prog.program(act_in)
+        c = np.zeros(nv)
+        c[:nx] = cost
+        bounds = np.column_stack([np.zeros(nv), np.full(nv, np.inf)])
+        bounds[:nx, 0], bounds[:nx, 1] = lo, hi
+        bounds[prog.K + prog.nP:, 0] = -np.inf  # D is defined by its equality row
+        left = None if deadline is None else deadline - time.perf_counter()
+        if left is not None and left <= 0:
+            return None, solves, "out of time"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             res = linprog(c, A_ub=A_c if A_c.shape[0] else None, b_ub=b_c if A_c.shape[0] else None,
-                          A_eq=A_eq, b_eq=b_eq, bounds=bounds, method="highs")
+                          A_eq=A_eq, b_eq=b_eq, bounds=bounds, method=LP_METHOD,
+                          options={} if left is None else {"time_limit": left})
         solves += 1
         if res.status != 0 or res.x is None:
             return None, solves, f"status {res.status}: {res.message}"
@@ -316,6 +324,6 @@ def optimise_retentions(problem: DesignProblem, o0: np.ndarray, w: np.ndarray, p
                                "expected changes minimised")
     f0 = replacement_loss(o, w, pl, U)
     o, f, accepted, steps, solves = _slp(o, lo, prog.hi, lambda x: replacement_loss_grad(x, w, pl, U),
-                                         lambda c, l, h: prog.solve(c, l, h, act), deadline)
+                                         lambda c, l, h: prog.solve(c, l, h, act, deadline), deadline)
     return RetentionResult(o, f, changes(o), accepted, solves, int(act.sum()),
                            f"loss {f0:.4g} -> {f:.4g} in {accepted} of {steps} steps")
