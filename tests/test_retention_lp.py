@@ -140,6 +140,40 @@ def test_kept_cells_keep_their_records_and_the_optimum_follows():
     assert np.all(res.o[pb.keep_rows] == 0.0)
 
 
+@pytest.mark.parametrize("seed", [0, 1, 3])
+def test_invariant_optimum_equals_the_dense_program(seed):
+    # invariant: U0^T P = U0^T, written on the K x K entries from its definition (column k's
+    # released count sum_l U0(l) P_lk equals U0(k)).  Invariance ties every retention to one scale
+    # per pool (U0(k) o_k = w_k T), so w stays within 5% of the counts' shares to keep it feasible
+    from scipy.optimize import linprog
+
+    s, n, levels, alpha, size, _ = CASES[seed]
+    df = _data(s, n, levels)
+    pb = _problem(df, alpha, size, invariant=True)
+    K, U = pb.K, pb.counts
+    pools = np.zeros(K, dtype=np.int64)
+    rng = np.random.default_rng(seed)
+    w = U * rng.uniform(0.95, 1.05, K)
+    w /= w.sum()
+    J = np.zeros((K * K, K))
+    for k in range(K):
+        row = w.copy()
+        row[k] -= 1.0
+        J[k * K:(k + 1) * K, k] = row
+    A = full_c1_rows(pb.table, alpha, combos=pb.combos)
+    C = np.zeros((K, K * K))
+    for k in range(K):
+        C[k, np.arange(K) * K + k] = U
+    cost = U * (1.0 - w)
+    ref = linprog(cost, A_ub=A @ J, b_ub=-(A @ np.eye(K).ravel()), A_eq=C @ J, b_eq=U - C @ np.eye(K).ravel(),
+                  bounds=[(0, 1 - FLOOR)] * K, method="highs")
+    assert ref.status == 0, ref.message
+    res = optimise_retentions(pb, np.zeros(K), w, pools, alpha, FLOOR, objective="changes")
+    assert res.changes == pytest.approx(ref.fun, rel=1e-6, abs=1e-7)
+    P = replacement_matrix(res.o, w, pools).toarray()
+    np.testing.assert_allclose(U @ P, U, rtol=1e-7, atol=1e-7)
+
+
 def test_loss_gradient_matches_central_differences():
     rng = np.random.default_rng(0)
     K = 14
