@@ -134,7 +134,6 @@ class RetentionProgram:
         self.U = U
         groups = problem.groups
         G = groups.n_groups
-        self.G = G
         nC = groups.member.shape[1]
         # which cells may send: not kept, in a pool with receivers
         recv = np.bincount(self.pools, weights=(self.w > 0).astype(float), minlength=nP)
@@ -148,7 +147,7 @@ class RetentionProgram:
         self.W.eliminate_zeros()
         self.Wd = self.W.tocoo()
         self.U_g = groups.size.astype(float)
-        # inside rows: every rare (and free or receiving) cell m with each of its groups
+        # inside rows: every rare cell m with each of its groups
         rare = np.flatnonzero(U < 1.0 / self.a)
         self.in_m = np.repeat(rare, nC)
         self.in_g = groups.member[rare].ravel()
@@ -162,8 +161,7 @@ class RetentionProgram:
         # outside rows, measured only: (g, p) with W[g, p] > 0 against the largest o_m of pool p
         self.out_g, self.out_p, self.out_w = self.Wd.row, self.Wd.col, self.Wd.data
         self.rare = rare
-        # column offsets
-        self.nx = K
+        self.nx = K  # the columns that the costs and bounds of a solve are about
         self.invariant = bool(problem.params.invariant)
 
     # -- exact values at a point ---------------------------------------------------------------
