@@ -10,7 +10,10 @@ retention probability per cell and a replacement distribution chosen for the dat
 relaxation (:mod:`pramopt.optimize.relaxation`) chooses ``out_k = U0(k) o_k`` and
 ``in_k = w_k sum_l U0(l) o_l`` to maximise the smallest retention; this P reproduces those flows
 exactly and misses C1 only by the terms o_m w(g) the relaxation leaves out, so it is solved at a
-level below alpha that drops until the full C1 check passes.
+level below alpha that drops until the full C1 check passes.  The relaxation maximises the
+smallest retention and never sees the loss: with ``w`` fixed, the retentions are then
+re-optimised on the exact loss under the exact C1 (:mod:`.retention`), and the result replaces
+the relaxation's only when it passes the full check with a smaller loss.
 
 P is invertible whatever its retentions: by the matrix determinant lemma
 det P = prod(1 - o) (1 + w^T diag(1 - o)^-1 o) > 0, and Sherman and Morrison's formula gives P^-1,
@@ -206,11 +209,61 @@ def solve_replacement(problem: DesignProblem, trace: Trace, verify) -> tuple | N
         rep = verify(P)
         if rep.max_risk <= alpha:
             f = replacement_loss(o, w, pools, counts)
+            if problem.params.refine_loss:
+                o, P, rep, f = _retentions(problem, trace, verify, o, w, pools, P, rep, f, floor)
             cond = replacement_condition(o, w, pools)
             red = Reduction(structure="replacement", blocks=int(np.unique(pools).size),
-                            block_target_records=target, min_lambda=float(sol.t), support=int(P.nnz))
+                            block_target_records=target, min_lambda=float(np.min(1.0 - o, initial=1.0)),
+                            support=int(P.nnz))
             return Attempt(AttemptStatus.OK, P=P, reduction=red, solver="HIGHS(scipy, flow relaxation)"), rep, f, cond
     return None
+
+
+#: Relative margins below alpha at which the retentions are optimised, in turn, until the full
+#: check passes (each only where the relaxation's design already meets C1 at that level, so that
+#: the optimisation starts from a feasible point).
+RETENTION_MARGINS = (1e-5, 1e-4, 1e-3, 1e-2)
+#: Seconds the optimisation of the retentions may take (it keeps its best point so far).
+RETENTION_SECONDS = 60.0
+
+
+def _retentions(problem: DesignProblem, trace: Trace, verify, o, w, pools, P, rep, f, floor):
+    """The retentions re-optimised against the exact C1 with ``w`` fixed (:mod:`.retention`), kept
+    only when the matrix passes the full check ``verify`` and its objective is smaller; else the
+    inputs.  Returns ``(o, P, report, loss)``."""
+    from .retention import optimise_retentions
+
+    alpha, counts = problem.alpha, problem.counts
+    obj = problem.objective
+
+    def score(P_, f_):  # change_weights: the designer ranks by the whole objective
+        return f_ + obj.term(P_, counts) if hasattr(obj, "term") else f_
+
+    base = score(P, f)
+    for m in sorted({max(problem.params.margin, RETENTION_MARGINS[0]), *RETENTION_MARGINS}):
+        a = alpha * (1.0 - m)
+        if rep.max_risk > a:
+            continue  # the start does not meet C1 there
+        t0 = time.perf_counter()
+        res = optimise_retentions(problem, o, w, pools, a, floor, time_limit=RETENTION_SECONDS)
+        if res is None:
+            trace.add("retentions", time.perf_counter() - t0, 0, "the retention program failed: kept the relaxation's")
+            break
+        if _entries(res.o, w, pools) > REPLACEMENT_MAX_ENTRIES:  # cells that sent nothing may send now
+            trace.add("retentions", time.perf_counter() - t0, res.steps, "too many entries: kept the relaxation's")
+            break
+        Pn = replacement_matrix(res.o, w, pools)
+        before = float(counts @ (o * (1.0 - w)))
+        trace.add("retentions", time.perf_counter() - t0, res.steps,
+                  f"at alpha*(1-{m:g}): {res.detail}; expected changes {before:.5g} -> {res.changes:.5g}; "
+                  f"{res.solves} LP solves, {res.rows} of C1's rows imposed")
+        rn = verify(Pn)
+        if rn.max_risk <= alpha:
+            fn = replacement_loss(res.o, w, pools, counts)
+            if score(Pn, fn) < base:
+                return res.o, Pn, rn, fn
+            break
+    return o, P, rep, f
 
 
 #: Bisection steps of the uniform design's retention (the largest verified one to 1/4096).
