@@ -88,6 +88,7 @@ def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4
     it = 0
     B = None  # curvature at x, computed when a step needs it
     model = "linear"
+    step_duals = step_gcols = None  # of the last QP step
     history = list(history[:-1]) + [f]  # a continued run's last entry is this same point
 
     def info(reason, new=(), gc=None, duals=None, gscale=1.0):
@@ -107,9 +108,11 @@ def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4
             Bs = sigma * B
             # costs on the scale of a largest |gradient| of 1, as the LP backends scale them
             sc = float(np.max(np.abs(g))) or 1.0
-            out = solve_qp(lp.program, (g - Bs * x) / sc, Bs / sc, lo, hi)
+            out = solve_qp(lp.program, (g - Bs * x) / sc, Bs / sc, lo, hi, scale=sc)
             if out.x is None:  # the linear model from here on (the QP is only an accelerator)
                 curvature, Bs = None, None
+            else:  # the step's multipliers, with the gradient they go with (see want_duals)
+                step_duals, step_gcols = out.duals, gcols
         if out is None or out.x is None:
             out = lp.solve(g, lo, hi)
         if out.x is None:
@@ -169,7 +172,12 @@ def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4
         if progress is not None:
             progress("refine", it, f, radius)
     duals = None
-    if want_duals and g is not None:
+    if want_duals and step_duals is not None:
+        # the last QP step's multipliers and the gradient at the point it was taken from: a
+        # transition outside the support with a negative reduced cost would have made that
+        # step's model decrease more (column generation for the curved subproblem, no extra solve)
+        duals, gcols = step_duals, step_gcols
+    elif want_duals and g is not None:
         # one more linear subproblem at the final point: its duals price transitions outside
         # the support (column generation on the exact loss's gradient)
         out = lp.solve(g, np.maximum(lo_base, x - radius), np.minimum(hi_base, x + radius))
