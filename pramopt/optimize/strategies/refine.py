@@ -37,8 +37,8 @@ class RefineInfo:
     stop_reason: str
     seconds: float
     added_constraints: list
-    grad_columns: object = None  # callable: cols -> K x len(cols) gradient of the loss
-    duals: object = None     # Duals of the final subproblem (want_duals), to price with
+    grad_columns: object = None  # callable: cols -> K x len(cols) gradient of the loss (at the duals' point)
+    duals: object = None     # Duals of the last subproblem (want_duals), to price with
     grad_scale: float = 1.0  # largest |gradient| on the support, the scale for pricing tolerances
     radius: float = 0.05     # trust-region radius at the end, to continue from
     history: tuple = ()      # loss after each iteration, to continue the stopping rule from
@@ -71,8 +71,10 @@ def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4
     ``lp`` is a loaded program (:mod:`pramopt.optimize.backends`) and ``evaluate`` the
     objective's evaluator on its columns.  ``check(x)`` may return newly violated C1 rows of
     the full problem; the step is then rejected and the caller must rebuild the LP with them
-    (stop reason ``"constraints"``).  With ``want_duals`` one more linear subproblem is solved at
-    the final point, whose duals price transitions outside the support.
+    (stop reason ``"constraints"``).  With ``want_duals`` the result carries duals that price
+    transitions outside the support, with the gradient they go with (``grad_columns``): the
+    multipliers of the last QP and the gradient at the point it was solved from, or, when the
+    steps were linear, those of one more linear subproblem at the final point.
     """
     sup = lp.program.support
     loss = evaluate
