@@ -386,9 +386,10 @@ class ColumnGeneration:
                 drop = ((x <= 0.0) & (sup.rows != sup.cols) & (info.duals.cols > tol)
                         & ((info.accepted > 0) | ~np.isin(keys, dropped)))
                 # ... and price transitions outside the support with the exact loss's gradient,
-                # as many as keep the next step a QP (the L2 loss's curved model)
+                # after a curved step as many as keep the next one curved (linear steps on a
+                # larger support price as many as before: their drops trim it)
                 room = max(REFINE_MAX_ADD, 2 * K)
-                if isinstance(problem.objective, L2Loss):
+                if curvature is not None:
                     room = min(room, REFINE_QP_MAX - (sup.size - int(drop.sum())))
                 if room > 0:
                     r, cc, _ = self.price(lp, info.duals, cost_fn=info.grad_columns, tol=tol, max_add=room)
