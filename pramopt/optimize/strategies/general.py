@@ -52,14 +52,14 @@ REFINE_CHUNK = 10
 #: 63,844 of the first case's first refinement support, where the warm-started LP takes under a
 #: second.  Larger supports take REFINE_LINEAR_CHUNK linear steps, after which pricing drops the
 #: unused transitions; pricing adds no more than keeps the support within this.  (At 25,000 the
-#: cap bound on testdata with 7 keys: 1.1314e-4 against 1.1307e-4 at 40,000.)
+#: cap binds: testdata with 7 keys ends at 1.1314e-4 in 14 steps, 1.1307e-4 in 16 at 40,000.)
 REFINE_QP_MAX = 40_000
 #: Linear (SLP) steps on a support too large for QPs before pricing trims it.
 REFINE_LINEAR_CHUNK = 3
 #: Curved steps between pricing rounds: one, since the QP's own multipliers price transitions
 #: outside the support at no extra solve (on 340 rare-heavy cells chunks of up to 3 steps, priced
 #: by one more LP each, took 30 iterations in 12 pricing rounds to a loss that pricing after
-#: every step reaches in 22).
+#: every step reaches in 25).
 REFINE_QP_CHUNK = 1
 #: One-step chunks in a row without an accepted step that end the refinement (the trust region
 #: has shrunk 4**this-fold: the model no longer predicts the loss there).
