@@ -99,7 +99,10 @@ def run(out: Path, quick: bool = False, base: Path | None = None, cases=None, ti
     notes = ["pramopt.design(table, alpha=0.1, structure='general'), defaults otherwise, one run per row, each "
              "in a fresh process; refine_iterations / refine_s: the result's 'refine' stage; loss: result.loss.",
              "old: the code before the curved model (linear steps, SLP); new: this tree (QP steps with the L2 "
-             "loss's Hessian diagonal on supports up to REFINE_QP_MAX entries, linear steps on larger ones).",
+             "loss's Hessian diagonal on supports up to REFINE_QP_MAX = 40,000 entries, linear steps on larger "
+             "ones; after every QP step its multipliers price transitions outside the support, up to max(2000, 2K) "
+             "join it and unused ones with a positive reduced cost leave; the refinement ends when a step after "
+             "pricing gains < 2 rtol, or two steps in a row predict < rtol).",
              "zipf340: benchmarks._common.zipf_cells(340, n_vars=5, seed=2), 10 combinations of 3 variables."]
     if {"old", "new"} <= set(df.get("code", [])) and "loss" in df:
         o = df[df.code == "old"].set_index("case")

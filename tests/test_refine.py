@@ -92,3 +92,62 @@ def test_curved_refinement_beats_long_slp_in_few_iterations(example, monkeypatch
     # the refined design is feasible: C1 recomputed by the independent verifier
     P = new.to_dense()
     assert c1_risk(P, new.table.codes, new.counts, pramopt.resolve_combinations(QI)).max_risk <= 0.1
+
+
+def test_qp_multipliers_price_a_transition_as_the_derivative_of_the_step(example, monkeypatch):
+    # The refinement prices transitions outside its support with the multipliers of its QP
+    # step.  Independent check: re-solve the step's QP with the priced transition added,
+    # bounded by 0 <= x_j <= eps; the optimal model value must change at the rate its reduced
+    # cost says (first-order sensitivity of the optimal value).  The transition: one that the
+    # step on the full support starts using, left out of the support first.
+    from pramopt.optimize.pricing import Pricer
+    from pramopt.optimize.support import Support
+
+    seen = {}
+    real_refine, real_load = general.refine, general.ColumnGeneration.load
+
+    def spy(lp, x0, lo, hi, evaluate, **kw):
+        seen.setdefault("args", (lp.program, np.array(x0), lo, hi, evaluate))
+        return real_refine(lp, x0, lo, hi, evaluate, **kw)
+
+    def load(self, sup, **kw):
+        seen["cg"] = self
+        return real_load(self, sup, **kw)
+
+    monkeypatch.setattr(general, "refine", spy)
+    monkeypatch.setattr(general.ColumnGeneration, "load", load)
+    pramopt.design(example, QI, alpha=0.1, structure="general", support="cover")
+    prog, x, lo, hi, evaluate = seen["args"]
+    cg = seen["cg"]
+    sup, K = prog.support, prog.support.K
+    f, g, gcols = evaluate(x)
+    sc = np.abs(g).max()
+
+    def step(s, hi_j=None):
+        """The QP step on support s from x (box 0.05, Hessian max|g|): (value, solution, x)."""
+        xs = s.from_matrix(sup.to_matrix(x))
+        gs = s.from_matrix(sup.to_matrix(g))
+        Bs = np.full(s.size, sc)
+        lo_s, hi_s = cg.bounds(s)
+        lo_s, hi_s = np.maximum(lo_s, xs - 0.05), np.minimum(hi_s, xs + 0.05)
+        if hi_j is not None:
+            hi_s[(s.rows == m) & (s.cols == k)] = hi_j
+        out = solve_qp(cg.load(s).program, (gs - Bs * xs) / sc, Bs / sc, lo_s, hi_s, scale=sc)
+        assert out.x is not None and out.duals is not None
+        d = out.x - xs
+        return gs @ d + 0.5 * d @ (Bs * d), out, xs
+
+    _, full, xs = step(sup)
+    used = np.flatnonzero((xs == 0) & (full.x > 1e-4) & (sup.rows != sup.cols))
+    assert used.size  # the step moves records into a transition not used before
+    j = used[np.argmax(full.x[used])]
+    m, k = int(sup.rows[j]), int(sup.cols[j])
+    assert gcols(np.array([k]))[m, 0] == pytest.approx(g[j], rel=1e-9)  # the gradient pricing uses
+    less = Support.from_pairs(np.delete(sup.rows, j), np.delete(sup.cols, j), K)
+    v0, out, _ = step(less)
+    d = Pricer(less, cg.problem.groups, cg.counts, cg.load(less).program.block, out.duals, cg.problem.allowed,
+               cg.mem).reduced_costs(np.array([k]), gcols(np.array([k])))[m, 0]
+    assert d < 0  # priced as attractive
+    eps = 1e-4
+    v1, _, _ = step(less.union([m], [k]), hi_j=eps)
+    assert (v1 - v0) / eps == pytest.approx(d, rel=0.05)

@@ -57,6 +57,7 @@ class LPSolution:
     t: float | None = None
     slack: np.ndarray = field(default_factory=lambda: np.zeros(0))
     scale: float = 1.0
+    duals: Duals | None = None  # row duals returned with the solution (the QP backend)
 
     @property
     def status(self) -> str:

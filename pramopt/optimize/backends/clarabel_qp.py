@@ -15,7 +15,7 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from ..program import LinearProgram
+from ..program import Duals, LinearProgram
 from . import LPSolution, Outcome
 
 __all__ = ["solve_qp", "NAME", "ZERO"]
@@ -26,7 +26,7 @@ NAME = "CLARABEL(qp)"
 ZERO = 1e-9
 
 
-def solve_qp(program: LinearProgram, cost, hdiag, lo, hi, *, tol: float = 1e-8) -> LPSolution:
+def solve_qp(program: LinearProgram, cost, hdiag, lo, hi, *, tol: float = 1e-8, scale: float = 1.0) -> LPSolution:
     """Minimise ``cost . x + 1/2 sum_i hdiag_i x_i^2`` over ``program`` with ``lo <= x <= hi``.
 
     Parameters
@@ -37,11 +37,16 @@ def solve_qp(program: LinearProgram, cost, hdiag, lo, hi, *, tol: float = 1e-8) 
         Linear costs, the diagonal Hessian (non-negative) and the box of the ``x`` columns.
     tol : float
         Clarabel's feasibility and gap tolerances.
+    scale : float
+        The factor ``cost`` and ``hdiag`` were divided by: the duals are returned multiplied by
+        it, on the scale of the caller's objective.
 
     Returns
     -------
     LPSolution
-        ``OPTIMAL`` with the ``x`` columns, or ``ERROR`` (any other end, Clarabel missing).
+        ``OPTIMAL`` with the ``x`` columns and ``duals`` (row duals, reduced cost
+        ``cost + hdiag x - A^T y`` of the ``x`` columns at the solution), or ``ERROR`` (any
+        other end, Clarabel missing).
     """
     t0 = time.perf_counter()
     try:
@@ -80,6 +85,21 @@ def solve_qp(program: LinearProgram, cost, hdiag, lo, hi, *, tol: float = 1e-8) 
     status = str(sol.status)
     if status != "Solved":
         return LPSolution(Outcome.ERROR, None, None, secs, f"clarabel: {status}")
-    x = np.asarray(sol.x, dtype=float)[:nx].copy()
+    y_all = np.asarray(sol.x, dtype=float)
+    x = y_all[:nx].copy()
     x[x < ZERO] = 0.0
-    return LPSolution(Outcome.OPTIMAL, x, NAME, secs, objective=float(sol.obj_val))
+    # Clarabel's stationarity is H y + c + M^T z = 0; in the LP convention (reduced cost
+    # c - A^T u) the row duals are u = -z on equalities, -z_up + z_dn on inequalities
+    z = np.asarray(sol.z, dtype=float)
+    n_eq, n_fix, n_up = int(eq.sum()), int(fix.sum()), int(up.sum())
+    u = np.zeros(A.shape[0])
+    u[eq] = -z[:n_eq]
+    u[up] -= z[n_eq + n_fix:n_eq + n_fix + n_up]
+    u[dn] += z[n_eq + n_fix + n_up:n_eq + n_fix + n_up + int(dn.sum())]
+    red = (c + h * y_all - A.T @ u)[:nx] * scale
+    u *= scale
+    r = P.rows
+    empty = np.zeros(0)
+    duals = Duals(rows=u[r["rows"]], B=u[r["B"]] if "B" in r else empty, N=u[r["N"]] if "N" in r else empty,
+                  inv=u[r["inv"]] if "inv" in r else None, cols=red)
+    return LPSolution(Outcome.OPTIMAL, x, NAME, secs, objective=float(sol.obj_val), duals=duals)

@@ -48,22 +48,30 @@ LP_GAP_RTOL = 1e-4
 REFINE_CHUNK = 10
 #: Largest support on which the refinement's steps are QPs (curved model).  Clarabel's time per
 #: QP grows with the support: about 7 s on 11,424 entries (340 rare-heavy cells, 3,466 rows),
-#: more than 8 minutes on the 63,844 of the same case's first refinement support, where the
-#: warm-started LP takes under a second.  Larger supports take REFINE_LINEAR_CHUNK linear steps,
-#: after which pricing drops the unused transitions.
-REFINE_QP_MAX = 25_000
+#: 10-15 s on 30,000-40,000 (the same cells; testdata with 7 keys), more than 8 minutes on the
+#: 63,844 of the first case's first refinement support, where the warm-started LP takes under a
+#: second.  Larger supports take REFINE_LINEAR_CHUNK linear steps, after which pricing drops the
+#: unused transitions; pricing adds no more than keeps the support within this.  (At 25,000 the
+#: cap binds: testdata with 7 keys ends at 1.1314e-4 in 14 steps, 1.1307e-4 in 16 at 40,000.)
+REFINE_QP_MAX = 40_000
 #: Linear (SLP) steps on a support too large for QPs before pricing trims it.
 REFINE_LINEAR_CHUNK = 3
-#: Curved steps between pricing rounds: the first step after pricing gains the most.
-REFINE_QP_CHUNK = 3
-#: A curved step gaining less than this many ``rtol`` (relative) ends a chunk early, so that
-#: pricing widens the support: on 340 rare-heavy cells the first step after pricing gained
-#: 5e-3 while the steps before it gained 3e-4 to 1e-3 each.
-REFINE_STALL = 10
+#: Curved steps between pricing rounds: one, since the QP's own multipliers price transitions
+#: outside the support at no extra solve (on 340 rare-heavy cells chunks of up to 3 steps, priced
+#: by one more LP each, took 30 iterations in 12 pricing rounds to a loss that pricing after
+#: every step reaches in 25).
+REFINE_QP_CHUNK = 1
+#: One-step chunks in a row without an accepted step that end the refinement (the trust region
+#: has shrunk 4**this-fold: the model no longer predicts the loss there).
+REFINE_IDLE_STEPS = 4
 #: A chunk of curved steps after pricing that gains less than this many ``rtol`` (relative) in
 #: all ends the refinement (on testdata with 7 keys pricing rounds gain about 1e-3 each, down to
 #: the loss of 100 linear iterations).
 REFINE_PRICING_GAIN = 2
+#: Transitions priced into the refinement's support per round at most (and 2 K): 10,000 filled
+#: the support of 340 rare-heavy cells with transitions the QP's interior point gives a little
+#: mass each, and the loss after 14 steps was 0.7% higher than with 2,000.
+REFINE_MAX_ADD = 2000
 #: Largest initial refinement support beyond the linear stage's transitions (see _refine_pairs).
 REFINE_SUPPORT_MAX = 100_000
 
@@ -167,10 +175,10 @@ class ColumnGeneration:
                              elastic=PHASE1_ELASTIC if phase_one else None)
         return chain(prog, self.problem.params.solver)
 
-    def price(self, lp, duals, cost_fn=None, tol: float = 1e-7):
+    def price(self, lp, duals, cost_fn=None, tol: float = 1e-7, max_add: int | None = None):
         return Pricer(lp.program.support, self.problem.groups, self.counts, lp.program.block, duals,
                       self.problem.allowed, self.mem).candidates(
-            cost_fn=cost_fn, tol=tol, max_add=max(2000, 2 * self.problem.K))
+            cost_fn=cost_fn, tol=tol, max_add=max_add or max(2000, 2 * self.problem.K))
 
     # -- the restricted linear programs ---------------------------------------------------------
     def linear(self, trace: Trace):
@@ -317,8 +325,9 @@ class ColumnGeneration:
         info = None
         lp = None
         radius, hist, sigma = 0.05, (), 1.0
-        dropped = np.empty(0, dtype=np.int64)  # keys row * K + col dropped once: never again
+        dropped = np.empty(0, dtype=np.int64)  # keys row * K + col dropped before
         idle = 0  # chunks in a row without an accepted step
+        settled = False  # whether the last chunk ended with the model predicting < rtol
         curved = False  # whether a chunk has taken curved (QP) steps
         stop = None
         while its < p.max_iter:
@@ -335,8 +344,7 @@ class ColumnGeneration:
             x, info = refine(lp, x, lo, hi, evaluate, check=lambda z: self.pending(sup, z), rtol=p.rtol,
                              max_iter=min(chunk if self.widen else p.max_iter, p.max_iter - its),
                              progress=trace.progress, radius=radius, history=hist, want_duals=self.widen,
-                             curvature=curvature, sigma=sigma,
-                             stall=REFINE_STALL * p.rtol if self.widen else None)
+                             curvature=curvature, sigma=sigma)
             its += info.iterations
             radius, hist, sigma = info.radius, info.history, info.sigma
             if info.stop_reason == "constraints":
@@ -345,32 +353,46 @@ class ColumnGeneration:
                 continue
             if info.stop_reason.startswith("subproblem"):
                 break
-            # priced columns that the trust region cannot turn into a decrease twice in a row:
-            # the linear model is exhausted there
+            # priced columns that the trust region cannot turn into a decrease twice in a row
+            # (REFINE_IDLE_STEPS one-step chunks): the model is exhausted there
             idle = idle + 1 if info.accepted == 0 else 0
-            if idle >= 2:
+            if idle >= (REFINE_IDLE_STEPS if chunk == 1 else 2):
                 stop = "stalled (no accepted step after pricing)"
                 break
-            # once curved steps have run, a chunk after pricing that gains less than
-            # REFINE_PRICING_GAIN * rtol in all ends the refinement: what pricing still finds is
-            # worth less than the steps it costs (a QP takes about 10 LPs' time)
+            # once curved steps have run, a chunk after pricing (one curved step) that gains less
+            # than REFINE_PRICING_GAIN * rtol ends the refinement: what pricing still finds is
+            # worth less than the steps it costs
             curved = curved or info.model == "quadratic"
-            if (curved and its > info.iterations
+            if (curved and its > info.iterations and info.accepted
                     and info.loss_start - info.loss_end < REFINE_PRICING_GAIN * p.rtol * abs(info.loss_end)):
                 stop = f"converged (a pricing round gained < {REFINE_PRICING_GAIN:g} rtol)"
                 break
+            # a step whose model predicts less than rtol on a support that already holds what the
+            # previous step's multipliers priced (that step's model predicted less than rtol too):
+            # to the tolerance, neither the support nor its pricing round offers a decrease
+            if info.stop_reason == "converged" and settled:
+                stop = "converged (the model predicts < rtol on the priced support)"
+                break
+            settled = info.stop_reason == "converged"
             r = np.empty(0)
             drop = np.zeros(sup.size, dtype=bool)
             if self.widen and info.duals is not None:
-                # price transitions outside the support with the exact loss's gradient
                 tol = p.rtol * 1e-3 * info.grad_scale
-                r, cc, _ = self.price(lp, info.duals, cost_fn=info.grad_columns, tol=tol)
-                # ... and drop unused transitions that the same prices call unattractive, so that
-                # the trust-region LP stays small (pricing brings them back if that changes);
-                # each transition is dropped at most once, so that dropping and pricing cannot cycle
+                # drop unused transitions that the step's prices call unattractive, so that the
+                # subproblems stay small (pricing brings them back if that changes).  Dropping
+                # and pricing cannot cycle: a transition is dropped again only after a step that
+                # lowered the loss, so no support recurs at the same point.
                 keys = sup.rows * K + sup.cols
                 drop = ((x <= 0.0) & (sup.rows != sup.cols) & (info.duals.cols > tol)
-                        & ~np.isin(keys, dropped))
+                        & ((info.accepted > 0) | ~np.isin(keys, dropped)))
+                # ... and price transitions outside the support with the exact loss's gradient,
+                # after a curved step as many as keep the next one curved (linear steps on a
+                # larger support price as many as before: their drops trim it)
+                room = max(REFINE_MAX_ADD, 2 * K)
+                if curvature is not None:
+                    room = min(room, REFINE_QP_MAX - (sup.size - int(drop.sum())))
+                if room > 0:
+                    r, cc, _ = self.price(lp, info.duals, cost_fn=info.grad_columns, tol=tol, max_add=room)
             if r.size or drop.sum() > sup.size // 10:
                 base = sup
                 if drop.any():
@@ -381,7 +403,9 @@ class ColumnGeneration:
                 sup = sup_new
                 self.added_cols += r.size
                 lp = None
-                radius, hist = max(radius, 0.0125), ()
+                hist = ()
+                if chunk > 1:
+                    radius = max(radius, 0.0125)
             elif info.stop_reason != "max_iter":  # converged, or stalled with nothing to widen
                 break
         self.sup = sup

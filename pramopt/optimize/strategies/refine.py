@@ -37,8 +37,8 @@ class RefineInfo:
     stop_reason: str
     seconds: float
     added_constraints: list
-    grad_columns: object = None  # callable: cols -> K x len(cols) gradient of the loss
-    duals: object = None     # Duals of the final subproblem (want_duals), to price with
+    grad_columns: object = None  # callable: cols -> K x len(cols) gradient of the loss (at the duals' point)
+    duals: object = None     # Duals of the last subproblem (want_duals), to price with
     grad_scale: float = 1.0  # largest |gradient| on the support, the scale for pricing tolerances
     radius: float = 0.05     # trust-region radius at the end, to continue from
     history: tuple = ()      # loss after each iteration, to continue the stopping rule from
@@ -71,8 +71,10 @@ def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4
     ``lp`` is a loaded program (:mod:`pramopt.optimize.backends`) and ``evaluate`` the
     objective's evaluator on its columns.  ``check(x)`` may return newly violated C1 rows of
     the full problem; the step is then rejected and the caller must rebuild the LP with them
-    (stop reason ``"constraints"``).  With ``want_duals`` one more linear subproblem is solved at
-    the final point, whose duals price transitions outside the support.
+    (stop reason ``"constraints"``).  With ``want_duals`` the result carries duals that price
+    transitions outside the support, with the gradient they go with (``grad_columns``): the
+    multipliers of the last QP and the gradient at the point it was solved from, or, when the
+    steps were linear, those of one more linear subproblem at the final point.
     """
     sup = lp.program.support
     loss = evaluate
@@ -88,6 +90,7 @@ def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4
     it = 0
     B = None  # curvature at x, computed when a step needs it
     model = "linear"
+    step_duals = step_gcols = None  # of the last QP step
     history = list(history[:-1]) + [f]  # a continued run's last entry is this same point
 
     def info(reason, new=(), gc=None, duals=None, gscale=1.0):
@@ -107,9 +110,11 @@ def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4
             Bs = sigma * B
             # costs on the scale of a largest |gradient| of 1, as the LP backends scale them
             sc = float(np.max(np.abs(g))) or 1.0
-            out = solve_qp(lp.program, (g - Bs * x) / sc, Bs / sc, lo, hi)
+            out = solve_qp(lp.program, (g - Bs * x) / sc, Bs / sc, lo, hi, scale=sc)
             if out.x is None:  # the linear model from here on (the QP is only an accelerator)
                 curvature, Bs = None, None
+            else:  # the step's multipliers, with the gradient they go with (see want_duals)
+                step_duals, step_gcols = out.duals, gcols
         if out is None or out.x is None:
             out = lp.solve(g, lo, hi)
         if out.x is None:
@@ -169,7 +174,12 @@ def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4
         if progress is not None:
             progress("refine", it, f, radius)
     duals = None
-    if want_duals and g is not None:
+    if want_duals and step_duals is not None:
+        # the last QP step's multipliers and the gradient at the point it was taken from: a
+        # transition outside the support with a negative reduced cost would have made that
+        # step's model decrease more (column generation for the curved subproblem, no extra solve)
+        duals, gcols = step_duals, step_gcols
+    elif want_duals and g is not None:
         # one more linear subproblem at the final point: its duals price transitions outside
         # the support (column generation on the exact loss's gradient)
         out = lp.solve(g, np.maximum(lo_base, x - radius), np.minimum(hi_base, x + radius))
