@@ -256,3 +256,25 @@ def test_auto_mode_on_census_like_data_reports_the_optimised_retentions():
     assert rep.success and base.success
     assert rep.loss < base.loss
     assert rep.max_risk <= 0.1  # the full check of pramopt.verify, run by the designer's finish
+
+
+def test_retentions_are_optimised_at_the_requested_margin():
+    # margin is the level alpha (1 - margin) the solvers work at: the retention program must not
+    # go closer to alpha than that.  On the example the relaxation's design meets C1 at
+    # 0.1 (1 - 1e-3) (0.09974), so the program runs there, and C1 recomputed from the definition
+    # stays below that level (the solver's tolerance aside); at the default margin it reaches 0.099999.
+    from pramopt.example import EXAMPLE_QI, example_data
+
+    df, qi = example_data(), list(EXAMPLE_QI)
+    res = pramopt.design(df, qi, alpha=0.1, structure="replacement", margin=1e-3)
+    assert res.success
+    stages = [s.detail for s in res.stages if s.name == "retentions"]
+    assert stages and stages[0].startswith("at alpha*(1-0.001)")
+    P, U, codes = res.to_dense(), res.counts, res.table.codes
+    worst = 0.0
+    for pi in pramopt.resolve_combinations(qi):  # S[m, g] / D[g] from the definition
+        keys = [tuple(r) for r in codes[:, list(pi)]]
+        for k0 in set(keys):
+            S = P[:, [k == k0 for k in keys]].sum(axis=1)
+            worst = max(worst, S.max() / (U @ S))
+    assert worst <= 0.1 * (1 - 1e-3) * (1 + 1e-7)

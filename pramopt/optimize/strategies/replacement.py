@@ -220,7 +220,7 @@ def solve_replacement(problem: DesignProblem, trace: Trace, verify) -> tuple | N
 
 
 #: Relative margins below alpha at which the retentions are optimised, in turn, until the full
-#: check passes (each only where the relaxation's design already meets C1 at that level, so that
+#: check passes (from the requested ``margin`` on, never below it) (each only where the relaxation's design already meets C1 at that level, so that
 #: the optimisation starts from a feasible point).
 RETENTION_MARGINS = (1e-5, 1e-4, 1e-3, 1e-2)
 #: Seconds the optimisation of the retentions may take (it keeps its best point so far).
@@ -240,7 +240,10 @@ def _retentions(problem: DesignProblem, trace: Trace, verify, o, w, pools, P, re
         return f_ + obj.term(P_, counts) if hasattr(obj, "term") else f_
 
     base = score(P, f)
-    for m in sorted({max(problem.params.margin, RETENTION_MARGINS[0]), *RETENTION_MARGINS}):
+    # the requested margin first (the solver's working level, as for the other structures), then
+    # the larger ones of RETENTION_MARGINS
+    first = max(problem.params.margin, RETENTION_MARGINS[0])
+    for m in [first, *(m for m in RETENTION_MARGINS if m > first)]:
         a = alpha * (1.0 - m)
         if rep.max_risk > a:
             continue  # the start does not meet C1 there
