@@ -14,7 +14,8 @@ Structure (auto mode): the counting bound and the flow relaxation (:mod:`.relaxa
 seconds whether a general design (every diagonal entry >= 0.51) can exist; it is made only then,
 and only up to ``GENERAL_AUTO_MAX_CELLS`` cells.  The replacement design is always made, the block
 design up to ``BLOCKS_AUTO_MAX_CELLS`` cells (beside the general design too: on the package example,
-testdata and rare-heavy tables they come within 1.3% of its loss in a fraction of its time); every
+testdata and rare-heavy tables the better of them comes within 1.3% of its loss in a fraction of its
+time; on the example the replacement design is 0.2% above it, the block design 10%); every
 candidate is verified, and the smallest exact loss wins.
 """
 from __future__ import annotations
