@@ -54,8 +54,9 @@ __all__ = ["RetentionProgram", "RetentionResult", "optimise_retentions", "replac
 START_TIGHT = 0.1
 #: Lazy rounds per program before giving up on it (each adds the violated rows).
 LAZY_ROUNDS = 30
-#: A row counts as violated when its left-hand side exceeds its bound by more than this (relative):
-#: the LP solver's own feasibility tolerance; the margin below alpha absorbs it.
+#: A row not yet imposed is added when its left-hand side exceeds its bound by more than this
+#: (relative); imposed rows hold to the LP solver's own feasibility tolerance, which the margin
+#: below alpha absorbs.
 VIOLATION_TOL = 1e-9
 #: scipy's HiGHS method for the programs.  The interior point was faster on the 5-key census sample
 #: (16 s against 22 s for the same 12 solves) but slower per solve on the 6-key one (7.1 s against
@@ -301,8 +302,10 @@ def optimise_retentions(problem: DesignProblem, o0: np.ndarray, w: np.ndarray, p
     For the loss, ``o0`` must meet C1 at level ``a`` (the relaxation's design, after its margin): it
     is the start, and every accepted step keeps C1 and lowers the exact loss, until a step gains
     less than :data:`STEP_RTOL` or ``time_limit`` seconds have passed.  Returns None when the
-    program could not be solved; otherwise a result whose ``o`` meets every row of C1 at level
-    ``a`` up to :data:`VIOLATION_TOL` (the caller verifies the matrix).
+    program could not be solved; otherwise a result whose ``o`` meets C1 at level ``a`` to the
+    LP solver's feasibility tolerance (rows not imposed are added when the point violates them by
+    more than :data:`VIOLATION_TOL`; the imposed ones hold to HiGHS's own tolerance, about 1e-7 of
+    their bound): the margin below alpha absorbs it, and the caller verifies the matrix at alpha.
     """
     deadline = time.perf_counter() + time_limit
     prog = RetentionProgram(problem, w, pools, a, floor)
