@@ -102,14 +102,16 @@ def test_changes_optimum_equals_the_dense_program_from_the_definition(seed, n, l
     assert np.all(1.0 - res.o >= FLOOR - 1e-12)
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", [*range(6), 12, 13, 24, 25])
 def test_any_cost_optimum_equals_the_dense_program_with_several_pools(seed):
     # Costs of either sign (some cells are rewarded for sending) and pools by the first variable:
     # the program imposes only the rows of rare cells inside their own groups, and the rows of
     # rare cells outside a group are implied (the module's argument); the dense program has them all.
+    # From no imposed row, the first solutions violate inside rows and with them outside ones
+    # (seeds 12 to 25): the lazy rounds must add the inside rows, not give up.
     from pramopt.optimize.strategies.retention import RetentionProgram
 
-    df = _data(seed, 30 + 10 * seed, (2, 3, 2))
+    df = _data(seed, 30 + 10 * (seed % 6), (2, 3, 2))
     alpha = (0.3, 0.2, 0.5)[seed % 3]
     pb = _problem(df, alpha, 2)
     pools = pb.table.codes[:, 0].astype(np.int64)
@@ -122,6 +124,35 @@ def test_any_cost_optimum_equals_the_dense_program_with_several_pools(seed):
     assert cost @ o == pytest.approx(best, rel=1e-6, abs=1e-7)
     P = replacement_matrix(o, w, pools)
     assert c1_risk(P, pb.table.codes, pb.counts, pb.combos).max_risk <= alpha * (1 + 1e-7)
+
+
+@pytest.mark.parametrize("seed", [6, 18])
+def test_an_infeasible_program_is_reported_infeasible(seed):
+    # The dense program from the definition has no solution here (no retentions with these w meet
+    # C1): the lazy program must end on the solver's infeasibility, after adding the inside rows
+    from scipy.optimize import linprog
+
+    from pramopt.optimize.strategies.retention import RetentionProgram
+
+    df = _data(seed, 30 + 10 * (seed % 6), (2, 3, 2))
+    alpha = (0.3, 0.2, 0.5)[seed % 3]
+    pb = _problem(df, alpha, 2)
+    pools = pb.table.codes[:, 0].astype(np.int64)
+    w = _w(pb, pools, seed)
+    K = pb.K
+    A = full_c1_rows(pb.table, alpha, combos=pb.combos)
+    J = np.zeros((K * K, K))
+    for k in range(K):
+        row = np.where(pools == pools[k], w, 0.0)
+        row[k] -= 1.0
+        J[k * K:(k + 1) * K, k] = row
+    ref = linprog(np.zeros(K), A_ub=A @ J, b_ub=-(A @ np.eye(K).ravel()),
+                  bounds=[(0, 1 - FLOOR)] * K, method="highs")
+    assert ref.status == 2  # infeasible
+    prog = RetentionProgram(pb, w, pools, alpha, FLOOR)
+    cost = pb.counts * np.random.default_rng(seed).uniform(-1.0, 1.0, K)
+    o, _, status = prog.solve(cost, np.zeros(K), prog.hi, np.zeros(prog.in_m.size, dtype=bool))
+    assert o is None and status.startswith("status 2")
 
 
 def test_kept_cells_keep_their_records_and_the_optimum_follows():

@@ -254,12 +254,14 @@ def _lazy_solve(prog, cost, lo, hi, act_in, deadline=None):
             return None, solves, f"status {res.status}: {res.message}"
         x = np.clip(res.x[:nx], lo, hi)
         e_in, e_out = prog.excess(x)
+        new = (e_in > VIOLATION_TOL) & ~act_in
+        if new.any():
+            # (an outside row may be violated too: it is implied only once the inside rows hold)
+            act_in |= new
+            continue
         if np.any(e_out > VIOLATION_TOL):  # impossible by the argument of the module docstring
             return None, solves, "an outside row is violated"
-        new = (e_in > VIOLATION_TOL) & ~act_in
-        if not new.any():
-            return x, solves, "ok"
-        act_in |= new
+        return x, solves, "ok"
     return None, solves, f"rows still violated after {LAZY_ROUNDS} rounds"
 
 
