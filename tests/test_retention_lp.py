@@ -271,6 +271,26 @@ def test_loss_optimum_beats_the_start_and_matches_a_dense_local_search(seed, n, 
     assert res.loss <= loss(ref.x) * (1 + 1e-4)
 
 
+def test_the_loss_minimisation_stops_on_a_count_of_solves_and_repeats_exactly():
+    # The budget is a number of linear programs, not seconds: the same data give the same
+    # retentions on any machine, and a budget of k solves is never exceeded.
+    from pramopt.optimize.relaxation import flow_relaxation
+    from pramopt.optimize.strategies.replacement import _design_from
+
+    seed, n, levels, alpha, size, _ = CASES[0]
+    pb = _problem(_data(seed, n, levels), alpha, size)
+    pools = np.zeros(pb.K, dtype=np.int64)
+    sol = flow_relaxation(pb, alpha=alpha * 0.6, pools=pools)
+    o0, w = _design_from(sol, pools, pb.counts)
+    full = [optimise_retentions(pb, o0, w, pools, alpha, FLOOR) for _ in range(2)]
+    assert np.array_equal(full[0].o, full[1].o) and full[0].loss == full[1].loss
+    assert full[0].solves >= 3  # the budget below does cut it short
+    for k in (1, 2, 3):
+        cut = optimise_retentions(pb, o0, w, pools, alpha, FLOOR, max_solves=k)
+        assert cut.solves <= k
+        assert cut.loss <= replacement_loss(o0, w, pools, pb.counts)
+
+
 def test_auto_mode_on_census_like_data_reports_the_optimised_retentions():
     from benchmarks.census_data import census_data
 

@@ -223,8 +223,11 @@ def solve_replacement(problem: DesignProblem, trace: Trace, verify) -> tuple | N
 #: check passes (from the requested ``margin`` on, never below it) (each only where the relaxation's design already meets C1 at that level, so that
 #: the optimisation starts from a feasible point).
 RETENTION_MARGINS = (1e-5, 1e-4, 1e-3, 1e-2)
-#: Seconds the optimisation of the retentions may take (it keeps its best point so far).
-RETENTION_SECONDS = 60.0
+#: Linear programs the optimisation of the retentions may solve (it keeps its best point so far):
+#: a count rather than seconds, so that a design does not depend on the machine's speed or load.
+#: Small tables stop earlier, when a step gains less than STEP_RTOL (10 solves on testdata, 7 keys);
+#: on the 6-key census sample one solve takes about 7 s.
+RETENTION_MAX_SOLVES = 24
 
 
 def _retentions(problem: DesignProblem, trace: Trace, verify, o, w, pools, P, rep, f, floor):
@@ -248,7 +251,7 @@ def _retentions(problem: DesignProblem, trace: Trace, verify, o, w, pools, P, re
         if rep.max_risk > a:
             continue  # the start does not meet C1 there
         t0 = time.perf_counter()
-        res = optimise_retentions(problem, o, w, pools, a, floor, time_limit=RETENTION_SECONDS)
+        res = optimise_retentions(problem, o, w, pools, a, floor, max_solves=RETENTION_MAX_SOLVES)
         if res is None:
             trace.add("retentions", time.perf_counter() - t0, 0, "the retention program failed: kept the relaxation's")
             break

@@ -38,7 +38,6 @@ retentions, never a verdict.
 """
 from __future__ import annotations
 
-import time
 import warnings
 from dataclasses import dataclass
 
@@ -216,20 +215,20 @@ class RetentionProgram:
                              shape=(i.size, nv))
         return A_in, -np.ones(i.size), sp.vstack(parts, format="csr"), np.concatenate(rhs), nv
 
-    def solve(self, cost: np.ndarray, lo: np.ndarray, hi: np.ndarray, act_in, deadline=None):
+    def solve(self, cost: np.ndarray, lo: np.ndarray, hi: np.ndarray, act_in, max_solves=None):
         """Minimise ``cost . o`` over ``lo <= o <= hi`` and C1, adding violated rows lazily.
 
         Returns ``(o, solves, status)``; ``o`` is None when the program failed.  ``act_in`` (the
         imposed inside rows) is grown in place.
         """
-        return _lazy_solve(self, cost, lo, hi, act_in, deadline)
+        return _lazy_solve(self, cost, lo, hi, act_in, max_solves)
 
 
-def _lazy_solve(prog, cost, lo, hi, act_in, deadline=None):
+def _lazy_solve(prog, cost, lo, hi, act_in, max_solves=None):
     """``min cost . x`` over the first ``prog.nx`` columns in ``[lo, hi]`` (``T`` >= 0, ``D`` free),
     the equalities and the imposed inside rows (``prog.program``); the rows the solution violates
-    (``prog.excess``) are added and the program solved again.  Past ``deadline``
-    (``time.perf_counter()``) HiGHS stops and the solve fails."""
+    (``prog.excess``) are added and the program solved again.  After ``max_solves`` solves
+    without an answer the solve fails."""
     from scipy.optimize import linprog
 
     nx = prog.nx
@@ -241,14 +240,12 @@ def _lazy_solve(prog, cost, lo, hi, act_in, deadline=None):
         bounds = np.column_stack([np.zeros(nv), np.full(nv, np.inf)])
         bounds[:nx, 0], bounds[:nx, 1] = lo, hi
         bounds[prog.K + prog.nP:, 0] = -np.inf  # D is defined by its equality row
-        left = None if deadline is None else deadline - time.perf_counter()
-        if left is not None and left <= 0:
-            return None, solves, "out of time"
+        if max_solves is not None and solves >= max_solves:
+            return None, solves, "out of LP solves"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             res = linprog(c, A_ub=A_c if A_c.shape[0] else None, b_ub=b_c if A_c.shape[0] else None,
-                          A_eq=A_eq, b_eq=b_eq, bounds=bounds, method=LP_METHOD,
-                          options={} if left is None else {"time_limit": left})
+                          A_eq=A_eq, b_eq=b_eq, bounds=bounds, method=LP_METHOD)
         solves += 1
         if res.status != 0 or res.x is None:
             return None, solves, f"status {res.status}: {res.message}"
@@ -265,17 +262,17 @@ def _lazy_solve(prog, cost, lo, hi, act_in, deadline=None):
     return None, solves, f"rows still violated after {LAZY_ROUNDS} rounds"
 
 
-def _slp(x, lo, hi, fgrad, solve, deadline, radius=0.25):
+def _slp(x, lo, hi, fgrad, solve, max_solves, radius=0.25):
     """Trust-region sequential linear programming on ``fgrad`` (value and gradient) from the
-    feasible ``x``: each step minimises the gradient over the program (``solve(cost, lo, hi)``)
+    feasible ``x``: each step minimises the gradient over the program (``solve(cost, lo, hi, solves_left)``)
     within ``x +- radius``, and is kept only when the exact value decreases (the radius doubles,
     up to 1, after good steps and shrinks after poor ones).
     Returns ``(x, f, accepted, steps, solves)``."""
     f, g = fgrad(x)
     steps = solves = accepted = 0
-    while steps < MAX_STEPS and radius >= MIN_RADIUS and time.perf_counter() < deadline:
+    while steps < MAX_STEPS and radius >= MIN_RADIUS and solves < max_solves:
         steps += 1
-        y, s, _ = solve(g, np.maximum(lo, x - radius), np.minimum(hi, x + radius))
+        y, s, _ = solve(g, np.maximum(lo, x - radius), np.minimum(hi, x + radius), max_solves - solves)
         solves += s
         if y is None:
             radius *= 0.25
@@ -297,19 +294,19 @@ def _slp(x, lo, hi, fgrad, solve, deadline, radius=0.25):
 
 
 def optimise_retentions(problem: DesignProblem, o0: np.ndarray, w: np.ndarray, pools: np.ndarray, a: float,
-                        floor: float, *, objective: str = "loss", time_limit: float = 60.0) -> RetentionResult | None:
+                        floor: float, *, objective: str = "loss", max_solves: int = 40) -> RetentionResult | None:
     """Retentions of smaller exact loss than ``o0`` (or, with ``objective="changes"``, of fewest
     expected changes) under C1 at level ``a``, with the replacement distributions ``w`` fixed.
 
     For the loss, ``o0`` must meet C1 at level ``a`` (the relaxation's design, after its margin): it
     is the start, and every accepted step keeps C1 and lowers the exact loss, until a step gains
-    less than :data:`STEP_RTOL` or ``time_limit`` seconds have passed.  Returns None when the
+    less than :data:`STEP_RTOL` or ``max_solves`` linear programs have been solved (a count, not a
+    clock, so that the same data and parameters give the same design on any machine).  Returns None when the
     program could not be solved; otherwise a result whose ``o`` meets C1 at level ``a`` to the
     LP solver's feasibility tolerance (rows not imposed are added when the point violates them by
     more than :data:`VIOLATION_TOL`; the imposed ones hold to HiGHS's own tolerance, about 1e-7 of
     their bound): the margin below alpha absorbs it, and the caller verifies the matrix at alpha.
     """
-    deadline = time.perf_counter() + time_limit
     prog = RetentionProgram(problem, w, pools, a, floor)
     pl, U = prog.pools, problem.counts
     lo = np.zeros(problem.K)
@@ -327,6 +324,6 @@ def optimise_retentions(problem: DesignProblem, o0: np.ndarray, w: np.ndarray, p
                                "expected changes minimised")
     f0 = replacement_loss(o, w, pl, U)
     o, f, accepted, steps, solves = _slp(o, lo, prog.hi, lambda x: replacement_loss_grad(x, w, pl, U),
-                                         lambda c, l, h: prog.solve(c, l, h, act, deadline), deadline)
+                                         lambda c, l, h, left: prog.solve(c, l, h, act, left), max_solves)
     return RetentionResult(o, f, changes(o), accepted, solves, int(act.sum()),
                            f"loss {f0:.4g} -> {f:.4g} in {accepted} of {steps} steps")
