@@ -51,9 +51,11 @@ REFINE_CHUNK = 10
 #: 10-15 s on 30,000-40,000 (the same cells; testdata with 7 keys), more than 8 minutes on the
 #: 63,844 of the first case's first refinement support, where the warm-started LP takes under a
 #: second.  Larger supports take REFINE_LINEAR_CHUNK linear steps, after which pricing drops the
-#: unused transitions; pricing adds no more than keeps the support within this.  (At 25,000 the
-#: cap binds: testdata with 7 keys ends at 1.1314e-4 in 14 steps, 1.1307e-4 in 16 at 40,000.)
-REFINE_QP_MAX = 40_000
+#: unused transitions; pricing adds no more than keeps the support within this.  At 40,000 testdata
+#: with 7 keys ends at 1.1307e-4 in 16 steps instead of 1.1314e-4 in 14 (auto mode's replacement
+#: design beats both: 1.1305e-4), but the dense 200-cell design of the scaling series (40,000
+#: entries) takes QP steps: 241 s and loss 4.83e-4, against 25 s and 4.646e-4 in linear steps.
+REFINE_QP_MAX = 25_000
 #: Linear (SLP) steps on a support too large for QPs before pricing trims it.
 REFINE_LINEAR_CHUNK = 3
 #: Curved steps between pricing rounds: one, since the QP's own multipliers price transitions
