@@ -102,6 +102,15 @@ def test_changes_optimum_equals_the_dense_program_from_the_definition(seed, n, l
     assert np.all(1.0 - res.o >= FLOOR - 1e-12)
 
 
+def _several_pools(seed):
+    """A small table with pools by its first variable, its alpha and replacement distributions."""
+    df = _data(seed, 30 + 10 * (seed % 6), (2, 3, 2))
+    alpha = (0.3, 0.2, 0.5)[seed % 3]
+    pb = _problem(df, alpha, 2)
+    pools = pb.table.codes[:, 0].astype(np.int64)
+    return pb, alpha, pools, _w(pb, pools, seed)
+
+
 @pytest.mark.parametrize("seed", [*range(6), 12, 13, 24, 25])
 def test_any_cost_optimum_equals_the_dense_program_with_several_pools(seed):
     # Costs of either sign (some cells are rewarded for sending) and pools by the first variable:
@@ -111,11 +120,7 @@ def test_any_cost_optimum_equals_the_dense_program_with_several_pools(seed):
     # (seeds 12 to 25): the lazy rounds must add the inside rows, not give up.
     from pramopt.optimize.strategies.retention import RetentionProgram
 
-    df = _data(seed, 30 + 10 * (seed % 6), (2, 3, 2))
-    alpha = (0.3, 0.2, 0.5)[seed % 3]
-    pb = _problem(df, alpha, 2)
-    pools = pb.table.codes[:, 0].astype(np.int64)
-    w = _w(pb, pools, seed)
+    pb, alpha, pools, w = _several_pools(seed)
     cost = pb.counts * np.random.default_rng(seed).uniform(-1.0, 1.0, pb.K)
     best = _dense(pb, w, pools, alpha, cost)
     prog = RetentionProgram(pb, w, pools, alpha, FLOOR)
@@ -134,11 +139,7 @@ def test_an_infeasible_program_is_reported_infeasible(seed):
 
     from pramopt.optimize.strategies.retention import RetentionProgram
 
-    df = _data(seed, 30 + 10 * (seed % 6), (2, 3, 2))
-    alpha = (0.3, 0.2, 0.5)[seed % 3]
-    pb = _problem(df, alpha, 2)
-    pools = pb.table.codes[:, 0].astype(np.int64)
-    w = _w(pb, pools, seed)
+    pb, alpha, pools, w = _several_pools(seed)
     K = pb.K
     A = full_c1_rows(pb.table, alpha, combos=pb.combos)
     J = np.zeros((K * K, K))
