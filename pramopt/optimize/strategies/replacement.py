@@ -220,8 +220,8 @@ def solve_replacement(problem: DesignProblem, trace: Trace, verify) -> tuple | N
 
 
 #: Relative margins below alpha at which the retentions are optimised, in turn, until the full
-#: check passes (from the requested ``margin`` on, never below it) (each only where the relaxation's design already meets C1 at that level, so that
-#: the optimisation starts from a feasible point).
+#: check passes: from the requested ``margin`` on, never below it, and each only where the
+#: relaxation's design already meets C1 at that level (so that the optimisation starts feasible).
 RETENTION_MARGINS = (1e-5, 1e-4, 1e-3, 1e-2)
 #: Linear programs the optimisation of the retentions may solve (it keeps its best point so far):
 #: a count rather than seconds, so that a design does not depend on the machine's speed or load.
