@@ -45,7 +45,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..problem import DesignProblem
-from .replacement import _pool_parts, replacement_loss
+from .replacement_form import _pool_parts, replacement_loss
 
 __all__ = ["RetentionProgram", "RetentionResult", "optimise_retentions", "replacement_loss_grad"]
 
