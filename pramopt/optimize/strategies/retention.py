@@ -44,6 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from ..constraints.c1 import membership
 from ..problem import DesignProblem
 from .replacement_form import _pool_parts, replacement_loss
 
@@ -142,7 +143,7 @@ class RetentionProgram:
         # Mem: G x K membership; W: G x pools, the share of each pool's w in each group
         cells = np.repeat(np.arange(K), nC)
         gm = groups.member.ravel()
-        self.mem = sp.csr_matrix((np.ones(cells.size), (gm, cells)), shape=(G, K))
+        self.mem = membership(groups)
         self.W = sp.csr_matrix((self.w[cells], (gm, self.pools[cells])), shape=(G, nP))
         self.W.eliminate_zeros()
         self.Wd = self.W.tocoo()
