@@ -178,6 +178,17 @@ def zipf_cells(n_cells: int, *, n_vars: int = 6, levels: int | None = None, s: f
     return pd.DataFrame(rows, columns=[f"x{i + 1}" for i in range(n_vars)])
 
 
+def zipf_frame(seed: int, n: int, levels, exponent: float) -> pd.DataFrame:
+    """``n`` seeded records over independent variables v0, v1, ... with ``levels`` categories, category
+    c of each drawn with probability proportional to 1 / (c + 1)**exponent."""
+    rng = np.random.default_rng(seed)
+    cols = {}
+    for i, L in enumerate(levels):
+        p = 1.0 / np.arange(1, L + 1) ** exponent
+        cols[f"v{i}"] = rng.choice(L, n, p=p / p.sum())
+    return pd.DataFrame(cols)
+
+
 def records_data(n: int, *, seed: int = 0) -> pd.DataFrame:
     """``n`` records over 4 variables (3, 3, 4, 6 categories) with a few rare cells planted.
 

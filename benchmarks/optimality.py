@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ._common import write_table
+from ._common import write_table, zipf_frame
 
 #: (levels of the four variables, records, seed, alpha)
 CASES = [((2, 2, 2, 2), 60, 0, 0.2), ((2, 2, 2, 2), 80, 1, 0.15), ((2, 2, 2, 2), 100, 2, 0.1),
@@ -29,12 +29,7 @@ QUICK_CASES = CASES[:1]
 
 
 def _data(levels, n, seed) -> pd.DataFrame:
-    rng = np.random.default_rng(seed)
-    cols = {}
-    for i, L in enumerate(levels):
-        p = 1.0 / np.arange(1, L + 1) ** 1.5
-        cols[f"v{i}"] = rng.choice(L, n, p=p / p.sum())
-    return pd.DataFrame(cols)
+    return zipf_frame(seed, n, levels, 1.5)
 
 
 def c1_rows(codes: np.ndarray, U: np.ndarray, alpha: float) -> np.ndarray:

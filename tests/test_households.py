@@ -89,12 +89,14 @@ def _brute_c1(R, codes, counts, cols, combos):
     return best
 
 
-def test_full_c1_by_brute_force_over_released_pairs(result):
-    R, cols = result.record_matrix()
+@pytest.mark.parametrize("design", ["result", "conditional"], ids=["one-person-matrix", "per-household-cell"])
+def test_full_c1_by_brute_force_over_released_pairs(design, request):
+    res = request.getfixturevalue(design)
+    R, cols = res.record_matrix()
     combos = list(itertools.combinations(range(len(QI)), 3))
-    worst = _brute_c1(_dense(R), result.table.codes, result.table.counts.astype(float), cols, combos)
+    worst = _brute_c1(_dense(R), res.table.codes, res.table.counts.astype(float), cols, combos)
     assert worst <= ALPHA
-    assert worst == pytest.approx(result.max_risk, rel=1e-9)
+    assert worst == pytest.approx(res.max_risk, rel=1e-9)
 
 
 def test_members_identical_on_household_keys_after_release(data, result):
@@ -271,14 +273,6 @@ def test_conditional_record_matrix_is_ph_times_the_household_cells_person_matrix
         for k, c in enumerate(cols.tolist()):
             assert R[i, k] == pytest.approx(Ph[h, h_of(c)] * B[h, p, p_of(c)], abs=1e-15)
     assert np.allclose(R.sum(axis=1), 1.0)
-
-
-def test_conditional_full_c1_by_brute_force(conditional):
-    R, cols = conditional.record_matrix()
-    combos = list(itertools.combinations(range(len(QI)), 3))
-    worst = _brute_c1(_dense(R), conditional.table.codes, conditional.table.counts.astype(float), cols, combos)
-    assert worst <= ALPHA
-    assert worst == pytest.approx(conditional.max_risk, rel=1e-9)
 
 
 def test_conditional_blocks_are_invertible_by_dominance(conditional):

@@ -6,7 +6,6 @@ condition number, the definition of the flows, designs verified by the full C1 c
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 
 import pramopt
@@ -18,6 +17,8 @@ from pramopt.optimize.strategies.replacement import (replacement_condition, repl
 from pramopt.params import DesignParams
 from pramopt.verify import c1_risk
 
+from benchmarks._common import zipf_frame
+
 
 def _problem(df, qi, **kw):
     t = pramopt.frequency_table(df, qi)
@@ -26,12 +27,7 @@ def _problem(df, qi, **kw):
 
 
 def _random_data(seed, n=400, levels=(3, 4, 2, 5)):
-    rng = np.random.default_rng(seed)
-    cols = {}
-    for i, L in enumerate(levels):
-        p = 1.0 / np.arange(1, L + 1) ** 1.5
-        cols[f"v{i}"] = rng.choice(L, n, p=p / p.sum())
-    return pd.DataFrame(cols)
+    return zipf_frame(seed, n, levels, 1.5)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])

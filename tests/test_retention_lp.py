@@ -8,7 +8,6 @@ differences; the loss itself with the covariance of the released counts (tests/r
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 
 import pramopt
@@ -19,6 +18,7 @@ from pramopt.optimize.strategies.retention import optimise_retentions, replaceme
 from pramopt.params import DesignParams
 from pramopt.verify import c1_risk
 
+from benchmarks._common import zipf_frame
 from full_c1 import full_c1_rows
 from reference import l2_loss_from_covariance
 
@@ -26,12 +26,7 @@ FLOOR = 1e-3
 
 
 def _data(seed, n, levels):
-    rng = np.random.default_rng(seed)
-    cols = {}
-    for i, L in enumerate(levels):
-        p = 1.0 / np.arange(1, L + 1) ** 1.3
-        cols[f"v{i}"] = rng.choice(L, n, p=p / p.sum())
-    return pd.DataFrame(cols)
+    return zipf_frame(seed, n, levels, 1.3)
 
 
 def _problem(df, alpha, size=None, **kw):
@@ -54,18 +49,25 @@ def _w(pb, pools, seed):
     return w
 
 
+def _jacobian(w, pools):
+    """J with vec(P) = vec(I) + J o for P = diag(1 - o) + o w^T within pools: column k is row k of P
+    moving from e_k to w (restricted to k's pool), written entry by entry."""
+    K = w.size
+    J = np.zeros((K * K, K))
+    for k in range(K):
+        row = np.where(pools == pools[k], w, 0.0)
+        row[k] -= 1.0
+        J[k * K:(k + 1) * K, k] = row
+    return J
+
+
 def _dense(pb, w, pools, alpha, cost, kept=()):
     """min cost . o subject to the full C1 of diag(1 - o) + o w^T (pools), from the definition."""
     from scipy.optimize import linprog
 
     K = pb.K
     A = full_c1_rows(pb.table, alpha, combos=pb.combos)
-    # vec(P) = vec(I) + J o: column k of J is row k of P moving from e_k to w (within k's pool)
-    J = np.zeros((K * K, K))
-    for k in range(K):
-        row = np.where(pools == pools[k], w, 0.0)
-        row[k] -= 1.0
-        J[k * K:(k + 1) * K, k] = row
+    J = _jacobian(w, pools)
     hi = np.full(K, 1.0 - FLOOR)
     hi[list(kept)] = 0.0
     res = linprog(cost, A_ub=A @ J, b_ub=-(A @ np.eye(K).ravel()), bounds=np.column_stack([np.zeros(K), hi]),
@@ -142,11 +144,7 @@ def test_an_infeasible_program_is_reported_infeasible(seed):
     pb, alpha, pools, w = _several_pools(seed)
     K = pb.K
     A = full_c1_rows(pb.table, alpha, combos=pb.combos)
-    J = np.zeros((K * K, K))
-    for k in range(K):
-        row = np.where(pools == pools[k], w, 0.0)
-        row[k] -= 1.0
-        J[k * K:(k + 1) * K, k] = row
+    J = _jacobian(w, pools)
     ref = linprog(np.zeros(K), A_ub=A @ J, b_ub=-(A @ np.eye(K).ravel()),
                   bounds=[(0, 1 - FLOOR)] * K, method="highs")
     assert ref.status == 2  # infeasible
@@ -187,11 +185,7 @@ def test_invariant_optimum_equals_the_dense_program(seed):
     rng = np.random.default_rng(seed)
     w = U * rng.uniform(0.95, 1.05, K)
     w /= w.sum()
-    J = np.zeros((K * K, K))
-    for k in range(K):
-        row = w.copy()
-        row[k] -= 1.0
-        J[k * K:(k + 1) * K, k] = row
+    J = _jacobian(w, pools)
     A = full_c1_rows(pb.table, alpha, combos=pb.combos)
     C = np.zeros((K, K * K))
     for k in range(K):
@@ -254,11 +248,7 @@ def test_loss_optimum_beats_the_start_and_matches_a_dense_local_search(seed, n, 
     # dense local search from the same start
     K = pb.K
     A = full_c1_rows(pb.table, alpha, combos=pb.combos)
-    J = np.zeros((K * K, K))
-    for k in range(K):
-        row = np.where(pools == pools[k], w, 0.0)
-        row[k] -= 1.0
-        J[k * K:(k + 1) * K, k] = row
+    J = _jacobian(w, pools)
     AJ, b = A @ J, -(A @ np.eye(K).ravel())
     free = np.array([w[pools == pools[k]].sum() > 0 for k in range(K)])
 
