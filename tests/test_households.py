@@ -109,6 +109,23 @@ def test_members_identical_on_household_keys_after_release(data, result):
     pd.testing.assert_series_equal(out["hid"], data["hid"])
 
 
+def _count_released(out, res, col_index, total):
+    """Add the released records of ``out`` to ``total``, per released cell of ``res``'s record matrix
+    (a KeyError: a cell the matrix cannot reach)."""
+    qi = list(res.table.qi)
+    t = pramopt.frequency_table(out, qi, domains={q: list(c) for q, c in zip(qi, res.table.categories)})
+    for c, n in zip(t.codes.tolist(), t.counts):
+        total[col_index[tuple(c)]] += n
+
+
+def _assert_within_5_se(data, mean, expected, reps):
+    """Mean released counts within 5 standard errors of U0^T R, a household moving its members
+    together: a count's variance is at most sum_g size_g^2 / 4."""
+    sizes = data.groupby("hid").size().to_numpy()
+    se = np.sqrt((sizes ** 2).sum() / 4 / reps)
+    assert np.max(np.abs(mean - expected)) < 5 * se
+
+
 def test_release_frequencies_match_the_record_matrix(data, result):
     """Monte Carlo: mean released count per released cell within 5 standard errors of U0^T R.
 
@@ -116,18 +133,12 @@ def test_release_frequencies_match_the_record_matrix(data, result):
     sum_g size_g^2 / 4 (each household adds at most size_g records to one cell)."""
     R, cols = result.record_matrix()
     expected = result.table.counts.astype(float) @ _dense(R)
-    qi = list(result.table.qi)
     col_index = {tuple(c): k for k, c in enumerate(cols.tolist())}
     reps = 150
     total = np.zeros(cols.shape[0])
     for s in range(reps):
-        out = pramopt.release(data, result, seed=s)
-        t = pramopt.frequency_table(out, qi, domains={q: list(c) for q, c in zip(qi, result.table.categories)})
-        for c, n in zip(t.codes.tolist(), t.counts):
-            total[col_index[tuple(c)]] += n  # KeyError: a cell the matrix cannot reach
-    sizes = data.groupby("hid").size().to_numpy()
-    se = np.sqrt((sizes ** 2).sum() / 4 / reps)
-    assert np.max(np.abs(total / reps - expected)) < 5 * se
+        _count_released(pramopt.release(data, result, seed=s), result, col_index, total)
+    _assert_within_5_se(data, total / reps, expected, reps)
 
 
 def test_loss_counts_the_shared_household_draw(data, result):
@@ -310,14 +321,10 @@ def test_conditional_release_keeps_households_and_matches_the_record_matrix(data
     for s in range(reps):
         out = pramopt.release(data, r, seed=s)
         assert (out.groupby("hid")[["region", "roof"]].nunique() == 1).all().all()
-        t = pramopt.frequency_table(out, qi, domains={q: list(c) for q, c in zip(qi, r.table.categories)})
-        for c, n in zip(t.codes.tolist(), t.counts):
-            total[col_index[tuple(c)]] += n
+        _count_released(out, r, col_index, total)
         moved[np.arange(len(data)), [p_of(c) for c in enc(out).tolist()]] += 1
     pd.testing.assert_series_equal(out["income"], data["income"])
-    sizes = data.groupby("hid").size().to_numpy()
-    se = np.sqrt((sizes ** 2).sum() / 4 / reps)
-    assert np.max(np.abs(total / reps - expected)) < 5 * se
+    _assert_within_5_se(data, total / reps, expected, reps)
     # person draws are independent given the record: per original (h, p), the released person cells
     # follow row p of Pp^(h) (binomial standard errors)
     key = h0 * Kp + p0
