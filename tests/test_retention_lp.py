@@ -300,23 +300,71 @@ def test_auto_mode_on_census_like_data_reports_the_optimised_retentions():
     assert rep.max_risk <= 0.1  # the full check of pramopt.verify, run by the designer's finish
 
 
-def test_retentions_are_optimised_at_the_requested_margin():
-    # margin is the level alpha (1 - margin) the solvers work at: the retention program must not
-    # go closer to alpha than that.  On the example the relaxation's design meets C1 at
-    # 0.1 (1 - 1e-3) (0.09974), so the program runs there, and C1 recomputed from the definition
-    # stays below that level (the solver's tolerance aside); at the default margin it reaches 0.099999.
-    from pramopt.example import EXAMPLE_QI, example_data
-
-    df, qi = example_data(), list(EXAMPLE_QI)
-    res = pramopt.design(df, qi, alpha=0.1, structure="replacement", margin=1e-3)
-    assert res.success
-    stages = [s.detail for s in res.stages if s.name == "retentions"]
-    assert stages and stages[0].startswith("at alpha*(1-0.001)")
+def _risk_from_definition(res, qi):
+    """The largest left-hand side of C1, S[m, g] / D[g], computed from its definition."""
     P, U, codes = res.to_dense(), res.counts, res.table.codes
     worst = 0.0
-    for pi in pramopt.resolve_combinations(qi):  # S[m, g] / D[g] from the definition
+    for pi in pramopt.resolve_combinations(qi):
         keys = [tuple(r) for r in codes[:, list(pi)]]
         for k0 in set(keys):
             S = P[:, [k == k0 for k in keys]].sum(axis=1)
             worst = max(worst, S.max() / (U @ S))
-    assert worst <= 0.1 * (1 - 1e-3) * (1 + 1e-7)
+    return worst
+
+
+@pytest.mark.parametrize("margin", [1e-3, 0.05])
+def test_retentions_are_optimised_at_the_requested_margin(margin):
+    # margin is the level alpha (1 - margin) the solvers work at: the replacement design must not
+    # go closer to alpha than that.  On the example the relaxation's design meets C1 at
+    # 0.1 (1 - 1e-3) (0.09974), so the program runs there; at margin 0.05 the relaxation is solved
+    # further inside alpha until its design meets 0.095, and the program runs there too.  C1
+    # recomputed from the definition stays below that level (the solver's tolerance aside); at the
+    # default margin it reaches 0.099999.
+    from pramopt.example import EXAMPLE_QI, example_data
+
+    df, qi = example_data(), list(EXAMPLE_QI)
+    res = pramopt.design(df, qi, alpha=0.1, structure="replacement", margin=margin)
+    assert res.success
+    stages = [s.detail for s in res.stages if s.name == "retentions"]
+    assert stages and stages[0].startswith(f"at alpha*(1-{margin:g})")
+    assert _risk_from_definition(res, qi) <= 0.1 * (1 - margin) * (1 + 1e-7)
+
+
+def test_the_retention_budget_is_shared_by_every_margin(monkeypatch):
+    # when the full check rejects a result, the next margin may only use the linear programs left
+    # of the one budget (a verification that always fails makes every margin run)
+    import pramopt.optimize.strategies.replacement as R
+    from pramopt.optimize.problem import Trace
+
+    calls = []
+    real = R.optimise_retentions
+
+    def spy(*a, max_solves, **kw):
+        res = real(*a, max_solves=max_solves, **kw)
+        calls.append((max_solves, None if res is None else res.solves))
+        return res
+
+    monkeypatch.setattr(R, "optimise_retentions", spy)
+    monkeypatch.setattr(R, "RETENTION_MAX_SOLVES", 6)
+    df = _data(3, 400, (4, 3, 5, 3))
+    pb = _problem(df, 0.1)
+    for m in R.REPLACEMENT_MARGINS:  # the first relaxation margin whose design meets 0.1 (1 - 1e-3)
+        sol = R.flow_relaxation(pb, alpha=0.1 * (1 - m), pools=pb.strata, t_max=1.0)
+        o, w = R._design_from(sol, pb.strata, pb.counts)
+        P = R.replacement_matrix(o, w, pb.strata)
+        rep = c1_risk(P, pb.table.codes, pb.counts, pb.combos)
+        if rep.max_risk <= 0.1 * (1 - 1e-3):  # so that at least two margins start feasible
+            break
+    assert rep.max_risk <= 0.1 * (1 - 1e-3)
+
+    class Failing:
+        max_risk = np.inf
+
+    f = R.replacement_loss(o, w, pb.strata, pb.counts)
+    out = R._retentions(pb, Trace(None), lambda _P: Failing(), o, w, pb.strata, P, rep, f, FLOOR)
+    assert out[0] is o  # nothing passed the (failing) check: the relaxation's design is kept
+    assert calls and sum(s for _, s in calls) <= 6  # each margin would otherwise get 6 of its own
+    left = 6
+    for given, used in calls:
+        assert given == left
+        left -= used

@@ -114,6 +114,10 @@ def solve_replacement(problem: DesignProblem, trace: Trace, verify) -> tuple | N
     local = problem.K > LOCAL_RELAXATION_ABOVE
     if local:
         pools, target = _block_pools(problem, max(1.0, REPLACEMENT_MAX_ENTRIES / problem.K))
+    # the level the solvers work at (``margin``): the first relaxation margin whose design meets C1
+    # there is taken; failing that, the first whose design meets C1 at alpha itself
+    level = alpha * (1.0 - problem.params.margin)
+    safe = None
     for margin in REPLACEMENT_MARGINS:
         while True:
             t0 = time.perf_counter()
@@ -139,23 +143,35 @@ def solve_replacement(problem: DesignProblem, trace: Trace, verify) -> tuple | N
                   f"solved at alpha*(1-{margin:g}){' block by block' if local else ''}; smallest retention "
                   f"{sol.t:.4g}, {int(np.unique(pools).size)} pool(s), {P.nnz} entries")
         rep = verify(P)
-        if rep.max_risk <= alpha:
-            f = replacement_loss(o, w, pools, counts)
-            if problem.params.refine_loss:
-                o, P, rep, f = _retentions(problem, trace, verify, o, w, pools, P, rep, f, floor)
-            cond = replacement_condition(o, w, pools)
-            red = Reduction(structure="replacement", blocks=int(np.unique(pools).size),
-                            block_target_records=target, min_lambda=float(np.min(1.0 - o, initial=1.0)),
-                            support=int(P.nnz))
-            return Attempt(AttemptStatus.OK, P=P, reduction=red, solver="HIGHS(scipy, flow relaxation)"), rep, f, cond
+        if rep.max_risk <= level:
+            return _finish(problem, trace, verify, o, w, pools, P, rep, floor, target)
+        if rep.max_risk <= alpha and safe is None:
+            safe = (o, w, pools, P, rep, target)
+    if safe is not None:  # C1 holds, though not at the requested working level
+        trace.add("replacement", 0.0, 0, f"no relaxation margin met alpha*(1-{problem.params.margin:g}): kept the "
+                  "first design that meets alpha")
+        return _finish(problem, trace, verify, *safe[:5], floor, safe[5])
     return None
+
+
+def _finish(problem, trace, verify, o, w, pools, P, rep, floor, target):
+    """The verified design with its retentions optimised (``refine_loss``), as solve_replacement returns it."""
+    f = replacement_loss(o, w, pools, problem.counts)
+    if problem.params.refine_loss:
+        o, P, rep, f = _retentions(problem, trace, verify, o, w, pools, P, rep, f, floor)
+    cond = replacement_condition(o, w, pools)
+    red = Reduction(structure="replacement", blocks=int(np.unique(pools).size),
+                    block_target_records=target, min_lambda=float(np.min(1.0 - o, initial=1.0)),
+                    support=int(P.nnz))
+    return Attempt(AttemptStatus.OK, P=P, reduction=red, solver="HIGHS(scipy, flow relaxation)"), rep, f, cond
 
 
 #: Relative margins below alpha at which the retentions are optimised, in turn, until the full
 #: check passes: from the requested ``margin`` on, never below it, and each only where the
 #: relaxation's design already meets C1 at that level (so that the optimisation starts feasible).
 RETENTION_MARGINS = (1e-5, 1e-4, 1e-3, 1e-2)
-#: Linear programs the optimisation of the retentions may solve (it keeps its best point so far):
+#: Linear programs the optimisation of the retentions may solve, over every margin tried (it keeps
+#: its best point so far):
 #: a count rather than seconds, so that a design does not depend on the machine's speed or load.
 #: Small tables stop earlier, when a step gains less than STEP_RTOL (10 solves on testdata, 7 keys);
 #: on the 6-key census sample one solve takes about 7 s.
@@ -176,18 +192,23 @@ def _retentions(problem: DesignProblem, trace: Trace, verify, o, w, pools, P, re
     # the requested margin first (the solver's working level, as for the other structures), then
     # the larger ones of RETENTION_MARGINS
     first = max(problem.params.margin, RETENTION_MARGINS[0])
+    left = RETENTION_MAX_SOLVES  # one budget for every margin tried
     for m in [first, *(m for m in RETENTION_MARGINS if m > first)]:
         a = alpha * (1.0 - m)
         if rep.max_risk > a:
             continue  # the start does not meet C1 there
+        if left <= 0:
+            trace.add("retentions", 0.0, 0, f"no linear programs left of {RETENTION_MAX_SOLVES}: kept the relaxation's")
+            break
         t0 = time.perf_counter()
-        res = optimise_retentions(problem, o, w, pools, a, floor, max_solves=RETENTION_MAX_SOLVES)
+        res = optimise_retentions(problem, o, w, pools, a, floor, max_solves=left)
         if res is None:
             trace.add("retentions", time.perf_counter() - t0, 0, "the retention program failed: kept the relaxation's")
             break
         if _entries(res.o, w, pools) > REPLACEMENT_MAX_ENTRIES:  # cells that sent nothing may send now
             trace.add("retentions", time.perf_counter() - t0, res.steps, "too many entries: kept the relaxation's")
             break
+        left -= res.solves
         Pn = replacement_matrix(res.o, w, pools)
         before = float(counts @ (o * (1.0 - w)))
         trace.add("retentions", time.perf_counter() - t0, res.steps,
