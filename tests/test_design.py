@@ -204,3 +204,42 @@ def test_auto_mode_picks_the_smallest_loss_of_every_structure(example, result):
         assert result.details["tried"][structure] == pytest.approx(losses[structure], rel=1e-6)
     assert result.loss == pytest.approx(min(losses.values()), rel=1e-6)
     assert result.reduction.structure == min(losses, key=losses.get)
+
+
+def _phase_one_unproven(monkeypatch):
+    """Phase one as on large rare-heavy tables: no floor found within its pricing rounds."""
+    import pramopt.optimize.designer as D
+    from pramopt.optimize.strategies.phase_one import PhaseOne
+
+    monkeypatch.setattr(D, "largest_floor", lambda *a, **k: PhaseOne("unproven", t=0.3))
+
+
+def test_general_design_falls_back_on_a_replacement_design_that_clears_the_floor(example, monkeypatch):
+    # Phase one finding no floor >= 0.51 within its pricing rounds proves nothing; a replacement
+    # design whose diagonal clears 0.51 is a general design, so structure="general" returns it.
+    # Its diagonal and C1 are checked here from their definitions.
+    _phase_one_unproven(monkeypatch)
+    res = pramopt.design(example, list(EXAMPLE_QI), alpha=0.1, structure="general")
+    assert res.success and res.reduction.structure == "replacement"
+    P = res.to_dense()
+    assert P.diagonal().min() >= 0.51
+    assert "general design at that floor" in res.message
+    codes, U = res.table.codes, res.counts
+    worst = 0.0
+    for pi in pramopt.resolve_combinations(list(EXAMPLE_QI)):
+        keys = [tuple(r) for r in codes[:, list(pi)]]
+        for k0 in set(keys):
+            S = P[:, [k == k0 for k in keys]].sum(axis=1)
+            worst = max(worst, S.max() / (U @ S))
+    assert worst <= 0.1
+
+
+def test_general_design_stays_infeasible_without_a_replacement_design_to_fall_back_on(example, monkeypatch):
+    # no replacement design (or none whose diagonal clears 0.51): the unproven phase one is reported
+    import pramopt.optimize.designer as D
+
+    _phase_one_unproven(monkeypatch)
+    monkeypatch.setattr(D._Designer, "_replacement", lambda self: None)
+    res = pramopt.design(example, list(EXAMPLE_QI), alpha=0.1, structure="general")
+    assert res.status is pramopt.Status.INFEASIBLE
+    assert "pricing rounds" in res.message

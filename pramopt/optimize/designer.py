@@ -745,6 +745,13 @@ class _Designer:
                        f"one may exist{allows}.")
                 if auto_blocks:
                     return self.rare(why)
+                # a replacement design whose every diagonal entry clears the floor is a general
+                # design too (verified like any other): a floor phase one did not find
+                found = self._replacement()
+                low = float(found.P.diagonal().min()) if found is not None else -np.inf
+                if low >= g_low:
+                    return self._finish(found, f"{why} The replacement design keeps every diagonal entry >= "
+                                        f"{low:.4g}, so it is a general design at that floor; it is returned.")
                 return self.identity(Status.INFEASIBLE, f"{why} {_ADVICE}", g_low)
             infeasible = ph.status == "infeasible" or (ph.status == "ok" and ph.t < g_low - 1e-9)
             if infeasible:
