@@ -1,6 +1,6 @@
 """``python -m benchmarks [study ...] [--quick] [--out DIR]``
 
-Studies: optimal_vs_closed, peers, solvers, scaling, records, figures, cells, census, refine, strata,
+Studies: optimal_vs_closed, peers, solvers, scaling, records, figures, cells, census, refine, refine_models, strata,
 privacy_design, changed_variables, frontier, households, optimality (default: all, in that order).
 ``--quick`` runs tiny cases (what the smoke test uses); results go to benchmarks/results/ by default.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 from ._common import RESULTS
 
 STUDIES = ("optimal_vs_closed", "peers", "solvers", "scaling", "records", "figures", "cells", "census", "refine",
-           "strata", "privacy_design", "changed_variables", "frontier", "households", "optimality")
+           "refine_models", "strata", "privacy_design", "changed_variables", "frontier", "households", "optimality")
 
 
 def main(argv=None) -> int:

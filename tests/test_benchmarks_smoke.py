@@ -160,3 +160,12 @@ def test_optimality_quick(tmp_path):
     row = res.iloc[0]
     assert row.status == "success" and row.feasible_starts >= 1 and np.isfinite(row.multistart_best)
     assert (tmp_path / "optimality.md").exists()
+
+
+def test_refine_models_quick(tmp_path):
+    from benchmarks import refine_models
+
+    res = refine_models.run(tmp_path, quick=True, log=lambda m: None)
+    assert list(res.model) == ["diagonal", "column"] and res.success.all()
+    steps = read_table(tmp_path / "refine_models_steps.csv")
+    assert set(steps.model) == {"diagonal", "column"} and (steps.support > 0).all()

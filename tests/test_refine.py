@@ -9,9 +9,13 @@ import pramopt
 from pramopt.example import EXAMPLE_QI
 from pramopt.loss import l2_loss
 from pramopt.optimize.backends.clarabel_qp import solve_qp
+from pramopt.optimize.objectives.l2 import l2_loss_and_grad
 from pramopt.optimize.objectives.l2_curvature import l2_hessian_diagonal
+from pramopt.optimize.support import Support
 from pramopt.optimize.strategies import general
 from pramopt.verify import c1_risk
+
+from benchmarks.refine_models import column_blocks, l2_column_curvature_on_support
 
 QI = list(EXAMPLE_QI)
 
@@ -41,6 +45,41 @@ def test_hessian_diagonal_matches_second_differences():
     # the sparse (Woodbury) path gives the same numbers as the dense inverse
     hs = l2_hessian_diagonal(sp.csr_matrix(P), counts, rows, cols)
     np.testing.assert_allclose(hs, h, rtol=1e-10, atol=1e-12 * np.abs(h).max())
+
+
+def test_column_blocks_match_central_differences_of_the_gradient():
+    # the study's column model (benchmarks/refine_models.py), every pair of entries in one column of P: the block against central differences of the
+    # analytic gradient (itself checked against the loss elsewhere), and its diagonal against
+    # l2_hessian_diagonal
+    P, counts = _sparse_design()
+    rows, cols = np.nonzero(P)
+    sup = Support.from_pairs(rows, cols, P.shape[0])
+    x = sup.from_matrix(P)
+    h = 1e-6
+    seen = 0
+    for idx, Hj in column_blocks(sup, x, counts):
+        for a in range(idx.size):
+            E = np.zeros_like(P)
+            E[sup.rows[idx[a]], sup.cols[idx[a]]] = h
+            dg = (l2_loss_and_grad(P + E, counts)[1] - l2_loss_and_grad(P - E, counts)[1]) / (2 * h)
+            fd = dg[sup.rows[idx], sup.cols[idx]]
+            np.testing.assert_allclose(Hj[:, a], fd, rtol=1e-5, atol=1e-7 * np.abs(fd).max())
+            seen += 1
+        np.testing.assert_allclose(np.diag(Hj), l2_hessian_diagonal(P, counts, sup.rows[idx], sup.cols[idx]),
+                                   rtol=1e-9)
+    assert seen == sup.size
+    # the model: symmetric, positive semidefinite, zero between columns, and the exact block
+    # wherever that block is already positive definite above the floor
+    B = l2_column_curvature_on_support(sup, counts)(x).toarray()
+    np.testing.assert_allclose(B, B.T, atol=1e-12 * np.abs(B).max())
+    assert np.linalg.eigvalsh(B).min() >= -1e-12 * np.abs(B).max()
+    assert not B[sup.cols[:, None] != sup.cols[None, :]].any()
+    exact = 0
+    for idx, Hj in column_blocks(sup, x, counts):
+        if np.linalg.eigvalsh(Hj).min() > 1e-3 * np.median(np.abs(np.diag(Hj))):
+            np.testing.assert_allclose(B[np.ix_(idx, idx)], Hj, rtol=1e-8, atol=1e-12 * np.abs(Hj).max())
+            exact += 1
+    assert exact > 0
 
 
 def test_qp_step_is_feasible_and_minimises_the_model(example):
@@ -73,6 +112,71 @@ def test_qp_step_is_feasible_and_minimises_the_model(example):
     from pramopt.optimize.backends import chain
     lp = chain(prog, None).solve(g, lo_r, hi_r).x
     assert model(y) <= min(model(x), model(lp)) + 1e-9 * abs(f)
+
+
+def test_qp_with_a_coupled_hessian_matches_osqp_and_its_kkt_conditions(example):
+    # the curved model may couple entries (a symmetric sparse matrix instead of a diagonal): the
+    # step must be the QP's optimum as cvxpy finds it from the program written out here (the
+    # model is strictly convex in x, H >= 2 max|g| I, so its x is unique), and its reduced costs must
+    # vanish strictly inside the box
+    cp = pytest.importorskip("cvxpy")
+    seen = {}
+    real = general.refine
+
+    def spy(lp, x0, lo, hi, evaluate, **kw):
+        seen.setdefault("args", (lp.program, np.array(x0), lo, hi, evaluate))
+        return real(lp, x0, lo, hi, evaluate, **kw)
+
+    general.refine = spy
+    try:
+        pramopt.design(example, QI, alpha=0.1, structure="general")
+    finally:
+        general.refine = real
+    prog, x, lo, hi, evaluate = seen["args"]
+    f, g, _ = evaluate(x)
+    sc = np.abs(g).max()
+    nx, n = prog.n_x, prog.n_cols
+    rng = np.random.default_rng(0)
+    # couplings between entries of one column of P: H = diag(b) + M' diag(a) M, positive semidefinite
+    sup = prog.support
+    e = np.flatnonzero(sup.rows != sup.cols)
+    f_ = np.array([rng.choice(np.flatnonzero(sup.cols == sup.cols[i])) for i in e])
+    ok = f_ != e
+    e, f_ = e[ok], f_[ok]
+    M = sp.csr_matrix((np.concatenate([np.ones(e.size), -np.ones(e.size)]),
+                       (np.tile(np.arange(e.size), 2), np.concatenate([e, f_]))), shape=(e.size, nx))
+    # (on the scale of the gradient, so that the model is well conditioned and its optimum sharp)
+    H = (sc * (sp.diags(np.full(nx, 2.0)) + M.T @ sp.diags(rng.uniform(1, 20, e.size)) @ M)).tocsr()
+    lo_r, hi_r = np.maximum(lo, x - 0.05), np.minimum(hi, x + 0.05)
+    cost = (g - H @ x) / sc  # on the scale the refinement passes (largest |cost| about 1)
+    out = solve_qp(prog, cost, H / sc, lo_r, hi_r)
+    assert out.x is not None
+    y = cp.Variable(n)
+    c = prog.cost.astype(float).copy()
+    c[:nx] = cost
+    col_lo, col_hi = prog.col_lo.astype(float).copy(), prog.col_hi.astype(float).copy()
+    col_lo[:nx], col_hi[:nx] = lo_r, hi_r
+    A = sp.csr_matrix(prog.A)
+    cons = [y >= np.where(np.isfinite(col_lo), col_lo, -1e9), y <= np.where(np.isfinite(col_hi), col_hi, 1e9)]
+    fin_lo, fin_hi = np.isfinite(prog.row_lo), np.isfinite(prog.row_hi)
+    cons += [A[fin_lo] @ y >= prog.row_lo[fin_lo], A[fin_hi] @ y <= prog.row_hi[fin_hi]]
+    ref = cp.Problem(cp.Minimize(c @ y + 0.5 * cp.quad_form(y[:nx], H / sc, assume_PSD=True)), cons)
+    ref.solve(solver="CLARABEL")
+    assert ref.status == "optimal"
+    z, zr = out.x, y.value[:nx]
+
+    def model(v):  # the auxiliary columns cost nothing in the refinement's programs
+        return cost @ v + 0.5 * v @ (H @ v) / sc
+
+    assert model(z) == pytest.approx(model(zr), rel=1e-7)
+    # both solvers stop at a relative gap of 1e-8, which leaves the unique x up to about 1e-5
+    np.testing.assert_allclose(z, zr, atol=1e-4)
+    # reduced costs cost + H x - A'u on the scale of the call: zero strictly inside the box
+    red = out.duals.cols
+    # (an interior point's multiplier of a bound at distance s is about its gap / s: well inside)
+    inside = (z > lo_r + 1e-3) & (z < hi_r - 1e-3)
+    assert inside.any()
+    np.testing.assert_allclose(red[inside], 0.0, atol=1e-6 * np.abs(red).max())
 
 
 def _refine_stage(res):
@@ -151,3 +255,4 @@ def test_qp_multipliers_price_a_transition_as_the_derivative_of_the_step(example
     eps = 1e-4
     v1, _, _ = step(less.union([m], [k]), hi_j=eps)
     assert (v1 - v0) / eps == pytest.approx(d, rel=0.05)
+

@@ -27,14 +27,16 @@ ZERO = 1e-9
 
 
 def solve_qp(program: LinearProgram, cost, hdiag, lo, hi, *, tol: float = 1e-8, scale: float = 1.0) -> LPSolution:
-    """Minimise ``cost . x + 1/2 sum_i hdiag_i x_i^2`` over ``program`` with ``lo <= x <= hi``.
+    """Minimise ``cost . x + 1/2 x' H x`` over ``program`` with ``lo <= x <= hi``.
 
     Parameters
     ----------
     program : LinearProgram
         Rows and the bounds of its other columns; fixed costs of those columns are kept.
-    cost, hdiag, lo, hi : ndarray, shape (program.n_x,)
-        Linear costs, the diagonal Hessian (non-negative) and the box of the ``x`` columns.
+    cost, lo, hi : ndarray, shape (program.n_x,)
+        Linear costs and the box of the ``x`` columns.
+    hdiag : ndarray of shape (program.n_x,), or sparse matrix of shape (n_x, n_x)
+        ``H``: its diagonal (non-negative), or a symmetric positive semidefinite matrix.
     tol : float
         Clarabel's feasibility and gap tolerances.
     scale : float
@@ -45,7 +47,7 @@ def solve_qp(program: LinearProgram, cost, hdiag, lo, hi, *, tol: float = 1e-8, 
     -------
     LPSolution
         ``OPTIMAL`` with the ``x`` columns and ``duals`` (row duals, reduced cost
-        ``cost + hdiag x - A^T y`` of the ``x`` columns at the solution), or ``ERROR`` (any
+        ``cost + H x - A^T y`` of the ``x`` columns at the solution), or ``ERROR`` (any
         other end, Clarabel missing).
     """
     t0 = time.perf_counter()
@@ -60,8 +62,11 @@ def solve_qp(program: LinearProgram, cost, hdiag, lo, hi, *, tol: float = 1e-8, 
     col_lo = P.col_lo.astype(float).copy()
     col_hi = P.col_hi.astype(float).copy()
     col_lo[:nx], col_hi[:nx] = lo, hi
-    h = np.zeros(n)
-    h[:nx] = hdiag
+    if sp.issparse(hdiag):  # a symmetric matrix on the x columns; Clarabel reads its upper triangle
+        Hx = sp.triu(sp.coo_matrix(hdiag)).tocoo()
+        H = sp.csc_matrix((Hx.data, (Hx.row, Hx.col)), shape=(n, n))
+    else:
+        H = sp.diags(np.concatenate([np.asarray(hdiag, dtype=float), np.zeros(n - nx)]), format="csc")
     A = sp.csr_matrix(P.A)
     I = sp.identity(n, format="csr")
     # Clarabel's form A y + s = b, s in a cone: equalities in the zero cone, every finite
@@ -78,7 +83,7 @@ def solve_qp(program: LinearProgram, cost, hdiag, lo, hi, *, tol: float = 1e-8, 
     s.verbose = False
     s.tol_feas = s.tol_gap_abs = s.tol_gap_rel = tol
     try:
-        sol = clarabel.DefaultSolver(sp.diags(h, format="csc"), c, M, b, cones, s).solve()
+        sol = clarabel.DefaultSolver(H, c, M, b, cones, s).solve()
     except Exception as e:  # a solver panic is an error like any other
         return LPSolution(Outcome.ERROR, None, None, time.perf_counter() - t0, f"clarabel: {e}")
     secs = time.perf_counter() - t0
@@ -96,7 +101,7 @@ def solve_qp(program: LinearProgram, cost, hdiag, lo, hi, *, tol: float = 1e-8, 
     u[eq] = -z[:n_eq]
     u[up] -= z[n_eq + n_fix:n_eq + n_fix + n_up]
     u[dn] += z[n_eq + n_fix + n_up:n_eq + n_fix + n_up + int(dn.sum())]
-    red = (c + h * y_all - A.T @ u)[:nx] * scale
+    red = (c + (H @ y_all + H.T @ y_all - H.diagonal() * y_all) - A.T @ u)[:nx] * scale  # H y, H symmetric
     u *= scale
     r = P.rows
     empty = np.zeros(0)

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 
 from ..backends.clarabel_qp import solve_qp
 from ..support import clean
@@ -54,11 +55,12 @@ def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4
 
     Each iteration minimises a model of the loss over the feasible set intersected with the
     box ``|x - x_k| <= radius``: ``g . d + 1/2 d' (sigma B) d`` with ``B = curvature(x_k, g)``
-    (a convex QP), or ``g . d`` alone (an LP) without a curvature or once a QP has failed.
+    (a diagonal as a vector, or a symmetric positive semidefinite sparse matrix; a convex QP), or
+    ``g . d`` alone (an LP) without a curvature or once a QP has failed.
     Then, when the loss along the step curves more than the model said (one more evaluation),
     the minimiser of the quadratic through the loss at both ends and its slope at the start is
     taken if better, and ``sigma`` follows the ratio of the curvature met along the step to the
-    model's (the Hessian's diagonal misses the coupling of entries in one column).  A step is
+    model's (the Hessian's diagonal leaves out the coupling of entries in one column).  A step is
     accepted when the actual decrease is at least 10% of the predicted one; the radius doubles
     after a very good step at the boundary and shrinks fourfold after a rejected step.  Iterates
     stay feasible.  Stops (the documented tolerance) when the predicted decrease falls below
@@ -106,11 +108,12 @@ def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4
         out, Bs = None, None
         if curvature is not None and np.isfinite(f):
             if B is None:
-                B = np.asarray(curvature(x, g), dtype=float)
+                B = curvature(x, g)
+                B = B if sp.issparse(B) else np.asarray(B, dtype=float)
             Bs = sigma * B
             # costs on the scale of a largest |gradient| of 1, as the LP backends scale them
             sc = float(np.max(np.abs(g))) or 1.0
-            out = solve_qp(lp.program, (g - Bs * x) / sc, Bs / sc, lo, hi, scale=sc)
+            out = solve_qp(lp.program, (g - _times(Bs, x)) / sc, Bs / sc, lo, hi, scale=sc)
             if out.x is None:  # the linear model from here on (the QP is only an accelerator)
                 curvature, Bs = None, None
             else:  # the step's multipliers, with the gradient they go with (see want_duals)
@@ -124,7 +127,7 @@ def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4
         xn = clean_fn(out.x)
         d = xn - x
         lin = float(g @ (x - xn))                          # first-order decrease
-        quad = 0.0 if Bs is None else 0.5 * float(d @ (Bs * d))
+        quad = 0.0 if Bs is None else 0.5 * float(d @ _times(Bs, d))
         pred = lin - quad
         if not np.isfinite(f) or pred <= rtol * abs(f):
             reason = "converged"
@@ -187,3 +190,8 @@ def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4
             duals = lp.duals()
     gscale = float(np.max(np.abs(g))) if g is not None and g.size else 1.0
     return x, info(reason, gc=gcols, duals=duals, gscale=gscale or 1.0)
+
+
+def _times(B, v):
+    """``B v`` for a curvature given as its diagonal (a vector) or as a symmetric sparse matrix."""
+    return B @ v if sp.issparse(B) else B * v
