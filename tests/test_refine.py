@@ -82,8 +82,9 @@ def test_column_blocks_match_central_differences_of_the_gradient():
     assert exact > 0
 
 
-def test_qp_step_is_feasible_and_minimises_the_model(example):
-    # one refinement subproblem of the example's general design, solved as a QP
+def _first_subproblem(example):
+    """The program, point, bounds and evaluator of the first refinement subproblem of the example's
+    general design."""
     seen = {}
     real = general.refine
 
@@ -96,7 +97,12 @@ def test_qp_step_is_feasible_and_minimises_the_model(example):
         pramopt.design(example, QI, alpha=0.1, structure="general")
     finally:
         general.refine = real
-    prog, x, lo, hi, evaluate = seen["args"]
+    return seen["args"]
+
+
+def test_qp_step_is_feasible_and_minimises_the_model(example):
+    # one refinement subproblem of the example's general design, solved as a QP
+    prog, x, lo, hi, evaluate = _first_subproblem(example)
     f, g, _ = evaluate(x)
     B = np.full(x.size, 10 * np.abs(g).max())
     lo_r, hi_r = np.maximum(lo, x - 0.05), np.minimum(hi, x + 0.05)
@@ -114,25 +120,13 @@ def test_qp_step_is_feasible_and_minimises_the_model(example):
     assert model(y) <= min(model(x), model(lp)) + 1e-9 * abs(f)
 
 
-def test_qp_with_a_coupled_hessian_matches_osqp_and_its_kkt_conditions(example):
+def test_qp_with_a_coupled_hessian_matches_cvxpy_and_its_kkt_conditions(example):
     # the curved model may couple entries (a symmetric sparse matrix instead of a diagonal): the
     # step must be the QP's optimum as cvxpy finds it from the program written out here (the
     # model is strictly convex in x, H >= 2 max|g| I, so its x is unique), and its reduced costs must
     # vanish strictly inside the box
     cp = pytest.importorskip("cvxpy")
-    seen = {}
-    real = general.refine
-
-    def spy(lp, x0, lo, hi, evaluate, **kw):
-        seen.setdefault("args", (lp.program, np.array(x0), lo, hi, evaluate))
-        return real(lp, x0, lo, hi, evaluate, **kw)
-
-    general.refine = spy
-    try:
-        pramopt.design(example, QI, alpha=0.1, structure="general")
-    finally:
-        general.refine = real
-    prog, x, lo, hi, evaluate = seen["args"]
+    prog, x, lo, hi, evaluate = _first_subproblem(example)
     f, g, _ = evaluate(x)
     sc = np.abs(g).max()
     nx, n = prog.n_x, prog.n_cols
