@@ -278,8 +278,9 @@ class DesignParams:
         "auto", _choice("auto", "general", "blocks", "replacement"), '{"auto", "general", "blocks", "replacement"}',
         "'general': any row-stochastic P with every diagonal entry above 1/2 (invertible by strict "
         "diagonal dominance); where phase one finds no floor within its pricing rounds, the "
-        "replacement design when its diagonal clears the floor.  'blocks': block-diagonal retention-replacement blocks, invertible for "
-        "any diagonal, for data where most cells are rare or unique.  'replacement': every cell keeps "
+        "replacement design when its diagonal clears the floor.  'blocks': block-diagonal "
+        "retention-replacement blocks, invertible for any diagonal, for data where most cells are "
+        "rare or unique.  'replacement': every cell keeps "
         "its records with a probability of its own and otherwise draws a replacement from one "
         "distribution (per stratum), chosen by the flow relaxation of C1; invertible for any diagonal, "
         "found in seconds.  'auto': the replacement design, the general design where one can exist "

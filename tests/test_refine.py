@@ -48,9 +48,9 @@ def test_hessian_diagonal_matches_second_differences():
 
 
 def test_column_blocks_match_central_differences_of_the_gradient():
-    # the study's column model (benchmarks/refine_models.py), every pair of entries in one column of P: the block against central differences of the
-    # analytic gradient (itself checked against the loss elsewhere), and its diagonal against
-    # l2_hessian_diagonal
+    # the study's column model (benchmarks/refine_models.py), every pair of entries in one column
+    # of P: the block against central differences of the analytic gradient (itself checked against
+    # the loss elsewhere), and its diagonal against l2_hessian_diagonal
     P, counts = _sparse_design()
     rows, cols = np.nonzero(P)
     sup = Support.from_pairs(rows, cols, P.shape[0])
