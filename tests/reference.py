@@ -51,3 +51,15 @@ def release_outcomes(P, units):
     K = P.shape[1]
     for out in itertools.product(range(K), repeat=len(units)):
         yield out, float(np.prod([P[u, o] for u, o in zip(units, out)]))
+
+
+def c1_max_risk_from_definition(P, counts, codes, combos) -> float:
+    """The largest left-hand side of C1, S[m, g] / D[g], by loops over combinations and groups."""
+    P, U = np.asarray(P, dtype=float), np.asarray(counts, dtype=float)
+    worst = 0.0
+    for pi in combos:
+        keys = [tuple(r) for r in codes[:, list(pi)]]
+        for k0 in set(keys):
+            S = P[:, [k == k0 for k in keys]].sum(axis=1)
+            worst = max(worst, S.max() / (U @ S))
+    return worst

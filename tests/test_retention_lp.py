@@ -20,7 +20,7 @@ from pramopt.verify import c1_risk
 
 from benchmarks._common import zipf_frame
 from full_c1 import full_c1_rows
-from reference import l2_loss_from_covariance
+from reference import c1_max_risk_from_definition, l2_loss_from_covariance
 
 FLOOR = 1e-3
 
@@ -300,18 +300,6 @@ def test_auto_mode_on_census_like_data_reports_the_optimised_retentions():
     assert rep.max_risk <= 0.1  # the full check of pramopt.verify, run by the designer's finish
 
 
-def _risk_from_definition(res, qi):
-    """The largest left-hand side of C1, S[m, g] / D[g], computed from its definition."""
-    P, U, codes = res.to_dense(), res.counts, res.table.codes
-    worst = 0.0
-    for pi in pramopt.resolve_combinations(qi):
-        keys = [tuple(r) for r in codes[:, list(pi)]]
-        for k0 in set(keys):
-            S = P[:, [k == k0 for k in keys]].sum(axis=1)
-            worst = max(worst, S.max() / (U @ S))
-    return worst
-
-
 @pytest.mark.parametrize("margin", [1e-3, 0.05])
 def test_retentions_are_optimised_at_the_requested_margin(margin):
     # margin is the level alpha (1 - margin) the solvers work at: the replacement design must not
@@ -327,7 +315,8 @@ def test_retentions_are_optimised_at_the_requested_margin(margin):
     assert res.success
     stages = [s.detail for s in res.stages if s.name == "retentions"]
     assert stages and stages[0].startswith(f"at alpha*(1-{margin:g})")
-    assert _risk_from_definition(res, qi) <= 0.1 * (1 - margin) * (1 + 1e-7)
+    worst = c1_max_risk_from_definition(res.to_dense(), res.counts, res.table.codes, pramopt.resolve_combinations(qi))
+    assert worst <= 0.1 * (1 - margin) * (1 + 1e-7)
 
 
 def test_the_retention_budget_is_shared_by_every_margin(monkeypatch):
