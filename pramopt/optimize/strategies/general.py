@@ -70,9 +70,10 @@ REFINE_IDLE_STEPS = 4
 #: all ends the refinement (on testdata with 7 keys pricing rounds gain about 1e-3 each, down to
 #: the loss of 100 linear iterations).
 REFINE_PRICING_GAIN = 2
-#: Transitions priced into the refinement's support per round at most (and 2 K): 10,000 filled
-#: the support of 340 rare-heavy cells with transitions the QP's interior point gives a little
-#: mass each, and the loss after 14 steps was 0.7% higher than with 2,000.
+#: Transitions priced into a support per round at most, or 2 K if more (the linear stage's rounds
+#: and the refinement's): in the refinement 10,000 filled the support of 340 rare-heavy cells with
+#: transitions the QP's interior point gives a little mass each, and the loss after 14 steps was
+#: 0.7% higher than with 2,000.
 REFINE_MAX_ADD = 2000
 #: Largest initial refinement support beyond the linear stage's transitions (see _refine_pairs).
 REFINE_SUPPORT_MAX = 100_000
@@ -180,7 +181,7 @@ class ColumnGeneration:
     def price(self, lp, duals, cost_fn=None, tol: float = 1e-7, max_add: int | None = None):
         return Pricer(lp.program.support, self.problem.groups, self.counts, lp.program.block, duals,
                       self.problem.allowed, self.mem).candidates(
-            cost_fn=cost_fn, tol=tol, max_add=max_add or max(2000, 2 * self.problem.K))
+            cost_fn=cost_fn, tol=tol, max_add=max_add or max(REFINE_MAX_ADD, 2 * self.problem.K))
 
     # -- the restricted linear programs ---------------------------------------------------------
     def linear(self, trace: Trace):

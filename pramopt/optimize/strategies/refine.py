@@ -49,8 +49,7 @@ class RefineInfo:
 
 def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4, max_iter: int = 100,
            radius: float = 0.05, window: int = 10, progress=None, history=(), clean_fn=None,
-           want_duals: bool = False, curvature=None, sigma: float = 1.0,
-           stall: float | None = None) -> tuple[np.ndarray, RefineInfo]:
+           want_duals: bool = False, curvature=None, sigma: float = 1.0) -> tuple[np.ndarray, RefineInfo]:
     """Trust-region steps on the exact L2 loss, with a curved model when ``curvature`` is given.
 
     Each iteration minimises a model of the loss over the feasible set intersected with the
@@ -66,9 +65,6 @@ def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4
     stay feasible.  Stops (the documented tolerance) when the predicted decrease falls below
     ``rtol * loss``, when the loss improved by less than ``rtol`` (relative) over the last
     ``window`` iterations, when the radius drops below 1e-9, or after ``max_iter`` iterations.
-    With ``stall``, a curved step that gains less than ``stall * loss`` ends the run too (stop
-    reason ``"stalled"``): on a support that pricing can widen, the first step after widening
-    gains more than the tail of the steps before it (340 rare-heavy cells).
 
     ``lp`` is a loaded program (:mod:`pramopt.optimize.backends`) and ``evaluate`` the
     objective's evaluator on its columns.  ``check(x)`` may return newly violated C1 rows of
@@ -156,18 +152,11 @@ def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4
                 if new:
                     return x, info("constraints", new)
             at_edge = np.max(np.abs(d)) >= 0.99 * radius
-            gain = f - fn
             x, f, g, gcols = xn, fn, gn, gcn
             B = None
             accepted += 1
             if rho > 0.75 and at_edge:
                 radius = min(2 * radius, 1.0)
-            if stall is not None and model == "quadratic" and gain < stall * abs(f):
-                history.append(f)
-                if progress is not None:
-                    progress("refine", it, f, radius)
-                reason = "stalled"
-                break
         else:
             radius /= 4
             if radius < 1e-9:
