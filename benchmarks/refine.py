@@ -96,13 +96,13 @@ def run(out: Path, quick: bool = False, base: Path | None = None, cases=None, ti
     df = pd.DataFrame(rows)
     cols = ["case", "K", "code", "refine_iterations", "refine_s", "design_s", "loss", "success", "refine_detail"]
     df = df[[c for c in cols if c in df.columns] + [c for c in df.columns if c not in cols and c != "pramopt"]]
-    from pramopt.optimize.strategies.general import REFINE_QP_MAX
+    from pramopt.optimize.strategies.general import REFINE_MAX_ADD, REFINE_QP_MAX
 
     notes = ["pramopt.design(table, alpha=0.1, structure='general'), defaults otherwise, one run per row, each "
              "in a fresh process; refine_iterations / refine_s: the result's 'refine' stage; loss: result.loss.",
              "old: the code before the curved model (linear steps, SLP); new: this tree (QP steps with the L2 "
              f"loss's Hessian diagonal on supports up to REFINE_QP_MAX = {REFINE_QP_MAX:,} entries, linear steps on larger "
-             "ones; after every QP step its multipliers price transitions outside the support, up to max(2000, 2K) "
+             f"ones; after every QP step its multipliers price transitions outside the support, up to max({REFINE_MAX_ADD:,}, 2K) "
              "join it and unused ones with a positive reduced cost leave; the refinement ends when a step after "
              "pricing gains < 2 rtol, or two steps in a row predict < rtol).",
              "zipf340: benchmarks._common.zipf_cells(340, n_vars=5, seed=2), 10 combinations of 3 variables."]

@@ -144,17 +144,17 @@ def solve_replacement(problem: DesignProblem, trace: Trace, verify) -> tuple | N
                   f"{sol.t:.4g}, {int(np.unique(pools).size)} pool(s), {P.nnz} entries")
         rep = verify(P)
         if rep.max_risk <= level:
-            return _finish(problem, trace, verify, o, w, pools, P, rep, floor, target)
+            return _finish(problem, trace, verify, floor, o, w, pools, P, rep, target)
         if rep.max_risk <= alpha and safe is None:
             safe = (o, w, pools, P, rep, target)
     if safe is not None:  # C1 holds, though not at the requested working level
         trace.add("replacement", 0.0, 0, f"no relaxation margin met alpha*(1-{problem.params.margin:g}): kept the "
                   "first design that meets alpha")
-        return _finish(problem, trace, verify, *safe[:5], floor, safe[5])
+        return _finish(problem, trace, verify, floor, *safe)
     return None
 
 
-def _finish(problem, trace, verify, o, w, pools, P, rep, floor, target):
+def _finish(problem, trace, verify, floor, o, w, pools, P, rep, target):
     """The verified design with its retentions optimised (``refine_loss``), as solve_replacement returns it."""
     f = replacement_loss(o, w, pools, problem.counts)
     if problem.params.refine_loss:
