@@ -104,6 +104,10 @@ def from_result(result, title: str = "pramopt design") -> ReportData:
         "binding (π, k0)": len(result.binding),
     }
     d = result.details
+    if d.get("loss_lower_bound") is not None:  # how far the design can be from the best (design())
+        figures["lower bound on the loss"] = d["loss_lower_bound"]
+    if d.get("expected_changes_lower_bound") is not None:
+        figures["lower bound on the expected changes"] = d["expected_changes_lower_bound"]
     figures.update(changed_variables_figures(result))
     if d.get("epsilon_target") is not None or d.get("k_target") is not None:
         # a design under ε-DP and/or Pk-anonymity (Ikarashi et al.): the exact measures and the targets
@@ -363,6 +367,14 @@ def explanations(figures: dict) -> list[str]:
             out.append("exact L2 loss: the mean squared error of the corrected (unbiased) estimates of the cells' "
                        "shares of records; smaller keeps more information. Compare it between designs of the same "
                        "data (pramopt assess, pramopt baseline).")
+        elif key == "lower bound on the loss":
+            out.append("lower bound on the loss: no general, replacement or block design that meets C1 with the same "
+                       "options has a smaller exact L2 loss (the lower bound on the expected changes over n², "
+                       "docs/method.md): the best of those designs is within a factor of (the design's loss ÷ this "
+                       "bound) of the design.")
+        elif key == "lower bound on the expected changes":
+            out.append("lower bound on the expected changes: no design that meets C1 with the same options changes "
+                       "fewer records in expectation (the flow relaxation of C1).")
         elif key == "diagonal floor γ" and v is not None:
             out.append(f"diagonal floor γ = {_fmt(v)}: every cell keeps each of its records with probability at "
                        f"least γ (min diagonal is the smallest such probability), so no record changes with "

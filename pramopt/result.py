@@ -210,8 +210,11 @@ class DesignResult:
         :func:`pramopt.design`, ``expected_changes_lower_bound`` (no design meeting C1 with the
         same options changes fewer records in expectation: the flow relaxation's optimum, see
         :mod:`pramopt.optimize.relaxation`), ``lower_bound_combinations`` (how many combinations'
-        rows that bound kept: fewer than all on large tables, a weaker bound) and ``tried`` (the
-        loss of every structure made: the spread of the designer's starts).
+        rows that bound kept: fewer than all on large tables, a weaker bound), ``loss_lower_bound``
+        (no general, replacement or block design meeting C1 with the same options has a smaller exact
+        L2 loss: ``expected_changes_lower_bound / n**2``, see
+        :func:`pramopt.optimize.relaxation.loss_bound`) and ``tried`` (the loss of every structure
+        made: the spread of the designer's starts).
     table : FrequencyTable
         The cells and counts the design was made for (a read-only copy).
     """
@@ -323,7 +326,10 @@ class DesignResult:
                 " (None: C1 not required)" if self.params.get("alpha", 0) is None else ""),
             *self._missing_line(),
             f"  max C1 risk      = {self.max_risk:.6g}  (bound {self.alpha:g}, all m, pi, k0 checked)",
-            f"  exact L2 loss    = {self.loss:.6g}",
+            f"  exact L2 loss    = {self.loss:.6g}" + (
+                f"  (every general, replacement or block design meeting C1: >= {self.details['loss_lower_bound']:.4g}"
+                + self._bound_rows() + ")"
+                if self.details.get("loss_lower_bound") is not None else ""),
             f"  expected changes = {self.expected_changes:.4g} of {self.n} records" + (
                 f"  (every design meeting C1: >= {self.details['expected_changes_lower_bound']:.4g}"
                 + self._bound_rows() + ")"

@@ -45,7 +45,7 @@ from .strategies.blocks import solve_blocks
 from .strategies.replacement import solve_replacement, solve_uniform
 from .strategies.general import solve_general
 from .strategies.privacy import solve_privacy
-from .relaxation import bound_combinations, changes_bound, floor_bound, flow_relaxation
+from .relaxation import bound_combinations, changes_bound, floor_bound, flow_relaxation, loss_bound
 from .strategies.phase_one import PHASE1_TIEBREAK, largest_floor
 
 __all__ = ["design", "GAMMA_LADDER"]
@@ -556,6 +556,10 @@ class _Designer:
             info["detail"] = ("unknown" if lb is None else
                               f"every design changes >= {lb:.4g} records in expectation{of}")
         details = {"expected_changes_lower_bound": lb, "lower_bound_combinations": len(used),
+                   # the bound holds where P^-1 has a diagonal >= 1 (see loss_bound): the replacement
+                   # structures by their form, a general design by strict diagonal dominance
+                   "loss_lower_bound": (loss_bound(lb, self.problem.counts)
+                                        if c.name != "general" or c.P.diagonal().min() > 0.5 else None),
                    "tried": {o.name: o.loss for o in others}}
         return self.finish(c.P, Status.SUCCESS, f"{reason} {c.describe}".strip() + (f" (also tried: {also})." if also else
                            "") + " Full C1 verified.", c.gamma, c.reduction, c.solver, c.report, c.loss, c.condition,

@@ -40,7 +40,7 @@ import scipy.sparse as sp
 from .constraints.c1 import build_groups
 from .problem import DesignProblem
 
-__all__ = ["FlowSolution", "flow_relaxation", "floor_bound", "changes_bound", "bound_combinations"]
+__all__ = ["FlowSolution", "flow_relaxation", "floor_bound", "changes_bound", "bound_combinations", "loss_bound"]
 
 #: Above this many C1 rows the floor relaxation imposes them lazily, starting with those of groups of
 #: fewer than LAZY_GROUP_RECORDS / alpha records; after LAZY_ROUNDS rounds every row is imposed.
@@ -230,3 +230,22 @@ def changes_bound(problem: DesignProblem, floor: float = 0.0, combinations=None)
         return None
     # the solver's optimum may sit up to its tolerance above the true one: round down
     return max(0.0, float(sol.out.sum()) * (1 - 1e-7) - 1e-6)
+
+
+def loss_bound(changes: float | None, counts) -> float | None:
+    """A lower bound on the exact L2 loss from one on the expected changes: ``changes / n**2``.
+
+    It holds for every matrix P meeting C1 (with the same options, so that ``changes`` bounds its
+    expected changes) whose inverse Q has ``Q_jj >= 1`` for every cell j, which every design
+    pramopt makes has: general designs (every diagonal entry above 1/2), replacement designs and
+    block designs.  The derivation (``docs/method.md``, "How far from the best"): with ``q_j`` the
+    rows of Q, ``sum_j P_kj q_j = e_k`` and ``sum_j P_kj = 1``, so the loss is
+    ``n**2 L = sum_k U0(k) sum_j P_kj ||q_j - e_k||**2``; for ``j != k`` the j-th entry of
+    ``q_j - e_k`` is ``Q_jj >= 1``, hence ``n**2 L >= sum_k U0(k) (1 - P_kk)``, the expected
+    number of changed records, which is at least ``changes``.  Matrices outside that class may
+    lie below it (a perturbed permutation of the cells can).
+    """
+    if changes is None:
+        return None
+    n = float(np.sum(counts))
+    return changes / n ** 2
