@@ -64,6 +64,8 @@ def point(name: str) -> dict:
                 min_diagonal=res.min_diagonal, condition_number=res.condition_number, entries=int(res.matrix.nnz),
                 changes_lower_bound=lb, bound_combinations=res.details.get("lower_bound_combinations"),
                 changes_over_bound=(res.expected_changes / lb) if lb else None,
+                loss_lower_bound=res.details.get("loss_lower_bound"),
+                loss_over_bound=(res.loss / res.details["loss_lower_bound"]) if res.details.get("loss_lower_bound") else None,
                 rss_after_import_mb=rss0, peak_rss_design_mb=rss_design, **outputs, peak_rss_mb=max_rss_mb(),
                 stages=_stages(res.stages))
 
@@ -123,6 +125,9 @@ def run(out: Path, quick: bool = False, points=None, timeout: float | None = Non
         "changes_lower_bound: no design meeting C1 changes fewer records in expectation (the flow relaxation over "
         "the rows of bound_combinations of the combinations, see pramopt.optimize.relaxation); changes_over_bound: "
         "the design's expected changes over it (1 would be proven optimal in changes).",
+        "loss_lower_bound: changes_lower_bound / n^2, below the exact L2 loss of every general, replacement or "
+        "block design meeting C1 (pramopt.optimize.relaxation.loss_bound); loss_over_bound: the design's loss over "
+        "it (the design is at most this factor from the best of those designs).",
     ]
     write_table(df, out, "census", "Designs on data shaped like a census", notes=notes)
     return df

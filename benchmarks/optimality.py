@@ -1,10 +1,10 @@
 """Study: how far the designer's loss is from the best a generic solver finds, on small cases.
 
-The exact L2 loss is not convex in P, and no lower bound on it over the matrices meeting C1 is
-known to us (a permutation of the cells has loss 0, so the loss has no lower bound in terms of
-the records moved alone); what is proven is the expected-changes bound of the flow relaxation
-(:func:`pramopt.optimize.relaxation.changes_bound`).  So the evidence for the loss is empirical:
-on small tables, a general nonlinear solver (SciPy's SLSQP, on the exact loss and its gradient,
+The exact L2 loss is not convex in P.  What is proven is the expected-changes bound of the flow
+relaxation (:func:`pramopt.optimize.relaxation.changes_bound`) and, over n**2, a bound on the loss
+of every matrix meeting C1 whose inverse has a diagonal >= 1 (general, replacement and block designs;
+:func:`pramopt.optimize.relaxation.loss_bound`), not of every matrix meeting C1.  So the evidence for
+the loss is also empirical, and the bound is checked against it: on small tables, a general nonlinear solver (SciPy's SLSQP, on the exact loss and its gradient,
 with the full C1 written from its definition here) starts from many matrices -- the designer's,
 P = I, mixtures with the uniform matrix, random rows -- and the best feasible loss it reaches
 is set beside the designer's.  Every matrix counted as feasible passes pramopt's independent
@@ -100,6 +100,7 @@ def case(levels, n, seed, alpha, n_random: int = 14, log=print) -> dict:
             {"type": "eq", "fun": lambda x: E @ x - 1.0, "jac": lambda x: E}]
     rng = np.random.default_rng(seed)
     best, best_from, losses, best_P = np.inf, "", [], None
+    in_class = []  # whether each counted end point's inverse has a diagonal >= 1 (the bound's class)
     t0 = time.perf_counter()
     for name, P0 in _starts(res.matrix.toarray(), U, rng, n_random):
         with warnings.catch_warnings():
@@ -115,6 +116,7 @@ def case(levels, n, seed, alpha, n_random: int = 14, log=print) -> dict:
         loss = l2_loss(P, U)
         if np.isfinite(loss):
             losses.append(loss)
+            in_class.append(bool(np.diag(np.linalg.inv(P)).min() >= 1 - 1e-9))
             if loss < best:
                 best, best_from, best_P = loss, name, P
     t_multi = time.perf_counter() - t0
@@ -128,7 +130,16 @@ def case(levels, n, seed, alpha, n_random: int = 14, log=print) -> dict:
                best_min_diagonal=float(np.diag(best_P).min()) if best_P is not None else np.nan,
                best_condition=float(np.linalg.cond(best_P)) if best_P is not None else np.nan,
                design_condition=res.condition_number,
-               design_changes=res.expected_changes, changes_lower_bound=lb, design_s=t_design, multistart_s=t_multi)
+               design_changes=res.expected_changes, changes_lower_bound=lb,
+               loss_lower_bound=res.details.get("loss_lower_bound"),
+               design_over_loss_bound=res.loss / res.details["loss_lower_bound"]
+               if res.details.get("loss_lower_bound") else np.nan,
+               best_over_loss_bound=best / res.details["loss_lower_bound"]
+               if res.details.get("loss_lower_bound") else np.nan,
+               best_inverse_diagonal_min=float(np.diag(np.linalg.inv(best_P)).min()) if best_P is not None else np.nan,
+               ends_in_class=int(sum(in_class)),
+               ends_below_loss_bound=int(sum(v < (res.details.get("loss_lower_bound") or 0) for v in losses)),
+               design_s=t_design, multistart_s=t_multi)
     log(f"  {out['levels']} n={n} alpha={alpha}: design {res.loss:.4g}, best of {len(losses)} starts {best:.4g} "
         f"({best_from})")
     return out
@@ -144,6 +155,11 @@ def run(out: Path, quick: bool = False, log=print) -> pd.DataFrame:
         "design_over_best < 1: the designer is better than every start's local optimum; > 1: a start found a "
         "smaller loss (the designer is that far from the best known).",
         "changes_lower_bound: the flow relaxation's proven bound on the expected changes of every design meeting C1.",
+        "loss_lower_bound: changes_lower_bound / n^2, a proven bound on the loss of every matrix meeting C1 whose "
+        "inverse has a diagonal >= 1 (general, replacement and block designs; docs/method.md); design_over_loss_bound, "
+        "best_over_loss_bound: the designer's and the best end point's loss over it; best_inverse_diagonal_min: the "
+        "smallest diagonal entry of the best end point's inverse (>= 1: in the bound's class); ends_in_class: feasible "
+        "end points in that class; ends_below_loss_bound: feasible end points (in the class or not) below the bound.",
         "best_min_diagonal / design_min_diagonal: the smallest diagonal entry of the best multi-start matrix and of "
         "the design (the general design keeps every diagonal entry >= gamma >= 0.51, which makes P invertible); "
         "best_condition / design_condition: their 2-norm (numpy) and 1-norm estimate (pramopt) condition numbers.",

@@ -159,6 +159,9 @@ def test_optimality_quick(tmp_path):
     res = optimality.run(tmp_path, quick=True, log=lambda m: None)
     row = res.iloc[0]
     assert row.status == "success" and row.feasible_starts >= 1 and np.isfinite(row.multistart_best)
+    # the loss bound holds for the designer and for the best end point when it is in the bound's class
+    assert row.design_loss >= row.loss_lower_bound > 0
+    assert row.multistart_best >= row.loss_lower_bound or row.best_inverse_diagonal_min < 1 - 1e-9
     assert (tmp_path / "optimality.md").exists()
 
 
