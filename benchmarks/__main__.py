@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ._common import RESULTS
 
-STUDIES = ("optimal_vs_closed", "peers", "solvers", "scaling", "records", "figures", "cells", "census", "refine",
+STUDIES = ("optimal_vs_closed", "peers", "solvers", "scaling", "records", "figures", "cells", "census", "structures", "refine",
            "refine_models", "strata", "privacy_design", "changed_variables", "frontier", "households", "optimality")
 
 

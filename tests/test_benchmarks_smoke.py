@@ -172,3 +172,17 @@ def test_refine_models_quick(tmp_path):
     assert list(res.model) == ["diagonal", "column"] and res.success.all()
     steps = read_table(tmp_path / "refine_models_steps.csv")
     assert set(steps.model) == {"diagonal", "column"} and (steps.support > 0).all()
+
+
+@pytest.mark.slow
+def test_structures_quick(tmp_path):
+    # about a minute: the hybrid structure (general rows for frequent cells, blocks for rare ones)
+    from benchmarks import structures
+
+    res = structures.run(tmp_path, quick=True, log=lambda m: None)
+    row = res.iloc[0]
+    # the study's matrix passes the full C1 check, and the proven loss bound holds for it (its
+    # inverse has a diagonal >= 1: block triangular, diagonally dominant frequent rows)
+    assert row.verified and row.max_risk <= structures.ALPHA
+    assert row.loss >= row.loss_lower_bound > 0
+    assert (tmp_path / "structures_quick.md").exists()
