@@ -79,12 +79,38 @@ def _starts(P_design: np.ndarray, U: np.ndarray, rng, n_random: int):
         yield f"random {i}", lam * np.eye(K) + (1 - lam) * R
 
 
-def case(levels, n, seed, alpha, n_random: int = 14, log=print) -> dict:
+def end_points(table, alpha: float, starts, maxiter: int = 150):
+    """``(name, P)`` for every start ``(name, P0)`` from which SLSQP, minimising the exact loss under
+    the full C1 (``c1_rows``, a hair inside alpha), ends at a matrix that meets C1 exactly at alpha
+    (pramopt's independent verifier) once clipped and its rows renormalised."""
     import scipy.optimize as so
 
+    from pramopt.verify import c1_risk
+
+    K, U = table.n_cells, table.counts.astype(float)
+    # the solver meets its constraints to about 1e-8: solve a hair inside alpha, judge at alpha
+    A = c1_rows(table.codes, U, alpha * (1 - 1e-5))
+    E = np.kron(np.eye(K), np.ones(K))
+    cons = [{"type": "ineq", "fun": lambda x: A @ x, "jac": lambda x: A},
+            {"type": "eq", "fun": lambda x: E @ x - 1.0, "jac": lambda x: E}]
+    combos = [tuple(c) for c in itertools.combinations(range(table.codes.shape[1]), 3)]
+    for name, P0 in starts:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            r = so.minimize(loss_and_grad, P0.ravel(), args=(U,), jac=True, method="SLSQP",
+                            bounds=[(0.0, 1.0)] * (K * K), constraints=cons, options={"maxiter": maxiter, "ftol": 1e-12})
+        P = np.clip(r.x.reshape(K, K), 0.0, 1.0)
+        P /= P.sum(axis=1, keepdims=True)
+        if not np.all(np.isfinite(P)):
+            continue
+        if c1_risk(P, table.codes, U, combos).max_risk > alpha:
+            continue  # only matrices that meet C1 exactly count
+        yield name, P
+
+
+def case(levels, n, seed, alpha, n_random: int = 14, log=print) -> dict:
     import pramopt
     from pramopt.loss import l2_loss
-    from pramopt.verify import c1_risk
 
     df = _data(levels, n, seed)
     qi = list(df.columns)
@@ -93,26 +119,11 @@ def case(levels, n, seed, alpha, n_random: int = 14, log=print) -> dict:
     t_design = time.perf_counter() - t0
     table = res.table
     K, U = table.n_cells, table.counts.astype(float)
-    # the solver meets its constraints to about 1e-8: solve a hair inside alpha, judge at alpha
-    A = c1_rows(table.codes, U, alpha * (1 - 1e-5))
-    E = np.kron(np.eye(K), np.ones(K))
-    cons = [{"type": "ineq", "fun": lambda x: A @ x, "jac": lambda x: A},
-            {"type": "eq", "fun": lambda x: E @ x - 1.0, "jac": lambda x: E}]
     rng = np.random.default_rng(seed)
     best, best_from, losses, best_P = np.inf, "", [], None
     in_class = []  # whether each counted end point's inverse has a diagonal >= 1 (the bound's class)
     t0 = time.perf_counter()
-    for name, P0 in _starts(res.matrix.toarray(), U, rng, n_random):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            r = so.minimize(loss_and_grad, P0.ravel(), args=(U,), jac=True, method="SLSQP",
-                            bounds=[(0.0, 1.0)] * (K * K), constraints=cons, options={"maxiter": 150, "ftol": 1e-12})
-        P = np.clip(r.x.reshape(K, K), 0.0, 1.0)
-        P /= P.sum(axis=1, keepdims=True)
-        if not np.all(np.isfinite(P)):
-            continue
-        if c1_risk(P, table.codes, U, [tuple(c) for c in itertools.combinations(range(len(qi)), 3)]).max_risk > alpha:
-            continue  # only matrices that meet C1 exactly count
+    for name, P in end_points(table, alpha, _starts(res.matrix.toarray(), U, rng, n_random)):
         loss = l2_loss(P, U)
         if np.isfinite(loss):
             losses.append(loss)

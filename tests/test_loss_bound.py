@@ -9,8 +9,6 @@ every end point a multi-start solver reaches on small tables.
 """
 from __future__ import annotations
 
-import itertools
-import warnings
 
 import numpy as np
 import pytest
@@ -19,7 +17,7 @@ import pramopt
 from pramopt.verify import c1_risk
 
 from benchmarks._common import zipf_frame
-from benchmarks.optimality import c1_rows, loss_and_grad
+from benchmarks.optimality import end_points
 
 
 def _n2_loss(P: np.ndarray, U: np.ndarray) -> float:
@@ -116,8 +114,6 @@ def test_bound_is_below_every_end_point_of_a_multistart_solver():
     # SciPy's SLSQP on the exact loss under the full C1 (the rows written from the definition in
     # benchmarks/optimality.py), from the designer's matrix, P = I and random rows; every end point
     # meeting C1 and in the bound's class must lie at or above the bound.
-    import scipy.optimize as so
-
     df = zipf_frame(0, 25, (2, 2, 3), 1.5)
     qi = list(df.columns)
     alpha = 0.2
@@ -127,25 +123,12 @@ def test_bound_is_below_every_end_point_of_a_multistart_solver():
     t = res.table
     K, U = t.n_cells, t.counts.astype(float)
     assert K <= 8  # small enough for a dense solver in a test
-    A = c1_rows(t.codes, U, alpha * (1 - 1e-5))
-    E = np.kron(np.eye(K), np.ones(K))
-    cons = [{"type": "ineq", "fun": lambda x: A @ x, "jac": lambda x: A},
-            {"type": "eq", "fun": lambda x: E @ x - 1.0, "jac": lambda x: E}]
     rng = np.random.default_rng(0)
     starts = [res.matrix.toarray(), np.eye(K)] + [
         lam * np.eye(K) + (1 - lam) * rng.dirichlet(np.full(K, 0.3), size=K) for lam in (0.9, 0.7, 0.5, 0.6, 0.8, 0.4)]
-    combos = list(itertools.combinations(range(len(qi)), 3))
     reached = []
-    for P0 in starts:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            r = so.minimize(loss_and_grad, P0.ravel(), args=(U,), jac=True, method="SLSQP",
-                            bounds=[(0.0, 1.0)] * (K * K), constraints=cons, options={"maxiter": 100, "ftol": 1e-12})
-        P = np.clip(r.x.reshape(K, K), 0.0, 1.0)
-        P /= P.sum(axis=1, keepdims=True)
-        if c1_risk(P, t.codes, U, combos).max_risk > alpha or np.linalg.cond(P) > 1e8:
-            continue
-        if np.diag(np.linalg.inv(P)).min() >= 1 - 1e-9:
+    for _, P in end_points(t, alpha, ((str(i), P0) for i, P0 in enumerate(starts)), maxiter=100):
+        if np.linalg.cond(P) < 1e8 and np.diag(np.linalg.inv(P)).min() >= 1 - 1e-9:
             reached.append(_n2_loss(P, U) / U.sum() ** 2)
     # (on this table SLSQP also ends at matrices meeting C1 outside the class, e.g. with
     # min diag(P^-1) = 0.90: the bound is not claimed for those)
