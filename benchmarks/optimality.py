@@ -4,8 +4,9 @@ The exact L2 loss is not convex in P.  What is proven is the expected-changes bo
 relaxation (:func:`pramopt.optimize.relaxation.changes_bound`) and, over n**2, a bound on the loss
 of every matrix meeting C1 whose inverse has a diagonal >= 1 (general, replacement and block designs;
 :func:`pramopt.optimize.relaxation.loss_bound`), not of every matrix meeting C1.  So the evidence for
-the loss is also empirical, and the bound is checked against it: on small tables, a general nonlinear solver (SciPy's SLSQP, on the exact loss and its gradient,
-with the full C1 written from its definition here) starts from many matrices -- the designer's,
+the loss is also empirical, and the bound is checked against it: on small tables, a general
+nonlinear solver (SciPy's SLSQP, on the exact loss and its gradient, with the full C1 written
+from its definition here) starts from many matrices -- the designer's,
 P = I, mixtures with the uniform matrix, random rows -- and the best feasible loss it reaches
 is set beside the designer's.  Every matrix counted as feasible passes pramopt's independent
 verifier (``pramopt.verify.c1_risk``) and has rows summing to one and no negative entry.
