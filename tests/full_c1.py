@@ -33,3 +33,16 @@ def full_c1_rows(t, alpha: float, size: int = 3, combos=None) -> sp.csr_matrix:
 def row_sums(K: int) -> np.ndarray:
     """Rows ``A_eq`` with ``A_eq @ vec(P) = 1``: every row of P sums to one."""
     return np.kron(np.eye(K), np.ones(K))
+
+
+def min_changes(t, alpha: float, combos=None) -> float:
+    """The smallest expected number of changed records, sum U0(m) (1 - P_mm), of any P meeting the
+    full C1 (over ``combos``, or every triple), by one dense LP over these rows."""
+    from scipy.optimize import linprog
+
+    K, U = t.n_cells, t.counts.astype(float)
+    A = full_c1_rows(t, alpha, combos=combos)
+    res = linprog(-np.diag(U).ravel(), A_ub=A, b_ub=np.zeros(A.shape[0]), A_eq=row_sums(K), b_eq=np.ones(K),
+                  bounds=(0, 1), method="highs")
+    assert res.status == 0
+    return float(U.sum() + res.fun)

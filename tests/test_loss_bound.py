@@ -9,7 +9,6 @@ every end point a multi-start solver reaches on small tables.
 """
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
@@ -18,14 +17,13 @@ from pramopt.verify import c1_risk
 
 from benchmarks._common import zipf_frame
 from benchmarks.optimality import end_points
+from full_c1 import min_changes
+from reference import l2_loss_from_covariance
 
 
 def _n2_loss(P: np.ndarray, U: np.ndarray) -> float:
-    """n**2 times the exact L2 loss from its definition: the trace of the covariance of the
-    corrected estimate Q' T*, T* the released counts (independent multinomial rows of P)."""
-    Q = np.linalg.inv(P)
-    cov = sum(u * (np.diag(p) - np.outer(p, p)) for u, p in zip(U, P))
-    return float(np.trace(Q.T @ cov @ Q))
+    """n**2 times the exact L2 loss from its definition (tests/reference.py)."""
+    return l2_loss_from_covariance(P, U) * U.sum() ** 2
 
 
 def _changes(P: np.ndarray, U: np.ndarray) -> float:
@@ -80,21 +78,6 @@ def test_the_inequality_fails_outside_the_class():
     assert _n2_loss(P, U) < 0.3 * _changes(P, U)
 
 
-def _min_changes_full_c1(t, alpha):
-    """The smallest expected changes of any P meeting the full C1, by one dense LP (rows from the
-    definition in tests/full_c1.py)."""
-    from scipy.optimize import linprog
-
-    from full_c1 import full_c1_rows, row_sums
-
-    K, U = t.n_cells, t.counts.astype(float)
-    A = full_c1_rows(t, alpha)
-    res = linprog(-np.diag(U).ravel(), A_ub=A, b_ub=np.zeros(A.shape[0]), A_eq=row_sums(K), b_eq=np.ones(K),
-                  bounds=(0, 1), method="highs")
-    assert res.status == 0
-    return float(U.sum() + res.fun)
-
-
 @pytest.mark.parametrize("seed", [0, 2])
 def test_reported_bound_is_the_full_optimum_of_the_changes_over_n2_and_below_every_structure(seed):
     df = zipf_frame(seed, 250, (3, 3, 2, 3), 1.5)
@@ -103,7 +86,7 @@ def test_reported_bound_is_the_full_optimum_of_the_changes_over_n2_and_below_eve
     assert res.success
     n = res.counts.sum()
     bound = res.details["loss_lower_bound"]
-    assert bound == pytest.approx(_min_changes_full_c1(res.table, 0.1) / n ** 2, rel=1e-4)
+    assert bound == pytest.approx(min_changes(res.table, 0.1) / n ** 2, rel=1e-4)
     assert 0 < bound <= res.loss
     for structure in ("general", "replacement", "blocks"):
         other = pramopt.design(df, qi, alpha=0.1, structure=structure)
@@ -131,7 +114,7 @@ def test_bound_is_below_every_end_point_of_a_multistart_solver():
     reached = []
     for _, P in end_points(t, alpha, ((str(i), P0) for i, P0 in enumerate(starts)), maxiter=100):
         if np.linalg.cond(P) < 1e8 and np.diag(np.linalg.inv(P)).min() >= 1 - 1e-9:
-            reached.append(_n2_loss(P, U) / U.sum() ** 2)
+            reached.append(l2_loss_from_covariance(P, U))
     # (on this table SLSQP also ends at matrices meeting C1 outside the class, e.g. with
     # min diag(P^-1) = 0.90: the bound is not claimed for those)
     assert len(reached) >= 1

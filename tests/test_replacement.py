@@ -18,6 +18,7 @@ from pramopt.params import DesignParams
 from pramopt.verify import c1_risk
 
 from benchmarks._common import zipf_frame
+from full_c1 import min_changes
 
 
 def _problem(df, qi, **kw):
@@ -131,29 +132,13 @@ def test_replacement_design_is_verified_and_has_the_replacement_form():
     assert res.loss == pytest.approx(pramopt.l2_loss(P, t.counts), rel=1e-9)
 
 
-def _min_changes_full_c1(t, alpha, combos=None):
-    """Smallest expected number of changed records of any P meeting the full C1, by one dense LP
-    (tests/full_c1.py builds its rows from the definition)."""
-    from scipy.optimize import linprog
-
-    from full_c1 import full_c1_rows, row_sums
-
-    K, U = t.n_cells, t.counts.astype(float)
-    A = full_c1_rows(t, alpha, combos=combos)
-    c = -np.diag(U).ravel()  # minimise -sum U0(m) P_mm
-    res = linprog(c, A_ub=A, b_ub=np.zeros(A.shape[0]), A_eq=row_sums(K), b_eq=np.ones(K), bounds=(0, 1),
-                  method="highs")
-    assert res.status == 0
-    return float(U.sum() + res.fun)
-
-
 @pytest.mark.parametrize("seed", [0, 2])
 def test_changes_bound_is_below_the_full_c1_optimum_and_every_design(seed):
     df = _random_data(seed, n=250, levels=(3, 3, 2, 3))
     qi = list(df.columns)
     pb = _problem(df, qi)
     lb = changes_bound(pb)
-    best = _min_changes_full_c1(pb.table, 0.1)
+    best = min_changes(pb.table, 0.1)
     assert lb <= best + 1e-6
     assert lb >= best * (1 - 1e-4)  # and equal to it on these cases
     res = pramopt.design(df, qi, alpha=0.1)
@@ -175,8 +160,8 @@ def test_changes_bound_over_some_combinations_is_their_own_optimum_and_below_the
     used = bound_combinations(pb, 2 * rare)
     assert len(used) == 2 and bound_combinations(pb, 4 * rare) == (0, 1, 2, 3) and bound_combinations(pb, rare - 1) == ()
     lb = changes_bound(pb, combinations=used)
-    sub = _min_changes_full_c1(pb.table, 0.1, combos=[pb.combos[i] for i in used])
-    best = _min_changes_full_c1(pb.table, 0.1)
+    sub = min_changes(pb.table, 0.1, combos=[pb.combos[i] for i in used])
+    best = min_changes(pb.table, 0.1)
     assert lb == pytest.approx(sub, rel=1e-4) and lb <= best + 1e-6
     # the designer keeps within its row budget and says how many combinations it kept
     monkeypatch.setattr(D, "CHANGES_BOUND_MAX_ROWS", 2 * rare)
