@@ -46,6 +46,7 @@ def hybrid_design(table, alpha: float, block_records: float, senders: int | None
     from pramopt.optimize.backends import chain
     from pramopt.optimize.constraints.c1 import WorkingSet
     from pramopt.optimize.problem import DesignProblem
+    from pramopt.optimize.strategies.blocks import make_blocks
     from pramopt.optimize.program import build_program
     from pramopt.optimize.strategies.refine import refine
     from pramopt.optimize.support import Support
@@ -58,15 +59,9 @@ def hybrid_design(table, alpha: float, block_records: float, senders: int | None
     a_solve = alpha * (1 - 1e-5)
     rare = U * a_solve < 1  # cells whose own C1 rows need inflow at the solve level
     R, F = np.flatnonzero(rare), np.flatnonzero(~rare)
-    blocks, cur, tot = [], [], 0.0
-    for k in R:  # consecutive rare cells (neighbours in the lexicographic order)
-        cur.append(k)
-        tot += U[k]
-        if tot >= block_records / alpha:
-            blocks.append(np.array(cur))
-            cur, tot = [], 0.0
-    if cur:
-        blocks[-1:] = [np.concatenate([blocks[-1], cur])] if blocks else [np.array(cur)]
+    # consecutive rare cells (neighbours in the lexicographic order), as the block design groups
+    # them; the frequent cells, kept out, come back as blocks of their own and are dropped
+    blocks = [b for b in make_blocks(table, block_records / alpha, keep_rows=F) if rare[b[0]]]
     B = len(blocks)
     block_of = np.full(K, -1)
     for i, b in enumerate(blocks):
