@@ -174,6 +174,22 @@ def test_refine_models_quick(tmp_path):
     assert set(steps.model) == {"diagonal", "column"} and (steps.support > 0).all()
 
 
+def test_refine_compare_quick(tmp_path):
+    # this tree against itself as a labelled base: same loss, and the iterations to reach the base's
+    # loss are counted from the progress callback's history (at most the refinement's iterations)
+    from benchmarks import refine
+
+    repo = Path(__file__).resolve().parents[1]
+    refine.run(tmp_path, quick=True, base=[f"self={repo}"], log=lambda m: None)
+    cmp = read_table(tmp_path / "refine_compare.csv")
+    row = cmp.iloc[0]
+    assert row.base == "self" and row.case == "example"
+    assert row.new_loss == pytest.approx(row.base_loss, rel=1e-9)
+    assert 1 <= row.new_iterations_to_base_loss <= row.new_iterations
+    assert row.new_loss_at_20 == pytest.approx(row.new_loss, rel=1e-9)
+    assert refine.to_reach([3.0, 2.0, 1.0], 2.0) == 2 and refine.to_reach([3.0], 2.0) is None
+
+
 @pytest.mark.slow
 def test_structures_quick(tmp_path):
     # about a minute: the hybrid structure (general rows for frequent cells, blocks for rare ones)

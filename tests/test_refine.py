@@ -250,3 +250,79 @@ def test_qp_multipliers_price_a_transition_as_the_derivative_of_the_step(example
     v1, _, _ = step(less.union([m], [k]), hi_j=eps)
     assert (v1 - v0) / eps == pytest.approx(d, rel=0.05)
 
+
+
+def _dense_bfgs(B0, pairs):
+    """The BFGS update of diag(B0) by ``pairs`` (oldest first), as a dense matrix (textbook form)."""
+    B = np.diag(B0)
+    for s, y in pairs:
+        Bs = B @ s
+        B = B - np.outer(Bs, Bs) / (s @ Bs) + np.outer(y, y) / (y @ s)
+    return B
+
+
+def test_qp_with_curvature_pairs_solves_the_bfgs_model(example):
+    # The curved model's curvature pairs are held in the QP by auxiliary columns (a projection and
+    # a rank-one term per pair).  Independent check: the same QP with the dense BFGS matrix,
+    # built by the textbook update, given as an explicit coupled Hessian (a path checked against
+    # cvxpy above); the two optima and their model values must agree.
+    from pramopt.optimize.strategies.refine import _bfgs_times
+    prog, x, lo, hi, evaluate = _first_subproblem(example)
+    f, g, _ = evaluate(x)
+    sc = np.abs(g).max()
+    nx = prog.n_x
+    rng = np.random.default_rng(3)
+    B0 = sc * rng.uniform(1.0, 3.0, nx)
+    # pairs from a positive definite "true" Hessian that couples entries: y = Htrue s
+    M = sp.random(nx, nx, density=2.0 / nx, random_state=4)
+    Htrue = (sc * (sp.diags(rng.uniform(1.0, 2.0, nx)) + 5 * M.T @ M)).tocsr()
+    pairs = [(s, Htrue @ s) for s in rng.standard_normal((3, nx)) * 0.01]
+    Bm = _dense_bfgs(B0, pairs)
+    # _bfgs_times (the model's curvature in the refinement's predicted decrease) is that matrix
+    v = rng.standard_normal(nx)
+    np.testing.assert_allclose(_bfgs_times(B0, pairs, v), Bm @ v, rtol=1e-9, atol=1e-9 * np.abs(Bm @ v).max())
+    np.testing.assert_allclose(Bm @ pairs[-1][0], pairs[-1][1], rtol=1e-8, atol=1e-10 * sc)  # secant
+    lo_r, hi_r = np.maximum(lo, x - 0.05), np.minimum(hi, x + 0.05)
+    lifted = solve_qp(prog, (g - B0 * x) / sc, B0 / sc, lo_r, hi_r, scale=sc, pairs=pairs, center=x)
+    explicit = solve_qp(prog, (g - Bm @ x) / sc, sp.csr_matrix(Bm / sc), lo_r, hi_r, scale=sc)
+    assert lifted.x is not None and explicit.x is not None
+
+    def model(z):
+        d = z - x
+        return g @ d + 0.5 * d @ (Bm @ d)
+
+    assert model(lifted.x) == pytest.approx(model(explicit.x), rel=1e-5)
+    assert model(lifted.x) < model(x)
+    np.testing.assert_allclose(lifted.x, explicit.x, atol=1e-4)
+    # the multipliers price as the explicit model's: reduced costs agree
+    np.testing.assert_allclose(lifted.duals.cols, explicit.duals.cols, atol=1e-5 * np.abs(explicit.duals.cols).max())
+
+
+def test_curvature_pairs_are_the_hessian_times_the_step():
+    # _pairs takes the loss's Hessian times a step by a difference of gradients: against the exact
+    # Hessian within one column of P (benchmarks/refine_models.column_blocks, itself checked against
+    # central differences above), for a step inside one column
+    from pramopt.optimize.objectives.l2 import L2Loss
+    from pramopt.optimize.strategies.refine import _pairs
+    P, counts = _sparse_design()
+    rows, cols = np.nonzero(P)
+    sup = Support.from_pairs(rows, cols, P.shape[0])
+    x = sup.from_matrix(P)
+    loss = L2Loss().on_support(sup, counts, sparse=False)
+    f, g, _ = loss(x)
+    rng = np.random.default_rng(5)
+    checked = 0
+    for idx, Hj in column_blocks(sup, x, counts):
+        if idx.size < 3:
+            continue
+        s = np.zeros(sup.size)
+        s[idx] = rng.standard_normal(idx.size) * 0.01
+        out = _pairs(sup, [sup.to_matrix(s)], x, g, loss)
+        if float(s[idx] @ Hj @ s[idx]) <= 0:
+            continue
+        assert len(out) == 1
+        sp_, y = out[0]
+        np.testing.assert_allclose(sp_, s)
+        np.testing.assert_allclose(y[idx], Hj @ s[idx], rtol=2e-3, atol=2e-3 * np.abs(Hj @ s[idx]).max())
+        checked += 1
+    assert checked >= 2

@@ -7,6 +7,15 @@ its reduced Hessian grows with the number of entries strictly inside their bound
 Clarabel (a dependency already) solves the same QP in about 25 interior-point iterations and
 0.06 s.  Its point lies strictly inside the box, so entries below :data:`ZERO` are set to zero
 (the caller renormalises the rows).
+
+The model may carry curvature pairs ``(s_i, y_i)`` (``y_i`` the loss's Hessian times ``s_i``): its
+matrix is then the BFGS update ``B_m`` of ``H`` by them, applied oldest first.  ``B_m`` is dense,
+but each update is a projection plus a rank-one term, ``v' B_i v = min_t (v - t s_i)' B_(i-1)
+(v - t s_i) + (y_i' v)^2 / (y_i' s_i)``, so that with one scalar ``t_i`` and one ``w_i = y_i' z``
+per pair the QP stays convex and sparse (``m`` dense rows and columns)::
+
+    1/2 d' B_m d = min over t of  1/2 z_1' H z_1 + sum_i 1/2 w_i^2 / (y_i' s_i),
+    z_(i+1) = d - sum_(j > i) t_j s_j,   w_i = y_i' z_(i+1).
 """
 from __future__ import annotations
 
@@ -26,7 +35,8 @@ NAME = "CLARABEL(qp)"
 ZERO = 1e-9
 
 
-def solve_qp(program: LinearProgram, cost, hdiag, lo, hi, *, tol: float = 1e-8, scale: float = 1.0) -> LPSolution:
+def solve_qp(program: LinearProgram, cost, hdiag, lo, hi, *, tol: float = 1e-8, scale: float = 1.0,
+             pairs=(), center=None) -> LPSolution:
     """Minimise ``cost . x + 1/2 x' H x`` over ``program`` with ``lo <= x <= hi``.
 
     Parameters
@@ -42,6 +52,12 @@ def solve_qp(program: LinearProgram, cost, hdiag, lo, hi, *, tol: float = 1e-8, 
     scale : float
         The factor ``cost`` and ``hdiag`` were divided by: the duals are returned multiplied by
         it, on the scale of the caller's objective.
+    pairs : sequence of (s, y), optional
+        Curvature pairs on the ``x`` columns, oldest first, each with ``y . s > 0`` and ``y`` on
+        the caller's scale (not divided by ``scale``): the Hessian becomes ``H``'s BFGS update
+        by them (see the module), for a diagonal ``hdiag`` only.
+    center : ndarray, shape (program.n_x,)
+        The point ``x_k`` the model is centred on (``d = x - x_k``); needed with ``pairs``.
 
     Returns
     -------
@@ -68,15 +84,22 @@ def solve_qp(program: LinearProgram, cost, hdiag, lo, hi, *, tol: float = 1e-8, 
     else:
         H = sp.diags(np.concatenate([np.asarray(hdiag, dtype=float), np.zeros(n - nx)]), format="csc")
     A = sp.csr_matrix(P.A)
+    row_lo, row_hi = P.row_lo, P.row_hi
+    m = len(pairs)
+    if m:
+        H, c, A, row_lo, row_hi, col_lo, col_hi = _lift_pairs(H, c, A, row_lo, row_hi, col_lo, col_hi, nx,
+                                                              np.asarray(hdiag, dtype=float), pairs,
+                                                              np.asarray(center, dtype=float), scale)
+        n = H.shape[0]
     I = sp.identity(n, format="csr")
     # Clarabel's form A y + s = b, s in a cone: equalities in the zero cone, every finite
     # bound of a row or a column as one non-negative slack
-    eq = P.row_lo == P.row_hi
+    eq = row_lo == row_hi
     fix = col_lo == col_hi
-    up, dn = ~eq & np.isfinite(P.row_hi), ~eq & np.isfinite(P.row_lo)
+    up, dn = ~eq & np.isfinite(row_hi), ~eq & np.isfinite(row_lo)
     cu, cl = ~fix & np.isfinite(col_hi), ~fix & np.isfinite(col_lo)
     M = sp.vstack([A[eq], I[fix], A[up], -A[dn], I[cu], -I[cl]], format="csc")
-    b = np.concatenate([P.row_lo[eq], col_lo[fix], P.row_hi[up], -P.row_lo[dn], col_hi[cu], -col_lo[cl]])
+    b = np.concatenate([row_lo[eq], col_lo[fix], row_hi[up], -row_lo[dn], col_hi[cu], -col_lo[cl]])
     cones = [clarabel.ZeroConeT(int(eq.sum() + fix.sum())),
              clarabel.NonnegativeConeT(int(up.sum() + dn.sum() + cu.sum() + cl.sum()))]
     s = clarabel.DefaultSettings()
@@ -102,9 +125,39 @@ def solve_qp(program: LinearProgram, cost, hdiag, lo, hi, *, tol: float = 1e-8, 
     u[up] -= z[n_eq + n_fix:n_eq + n_fix + n_up]
     u[dn] += z[n_eq + n_fix + n_up:n_eq + n_fix + n_up + int(dn.sum())]
     red = (c + (H @ y_all + H.T @ y_all - H.diagonal() * y_all) - A.T @ u)[:nx] * scale  # H y, H symmetric
-    u *= scale
+    u = u[:P.A.shape[0]] * scale  # the pairs' rows price nothing outside the support
     r = P.rows
     empty = np.zeros(0)
     duals = Duals(rows=u[r["rows"]], B=u[r["B"]] if "B" in r else empty, N=u[r["N"]] if "N" in r else empty,
                   inv=u[r["inv"]] if "inv" in r else None, cols=red)
     return LPSolution(Outcome.OPTIMAL, x, NAME, secs, objective=float(sol.obj_val), duals=duals)
+
+
+def _lift_pairs(H, c, A, row_lo, row_hi, col_lo, col_hi, nx, hdiag, pairs, center, scale):
+    """The QP with the BFGS update of the diagonal ``hdiag`` by ``pairs``: columns ``t`` and ``w``
+    appended after the program's (see the module)."""
+    n, m = H.shape[0], len(pairs)
+    S = np.column_stack([np.asarray(p[0], dtype=float) for p in pairs])
+    Y = np.column_stack([np.asarray(p[1], dtype=float) for p in pairs])
+    ys = np.einsum("ij,ij->j", Y, S)
+    if not np.all(np.isfinite(ys) & (ys > 0)):
+        raise ValueError("every curvature pair needs y . s > 0")
+    HS = hdiag[:, None] * S
+    # 1/2 z_1' H z_1 with z_1 = (x - center) - S t: x-t block -H S, t-t block S' H S, and
+    # linear costs S' H center on t; the w_i on the diagonal with 1 / (y_i' s_i) (scaled)
+    Hc = sp.coo_matrix(H)
+    tr, tc = np.triu_indices(m)
+    StHS = S.T @ HS
+    xr, xt = np.nonzero(HS)
+    Hl = sp.csc_matrix((np.concatenate([Hc.data, -HS[xr, xt], StHS[tr, tc], 1.0 / (ys * scale)]),
+                        (np.concatenate([Hc.row, xr, n + tr, n + m + np.arange(m)]),
+                         np.concatenate([Hc.col, n + xt, n + tc, n + m + np.arange(m)]))), shape=(n + 2 * m,) * 2)
+    c = np.concatenate([c, HS.T @ center, np.zeros(m)])
+    # w_i = y_i' (x - center - sum_(j > i) t_j s_j):  y_i' x - sum_(j > i) (y_i' s_j) t_j - w_i = y_i' center
+    E = sp.hstack([sp.csr_matrix(Y.T), sp.csr_matrix((m, n - nx)), sp.csr_matrix(-np.triu(Y.T @ S, 1)),
+                   -sp.identity(m, format="csr")], format="csr")
+    A = sp.vstack([sp.hstack([A, sp.csr_matrix((A.shape[0], 2 * m))]), E], format="csr")
+    yc = Y.T @ center
+    free = np.full(2 * m, np.inf)
+    return (Hl, c, A, np.concatenate([row_lo, yc]), np.concatenate([row_hi, yc]),
+            np.concatenate([col_lo, -free]), np.concatenate([col_hi, free]))

@@ -328,6 +328,7 @@ class ColumnGeneration:
         info = None
         lp = None
         radius, hist, sigma = 0.05, (), 1.0
+        steps = ()  # the last accepted steps: the curved model's curvature pairs, across pricing rounds
         dropped = np.empty(0, dtype=np.int64)  # keys row * K + col dropped before
         idle = 0  # chunks in a row without an accepted step
         settled = False  # whether the last chunk ended with the model predicting < rtol
@@ -347,9 +348,9 @@ class ColumnGeneration:
             x, info = refine(lp, x, lo, hi, evaluate, check=lambda z: self.pending(sup, z), rtol=p.rtol,
                              max_iter=min(chunk if self.widen else p.max_iter, p.max_iter - its),
                              progress=trace.progress, radius=radius, history=hist, want_duals=self.widen,
-                             curvature=curvature, sigma=sigma)
+                             curvature=curvature, sigma=sigma, steps=steps)
             its += info.iterations
-            radius, hist, sigma = info.radius, info.history, info.sigma
+            radius, hist, sigma, steps = info.radius, info.history, info.sigma, info.steps
             if info.stop_reason == "constraints":
                 self.ws.add(info.added_constraints)
                 lp = None

@@ -11,6 +11,13 @@ without one, or once a QP fails, the step minimises ``g . d`` alone (sequential 
 programming).  The linear model moves to a vertex of the box and zig-zags across the curved
 valleys of the loss (100 iterations on 340 rare-heavy cells); the curved model lands inside
 the box where the loss's curvature says, and converges in a few steps (benchmarks/refine.py).
+
+The diagonal misses most of the Hessian: at the 340 Zipf cells' design, the gradient's change
+along a step is 17 times the diagonal's prediction and nearly orthogonal to it, though both give
+the step the same curvature.  So the model also carries the curvature the loss shows along the
+last :data:`MEMORY` accepted steps (Hessian times step, by a difference of gradients): the
+diagonal's BFGS update by those pairs, which the QP holds exactly
+(:mod:`pramopt.optimize.backends.clarabel_qp`).
 """
 from __future__ import annotations
 
@@ -27,6 +34,11 @@ __all__ = ["refine", "RefineInfo"]
 
 #: Bounds of the factor the curvature model is scaled by (see :func:`refine`).
 SIGMA_RANGE = (0.1, 1e4)
+#: Accepted steps whose curvature the QP model carries (BFGS pairs, see the module).
+MEMORY = 3
+#: Length of the difference of gradients that gives the Hessian times a step: the step scaled to
+#: move no entry by more than this.
+PAIR_STEP = 1e-3
 
 
 @dataclass
@@ -45,17 +57,22 @@ class RefineInfo:
     history: tuple = ()      # loss after each iteration, to continue the stopping rule from
     sigma: float = 1.0       # scale of the curvature model at the end, to continue from
     model: str = "linear"    # the model of the last step: "quadratic" or "linear"
+    steps: tuple = ()        # the last accepted steps (sparse K x K), to continue the curvature pairs from
 
 
 def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4, max_iter: int = 100,
            radius: float = 0.05, window: int = 10, progress=None, history=(), clean_fn=None,
-           want_duals: bool = False, curvature=None, sigma: float = 1.0) -> tuple[np.ndarray, RefineInfo]:
+           want_duals: bool = False, curvature=None, sigma: float = 1.0,
+           steps=()) -> tuple[np.ndarray, RefineInfo]:
     """Trust-region steps on the exact L2 loss, with a curved model when ``curvature`` is given.
 
     Each iteration minimises a model of the loss over the feasible set intersected with the
     box ``|x - x_k| <= radius``: ``g . d + 1/2 d' (sigma B) d`` with ``B = curvature(x_k, g)``
     (a diagonal as a vector, or a symmetric positive semidefinite sparse matrix; a convex QP), or
-    ``g . d`` alone (an LP) without a curvature or once a QP has failed.
+    ``g . d`` alone (an LP) without a curvature or once a QP has failed.  A diagonal ``B`` is
+    updated (BFGS) by the loss's curvature along the last :data:`MEMORY` accepted steps, this
+    call's and the previous calls' (``steps``, sparse K x K; the result's ``steps`` continue them
+    on another support).
     Then, when the loss along the step curves more than the model said (one more evaluation),
     the minimiser of the quadratic through the loss at both ends and its slope at the start is
     taken if better, and ``sigma`` follows the ratio of the curvature met along the step to the
@@ -90,10 +107,12 @@ def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4
     model = "linear"
     step_duals = step_gcols = None  # of the last QP step
     history = list(history[:-1]) + [f]  # a continued run's last entry is this same point
+    steps = list(steps)[-MEMORY:] if MEMORY > 0 else []
+    pairs = []
 
     def info(reason, new=(), gc=None, duals=None, gscale=1.0):
         return RefineInfo(it, accepted, f_start, f, reason, time.perf_counter() - t0, list(new), gc, duals,
-                          gscale, radius, tuple(history), sigma, model)
+                          gscale, radius, tuple(history), sigma, model, tuple(steps))
 
     for it in range(1, max_iter + 1):
         if len(history) > window and history[-window - 1] - f <= rtol * abs(f):
@@ -106,12 +125,14 @@ def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4
             if B is None:
                 B = curvature(x, g)
                 B = B if sp.issparse(B) else np.asarray(B, dtype=float)
+                pairs = [] if sp.issparse(B) else _pairs(sup, steps, x, g, loss)
             Bs = sigma * B
             # costs on the scale of a largest |gradient| of 1, as the LP backends scale them
             sc = float(np.max(np.abs(g))) or 1.0
-            out = solve_qp(lp.program, (g - _times(Bs, x)) / sc, Bs / sc, lo, hi, scale=sc)
+            out = solve_qp(lp.program, (g - _times(Bs, x)) / sc, Bs / sc, lo, hi, scale=sc,
+                           pairs=pairs, center=x)
             if out.x is None:  # the linear model from here on (the QP is only an accelerator)
-                curvature, Bs = None, None
+                curvature, Bs, pairs = None, None, []
             else:  # the step's multipliers, with the gradient they go with (see want_duals)
                 step_duals, step_gcols = out.duals, gcols
         if out is None or out.x is None:
@@ -123,7 +144,7 @@ def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4
         xn = clean_fn(out.x)
         d = xn - x
         lin = float(g @ (x - xn))                          # first-order decrease
-        quad = 0.0 if Bs is None else 0.5 * float(d @ _times(Bs, d))
+        quad = 0.0 if Bs is None else 0.5 * float(d @ _bfgs_times(Bs, pairs, d))
         pred = lin - quad
         if not np.isfinite(f) or pred <= rtol * abs(f):
             reason = "converged"
@@ -152,6 +173,8 @@ def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4
                 if new:
                     return x, info("constraints", new)
             at_edge = np.max(np.abs(d)) >= 0.99 * radius
+            if MEMORY > 0 and curvature is not None:  # (the pairs serve the curved model only)
+                steps = (steps + [sup.to_matrix(d)])[-MEMORY:]
             x, f, g, gcols = xn, fn, gn, gcn
             B = None
             accepted += 1
@@ -179,6 +202,45 @@ def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4
             duals = lp.duals()
     gscale = float(np.max(np.abs(g))) if g is not None and g.size else 1.0
     return x, info(reason, gc=gcols, duals=duals, gscale=gscale or 1.0)
+
+
+def _pairs(sup, steps, x, g, loss) -> list:
+    """Curvature pairs ``(s, H s)`` at ``x`` along the remembered steps, on the support ``sup``.
+
+    A step is taken on this support (entries outside it dropped) and ``H s`` is the difference
+    of the loss's gradient over a short move along it; a pair along which the loss does not
+    curve upwards (``s . H s <= 0``, or not finite) is left out, since the BFGS update needs
+    ``y . s > 0``.
+    """
+    out = []
+    for S in steps:
+        s = sup.from_matrix(S)
+        top = float(np.max(np.abs(s))) if s.size else 0.0
+        if top <= 0.0:
+            continue
+        eps = PAIR_STEP / top
+        y = (loss(x + eps * s)[1] - g) / eps
+        ys = float(y @ s)
+        if np.all(np.isfinite(y)) and ys > 1e-12 * float(np.linalg.norm(y) * np.linalg.norm(s)):
+            out.append((s, y))
+    return out
+
+
+def _bfgs_times(B0, pairs, v):
+    """``B_m v`` for the BFGS update ``B_m`` of the diagonal ``B0`` by ``pairs``, oldest first."""
+    if not pairs:
+        return _times(B0, v)
+    Bs = []  # B_(k-1) s_k
+    for k, (s, _) in enumerate(pairs):
+        Bs.append(_bfgs_apply(B0, pairs[:k], Bs, s))
+    return _bfgs_apply(B0, pairs, Bs, v)
+
+
+def _bfgs_apply(B0, pairs, Bs, v):
+    out = _times(B0, v)
+    for (s, y), b in zip(pairs, Bs):
+        out = out - b * (b @ v) / (s @ b) + y * (y @ v) / (y @ s)
+    return out
 
 
 def _times(B, v):
