@@ -1,12 +1,19 @@
 """Study: what sets the refinement's steps and its end, the curvature model or the support?
 
-``python -m benchmarks.refine_models`` designs each case with ``structure="general"`` twice,
-each in a fresh process, with two curvature models of the refinement's QP steps:
+``python -m benchmarks.refine_models`` designs each case with ``structure="general"`` three
+times, each in a fresh process, with three curvature models of the refinement's QP steps:
 
-* ``diagonal``: the loss's Hessian diagonal (the refinement as it is);
+* ``diagonal``: the loss's Hessian diagonal alone (the curvature pairs off, ``MEMORY = 0``);
 * ``column``: the exact Hessian within every column of P, made positive semidefinite column by
-  column (:func:`l2_column_curvature_on_support`, below).
+  column (:func:`l2_column_curvature_on_support`, below), without pairs;
+* ``pairs``: the diagonal updated by BFGS with the loss's curvature along the last accepted steps
+  (the refinement as it is).
 Per refinement chunk it records the loss and the size of the support the chunk was taken on.
+With the diagonal model it also measures, at the last subproblem, how well the diagonal predicts
+the change of the gradient along one more curved step ``d``: ``H d`` by central differences of the
+gradient against ``B d``, both on the entries in use with each row's mean removed (moving mass
+within a row is what the row sums allow), as the ratio of their norms and their cosine, and
+``d' H d / d' B d``.
 """
 from __future__ import annotations
 
@@ -22,7 +29,7 @@ import scipy.sparse as sp
 
 REPO = Path(__file__).resolve().parents[1]
 CASES = ("example", "testdata4", "zipf340")
-MODELS = ("diagonal", "column")
+MODELS = ("diagonal", "column", "pairs")
 
 
 def l2_column_curvature_on_support(support, counts):
@@ -94,17 +101,22 @@ def _table(case: str):
 def point(case: str, model: str) -> dict:
     import pramopt
     import pramopt.optimize.strategies.general as G
+    import pramopt.optimize.strategies.refine as R
 
     table = _table(case)
     if model == "column":
         G.l2_curvature_on_support = lambda sup, counts, sparse: l2_column_curvature_on_support(sup, counts)
+    if model != "pairs":
+        R.MEMORY = 0
     steps = []
+    last = {}
     real = G.refine
 
     def spy(lp, x0, lo, hi, evaluate, **kw):
         x, info = real(lp, x0, lo, hi, evaluate, **kw)
         steps.append(dict(support=int(lp.program.support.size), iterations=info.iterations,
                           loss=float(info.loss_end), step=info.model))
+        last.update(lp=lp, x=x, lo=lo, hi=hi, evaluate=evaluate, kw=kw, info=info)
         return x, info
 
     G.refine = spy
@@ -112,9 +124,44 @@ def point(case: str, model: str) -> dict:
     res = pramopt.design(table, alpha=0.1, structure="general")
     secs = time.perf_counter() - t0
     ref = [s for s in res.stages if s.name == "refine"]
-    return dict(case=case, model=model, K=table.n_cells, loss=res.loss, success=bool(res.success),
-                refine_iterations=sum(s.iterations for s in ref), refine_s=sum(s.seconds for s in ref), design_s=secs,
-                refine_detail="; ".join(s.detail for s in ref), steps=steps)
+    out = dict(case=case, model=model, K=table.n_cells, loss=res.loss, success=bool(res.success),
+               refine_iterations=sum(s.iterations for s in ref), refine_s=sum(s.seconds for s in ref), design_s=secs,
+               refine_detail="; ".join(s.detail for s in ref), steps=steps)
+    if model == "diagonal" and last.get("kw", {}).get("curvature") is not None:
+        out.update(diagonal_gap(last, real))
+    return out
+
+
+def diagonal_gap(last: dict, refine) -> dict:
+    """How the diagonal model's ``B d`` compares with the loss's ``H d`` along one more curved
+    step ``d`` from the last subproblem's point (see the module)."""
+    lp, x, evaluate, kw = last["lp"], last["x"], last["evaluate"], dict(last["kw"])
+    info = last["info"]
+    kw.update(max_iter=1, want_duals=False, history=(), progress=None, check=None, rtol=0.0,
+              radius=info.radius, sigma=info.sigma)
+    x1, _ = refine(lp, x, last["lo"], last["hi"], evaluate, **kw)
+    d = x1 - x
+    top = float(np.max(np.abs(d))) if d.size else 0.0
+    if top <= 0:
+        return {}
+    f, g, _ = evaluate(x)
+    B = np.asarray(kw["curvature"](x, g), dtype=float) * info.sigma
+    eps = 1e-4 / top
+    Hd = (evaluate(x + eps * d)[1] - evaluate(x - eps * d)[1]) / (2 * eps)
+    Bd = B * d
+    sup = lp.program.support
+    use = x > 1e-7
+
+    def centred(v):  # on the entries in use, each row's mean removed
+        v = np.where(use, v, 0.0)
+        tot = np.bincount(sup.rows, v, sup.K)
+        cnt = np.bincount(sup.rows, use.astype(float), sup.K)
+        return np.where(use, v - (tot / np.maximum(cnt, 1))[sup.rows], 0.0)
+
+    h, b = centred(Hd), centred(Bd)
+    return dict(gap_support=int(sup.size), gap_hd_over_bd=float(np.linalg.norm(h) / np.linalg.norm(b)),
+                gap_cosine=float(h @ b / (np.linalg.norm(h) * np.linalg.norm(b))),
+                gap_curvature_ratio=float((d @ Hd) / (d @ Bd)))
 
 
 def run(out: Path, quick: bool = False, cases=None, timeout: float = 1800.0, log=print) -> pd.DataFrame:
@@ -133,12 +180,16 @@ def run(out: Path, quick: bool = False, cases=None, timeout: float = 1800.0, log
             rows.append({"case": case, "model": model, **r})
     df = pd.DataFrame(rows)
     notes = ["pramopt.design(table, alpha=0.1, structure='general'), defaults otherwise, each row in a fresh "
-             "process; diagonal: the QP steps' model is the Hessian's diagonal (the refinement as it is); column: "
+             "process; diagonal: the QP steps' model is the Hessian's diagonal alone; column: "
              "the exact Hessian within every column of P, positive semidefinite per column "
-             "(benchmarks/refine_models.py).",
+             "(benchmarks/refine_models.py); pairs: the diagonal updated by BFGS with the curvature along the "
+             "last accepted steps (the refinement as it is).",
+             "gap_*: at the diagonal model's last subproblem (gap_support entries), one more curved step d: "
+             "|H d| / |B d| and their cosine on the entries in use with each row's mean removed (H d by central "
+             "differences of the gradient), and d'H d / d'B d.",
              "Cases as in benchmarks/refine.py; seconds on a shared 2-CPU machine (rough), iterations and losses "
              "exact."]
-    write_table(df, out, "refine_models", "Refinement: Hessian diagonal against exact column blocks", notes=notes,
+    write_table(df, out, "refine_models", "Refinement: curvature models of the QP steps", notes=notes,
                 floatfmt=".4g")
     if trace:
         write_table(pd.DataFrame(trace), out, "refine_models_steps",

@@ -63,16 +63,17 @@ class RefineInfo:
 def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4, max_iter: int = 100,
            radius: float = 0.05, window: int = 10, progress=None, history=(), clean_fn=None,
            want_duals: bool = False, curvature=None, sigma: float = 1.0,
-           steps=()) -> tuple[np.ndarray, RefineInfo]:
+           steps=None) -> tuple[np.ndarray, RefineInfo]:
     """Trust-region steps on the exact L2 loss, with a curved model when ``curvature`` is given.
 
     Each iteration minimises a model of the loss over the feasible set intersected with the
     box ``|x - x_k| <= radius``: ``g . d + 1/2 d' (sigma B) d`` with ``B = curvature(x_k, g)``
     (a diagonal as a vector, or a symmetric positive semidefinite sparse matrix; a convex QP), or
     ``g . d`` alone (an LP) without a curvature or once a QP has failed.  A diagonal ``B`` is
-    updated (BFGS) by the loss's curvature along the last :data:`MEMORY` accepted steps, this
-    call's and the previous calls' (``steps``, sparse K x K; the result's ``steps`` continue them
-    on another support).
+    updated (BFGS) by the loss's curvature along the last :data:`MEMORY` accepted curved steps,
+    this call's and the previous calls' (``steps``: sparse K x K matrices, or None to keep no
+    steps, as for a parametrised program; the result's ``steps`` continue them on another
+    support).
     Then, when the loss along the step curves more than the model said (one more evaluation),
     the minimiser of the quadratic through the loss at both ends and its slope at the start is
     taken if better, and ``sigma`` follows the ratio of the curvature met along the step to the
@@ -107,7 +108,8 @@ def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4
     model = "linear"
     step_duals = step_gcols = None  # of the last QP step
     history = list(history[:-1]) + [f]  # a continued run's last entry is this same point
-    steps = list(steps)[-MEMORY:] if MEMORY > 0 else []
+    keep = steps is not None and MEMORY > 0  # remember accepted steps (x on the support, not z)
+    steps = list(steps)[-MEMORY:] if keep else []
     pairs = []
 
     def info(reason, new=(), gc=None, duals=None, gscale=1.0):
@@ -173,7 +175,7 @@ def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4
                 if new:
                     return x, info("constraints", new)
             at_edge = np.max(np.abs(d)) >= 0.99 * radius
-            if MEMORY > 0 and curvature is not None:  # (the pairs serve the curved model only)
+            if keep and Bs is not None:  # the curved steps (the linear ones go to a vertex of the box)
                 steps = (steps + [sup.to_matrix(d)])[-MEMORY:]
             x, f, g, gcols = xn, fn, gn, gcn
             B = None
