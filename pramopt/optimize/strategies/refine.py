@@ -12,12 +12,13 @@ programming).  The linear model moves to a vertex of the box and zig-zags across
 valleys of the loss (100 iterations on 340 rare-heavy cells); the curved model lands inside
 the box where the loss's curvature says, and converges in a few steps (benchmarks/refine.py).
 
-The diagonal misses most of the Hessian: at the 340 Zipf cells' design, the gradient's change
-along a step is 17 times the diagonal's prediction and nearly orthogonal to it, though both give
-the step the same curvature.  So the model also carries the curvature the loss shows along the
-last :data:`MEMORY` accepted steps (Hessian times step, by a difference of gradients): the
-diagonal's BFGS update by those pairs, which the QP holds exactly
-(:mod:`pramopt.optimize.backends.clarabel_qp`).
+The diagonal misses most of the Hessian: where the diagonal model ends on 340 rare-heavy cells,
+the change of the gradient along one more step is 12 times what the diagonal says and nearly
+orthogonal to it (cosine 0.08), though both give the step about the same curvature
+(benchmarks/refine_models.py), so its steps zig-zag.  The model therefore also carries the
+curvature the loss shows along the last :data:`MEMORY` accepted curved steps (Hessian times step,
+by a difference of gradients): the diagonal's BFGS update by those pairs, which the QP holds
+exactly (:mod:`pramopt.optimize.backends.clarabel_qp`).
 """
 from __future__ import annotations
 
