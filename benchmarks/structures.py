@@ -48,7 +48,7 @@ def hybrid_design(table, alpha: float, block_records: float, senders: int | None
     from pramopt.optimize.problem import DesignProblem
     from pramopt.optimize.strategies.blocks import make_blocks
     from pramopt.optimize.program import build_program
-    from pramopt.optimize.strategies.refine import refine
+    from pramopt.optimize.strategies.lazy import refine_lazy, solve_lazy
     from pramopt.optimize.support import Support
     from pramopt.params import DesignParams
 
@@ -112,18 +112,9 @@ def hybrid_design(table, alpha: float, block_records: float, senders: int | None
     def pending(z):
         return ws.missing(sup.to_matrix(T @ z))
 
-    rounds = 0
-    while True:
-        rounds += 1
-        lp = load()
-        out = lp.solve(cz, lo, hi)
-        if out.x is None:
-            return None, dict(status=out.status, seconds=time.perf_counter() - t0)
-        z = clean(out.x)
-        new = pending(z)
-        if not new:
-            break
-        ws.add(new)
+    out, z, lp, rounds = solve_lazy(load, cz, lo, hi, clean, pending, ws.add)
+    if z is None:
+        return None, dict(status=out.status, seconds=time.perf_counter() - t0)
     t_lin = time.perf_counter() - t0
     P_lin = sup.to_matrix(T @ z)
     loss_lin = pramopt.l2_loss(P_lin, U)
@@ -133,15 +124,8 @@ def hybrid_design(table, alpha: float, block_records: float, senders: int | None
         f, g, _ = grad(T @ z)
         return f, (None if g is None else T.T @ g), None
 
-    its = 0
-    while its < max_iter:
-        z, step = refine(lp, z, lo, hi, evaluate, check=pending, rtol=params.rtol, max_iter=max_iter - its,
-                         clean_fn=clean)
-        its += step.iterations
-        if step.stop_reason != "constraints":
-            break
-        ws.add(step.added_constraints)
-        lp = load()
+    z, step, its = refine_lazy(load, lp, z, lo, hi, evaluate, pending, ws.add, max_iter, rtol=params.rtol,
+                               clean_fn=clean)
     P = sup.to_matrix(T @ z)
     return P, dict(status="ok", rare=int(R.size), frequent=int(F.size), blocks=B, senders=int(send.size),
                    parameters=int(T.shape[1]), support=int(S), linear_rounds=rounds, linear_s=t_lin,

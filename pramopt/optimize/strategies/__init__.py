@@ -7,6 +7,8 @@ into an :class:`Attempt` (a matrix, or why there is none), which the designer ve
 * :mod:`.blocks` -- block-diagonal retention-replacement designs for data where most cells are
   rare or unique;
 * :mod:`.refine` -- the trust-region SLP shared by the general and block strategies.
+* :mod:`.lazy` -- the linear stage and the refinement with C1's rows added as they are found
+  violated (block and privacy strategies).
 """
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ from ..problem import DesignProblem, Trace
 from ..program import build_program
 from ..support import Support
 from . import Attempt, AttemptStatus
-from .refine import refine
+from .lazy import refine_lazy, solve_lazy
 
 __all__ = ["solve_blocks", "make_blocks", "BlockModel", "LAMBDA_MIN", "BLOCK_SUPPORT_MAX"]
 
@@ -168,35 +168,20 @@ def _solve_at_size(problem: DesignProblem, target: float, a_solve: float, trace:
         return chain(build_program(sup, counts, ws.block(sup), a_solve, invariant=p.invariant, param=bm.T), None)
 
     t_lin = time.perf_counter()
-    rounds = 0
-    while True:
-        rounds += 1
-        lp = load()
-        out = lp.solve(cz, lo, hi)
-        if out.x is None:
-            trace.add(f"linear(blocks {target:g})", time.perf_counter() - t_lin, rounds, out.status)
-            kind = AttemptStatus.INFEASIBLE if out.status == "infeasible" else AttemptStatus.SOLVER_ERROR
-            return Attempt(kind, detail=out.status)
-        z = bm.clean(out.x)
-        new = pending(z)
-        trace.progress("linear", rounds, expected_changes(bm.matrix(z), counts), len(new))
-        if not new:
-            break
-        ws.add(new)
+    out, z, lp, rounds = solve_lazy(
+        load, cz, lo, hi, bm.clean, pending, ws.add,
+        on_round=lambda r, z, new: trace.progress("linear", r, expected_changes(bm.matrix(z), counts), len(new)))
+    if z is None:
+        trace.add(f"linear(blocks {target:g})", time.perf_counter() - t_lin, rounds, out.status)
+        kind = AttemptStatus.INFEASIBLE if out.status == "infeasible" else AttemptStatus.SOLVER_ERROR
+        return Attempt(kind, detail=out.status)
     trace.add(f"linear(blocks {target:g})", time.perf_counter() - t_lin, rounds,
               f"expected changes {expected_changes(bm.matrix(z), counts):.4g}")
     if p.refine_loss and p.max_iter > 0:
         t_ref = time.perf_counter()
-        its = 0
         evaluate = problem.objective.on_blocks(bm, counts)
-        while its < p.max_iter:
-            z, info = refine(lp, z, lo, hi, evaluate, check=pending, rtol=p.rtol, max_iter=p.max_iter - its,
-                             progress=trace.progress, clean_fn=bm.clean)
-            its += info.iterations
-            if info.stop_reason != "constraints":
-                break
-            ws.add(info.added_constraints)
-            lp = load()
+        z, info, its = refine_lazy(load, lp, z, lo, hi, evaluate, pending, ws.add, p.max_iter, rtol=p.rtol,
+                                   progress=trace.progress, clean_fn=bm.clean)
         trace.add("refine(blocks)", time.perf_counter() - t_ref, its,
                   f"stop: {info.stop_reason}, loss {info.loss_end:.4g}")
     lam = z[: bm.B]

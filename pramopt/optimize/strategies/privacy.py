@@ -36,6 +36,7 @@ from ..problem import DesignProblem, Trace
 from ..program import build_program, pk_log_program
 from ..support import clean
 from . import Attempt, AttemptStatus
+from .lazy import solve_lazy
 from .refine import refine
 
 __all__ = ["solve_privacy", "polish_exact_k", "K_ROUNDS", "EXACT_K_MAX_CELLS"]
@@ -106,19 +107,8 @@ def solve_privacy(problem: DesignProblem, starts_given, eps_solve: float | None,
     x_lin = None
     solver = "closed form"
     out = None
-    while not starts_given:
-        rounds += 1
-        lp = load()
-        out = lp.solve(cost, lo, hi)
-        if out.x is None:
-            break
-        x = clean(sup, out.x)
-        new = pending(x)
-        if not new:
-            x_lin = x
-            break
-        ws.add(new)
-    if out is not None:
+    if not starts_given:
+        out, x_lin, _, rounds = solve_lazy(load, cost, lo, hi, lambda v: clean(sup, v), pending, ws.add)
         solver = out.solver
     exact = problem.objective.on_support(sup, counts, sparse=False)
 
