@@ -27,7 +27,7 @@ import pandas as pd
 
 import pramopt
 from pramopt.baselines.calibrate import retention_on_cells
-from pramopt.baselines.privacy import retention_meeting
+from pramopt.baselines.retention_meeting import retention_meeting
 from pramopt.baselines.retention import retention_rho, rho_from_epsilon, rho_from_k
 from pramopt.frequency.combinations import resolve_combinations
 from pramopt.optimize.strategies import privacy as privacy_strategy

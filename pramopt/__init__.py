@@ -5,12 +5,12 @@ The pipeline (see ARCHITECTURE.md): :mod:`pramopt.frequency` (data to frequency 
 :class:`DesignResult` -> :mod:`pramopt.publish` (release and estimate) and :mod:`pramopt.io`.
 Beside it: :mod:`pramopt.baselines` (closed forms of the literature), :mod:`pramopt.risk`
 (every risk notion), :mod:`pramopt.report`, :mod:`pramopt.spec`, :mod:`pramopt.cli`, and the
-magnitude-table rules in :mod:`pramopt.tables`.
+magnitude-table rules in :mod:`pramopt.magnitude`.
 
 Importing pramopt does not import cvxpy (only ``solver=`` with a cvxpy solver does) and prints
 nothing.
 """
-from . import tables
+from . import magnitude
 from .baselines import (
     IFPRDesign, baseline, calibrate_all, calibrate_ifpr, calibrate_retention, calibrate_sdcmicro, ifpr_block_matrix,
     ifpr_block_size, ifpr_design, ifpr_h, ifpr_matrix, ifpr_psi, ifpr_theta, product_matrix_on_cells,
@@ -37,7 +37,7 @@ from .risk import (
     dp_epsilon_retention, expected_correct_match, nayak_r1, pk_anonymity, pk_anonymity_product,
     pk_anonymity_retention, pk_ratio, simulate_intruder,
 )
-from .risk_utility import Frontier, frontier
+from .tradeoff import Frontier, frontier
 from .spec import load_spec
 from .verify import C1Report, c1_risk
 
@@ -68,7 +68,7 @@ __all__ = [
     # files
     "load_design", "save_design", "read_matrix", "read_table", "write_table", "load_spec",
     # magnitude tables
-    "tables",
+    "magnitude",
 ]
 
 del _households_files

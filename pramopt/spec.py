@@ -193,7 +193,7 @@ def _frontier_table(p: Path, table) -> dict:
         _bad(p, f"unknown [frontier] keys {bad!r} (allowed: {list(FRONTIER_KEYS)!r})")
     if "alphas" not in table:
         _bad(p, "[frontier] must give alphas")
-    from .risk_utility import check_alphas  # the same check as pramopt.frontier's
+    from .tradeoff import check_alphas  # the same check as pramopt.frontier's
 
     try:
         alphas = check_alphas(table["alphas"], "frontier")

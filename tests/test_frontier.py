@@ -116,7 +116,7 @@ def test_the_optimal_loss_does_not_grow_with_alpha(example):
 
 def test_the_frequency_table_is_counted_once(example, monkeypatch):
     import pramopt.optimize.designer as D
-    import pramopt.risk_utility as ru
+    import pramopt.tradeoff as ru
 
     # the frontier and design() both count through the designer's table_and_combinations
     calls = []
@@ -144,7 +144,7 @@ def test_progress_is_called_per_point_and_its_errors_stop_the_frontier(example):
 
 @pytest.mark.parametrize("alphas", [(), [0.1, 0.1], [0.0, 0.1], [0.1, 1.0], [0.1, "x"], "0.1", [np.nan], None])
 def test_bad_alphas_are_refused_naming_alphas(example, alphas, monkeypatch):
-    import pramopt.risk_utility as ru
+    import pramopt.tradeoff as ru
 
     monkeypatch.setattr(ru, "design", lambda *a, **k: pytest.fail("designed before checking alphas"))
     with pytest.raises(InvalidParameterError, match="'alphas' parameter of frontier"):
@@ -157,7 +157,7 @@ def test_bad_alphas_are_refused_naming_alphas(example, alphas, monkeypatch):
     ({"household": "v1"}, "'household' parameter of design is not supported by frontier"),
 ])
 def test_bad_options_are_refused_before_any_design(example, kw, needle, monkeypatch):
-    import pramopt.risk_utility as ru
+    import pramopt.tradeoff as ru
 
     monkeypatch.setattr(ru, "design", lambda *a, **k: pytest.fail("designed before checking the options"))
     with pytest.raises(InvalidParameterError, match=needle):
@@ -165,7 +165,7 @@ def test_bad_options_are_refused_before_any_design(example, kw, needle, monkeypa
 
 
 def test_auto_leaves_the_baselines_out_of_large_tables_with_a_note(example, monkeypatch):
-    import pramopt.risk_utility as ru
+    import pramopt.tradeoff as ru
 
     monkeypatch.setattr(ru, "BASELINE_MAX_CELLS", 10)
     f = pramopt.frontier(example, QI, (0.2,))
@@ -212,7 +212,7 @@ def test_the_command_writes_table_figure_and_page(tmp_path, example):
 
 @pytest.mark.parametrize("alphas", ["", "0.1,0.1", "0.1,x", "0,0.1", "0.5,1.5", "0.1,,0.2", "abc"])
 def test_the_command_refuses_bad_alphas_before_any_work(tmp_path, alphas, monkeypatch):
-    import pramopt.risk_utility as ru
+    import pramopt.tradeoff as ru
 
     monkeypatch.setattr(ru, "design", lambda *a, **k: pytest.fail("designed before checking --alphas"))
     code, _, err = _run(["frontier", "--alphas", alphas, "--out", str(tmp_path / "f")])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pramopt.errors import InvalidParameterError
-from pramopt.risk.privacy import (dp_epsilon, dp_epsilon_product, dp_epsilon_retention, pk_anonymity,
+from pramopt.risk.dp_pk_anonymity import (dp_epsilon, dp_epsilon_product, dp_epsilon_retention, pk_anonymity,
                                          pk_anonymity_product, pk_anonymity_retention, pk_ratio)
 
 # Section 2.3: retention-replacement on "sex" with ρ = 1/2.

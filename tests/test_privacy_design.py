@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 import pramopt
-from pramopt.baselines.privacy import retention_meeting
+from pramopt.baselines.retention_meeting import retention_meeting
 from pramopt.errors import InvalidParameterError
 from pramopt.frequency.table import frequency_table
 from pramopt.optimize.constraints.privacy import (RatioBound, balancing_weights, dense_support, ratio_rows,

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from pramopt.errors import InvalidParameterError
-from pramopt.risk.privacy import dp_epsilon, pk_anonymity
+from pramopt.risk.dp_pk_anonymity import dp_epsilon, pk_anonymity
 from pramopt.baselines.retention import (reconstruct_counts, reconstruction_error, retention_matrix,
                                            retention_matrix_multi, retention_rho, rho_from_epsilon, rho_from_k)
 

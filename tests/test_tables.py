@@ -1,4 +1,4 @@
-"""Tests of pramopt.tables against Domingo-Ferrer & Torra, "A critique of the sensitivity rules
+"""Tests of pramopt.magnitude against Domingo-Ferrer & Torra, "A critique of the sensitivity rules
 usually employed for statistical table protection" (seed paper 003).
 
 Every asserted number comes from the paper (the Example / equation is cited) or from an exact
@@ -19,7 +19,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from pramopt.errors import InvalidParameterError
-from pramopt import tables as T
+from pramopt import magnitude as T
 from pramopt.cli import sensitivity as sensitivity_cli
 
 FAST = settings(max_examples=40, deadline=None)

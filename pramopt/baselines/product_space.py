@@ -29,7 +29,7 @@ from ..frequency.combinations import resolve_combinations
 from ..frequency.table import FrequencyTable, category_codes, frequency_table
 from ..risk.assessment import Assessment
 from ..risk.correct_match import correct_match_risks
-from ..risk.privacy import dp_epsilon_product, pk_anonymity_product
+from ..risk.dp_pk_anonymity import dp_epsilon_product, pk_anonymity_product
 from ..verify import c1_risk
 from .sdcmicro import sdcmicro_invariant_matrix
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from .._validation import InvalidParameterError, check_int, check_real
 from .._validation import as_levels, as_transition_matrix
-from ..risk.privacy import _rho_list, dp_epsilon_retention, pk_anonymity_retention
+from ..risk.dp_pk_anonymity import _rho_list, dp_epsilon_retention, pk_anonymity_retention
 
 __all__ = [
     "retention_matrix",

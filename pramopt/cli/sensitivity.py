@@ -1,4 +1,4 @@
-"""``pramopt sensitivity``: the magnitude-table rules of :mod:`pramopt.tables`, cell by cell."""
+"""``pramopt sensitivity``: the magnitude-table rules of :mod:`pramopt.magnitude`, cell by cell."""
 from __future__ import annotations
 
 import argparse
@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..io.atomic import PARQUET_SUFFIXES, atomic_write, check_out_file
-from ..tables.rules import DEFAULT_CELL, DEFAULT_TOL, DEFAULT_VALUE, _check_params, _compute, _raise
+from ..magnitude.rules import DEFAULT_CELL, DEFAULT_TOL, DEFAULT_VALUE, _check_params, _compute, _raise
 
 HELP = "verdicts of the dominance, p%% and pq and entropy rules and coalition bounds per cell"
 

@@ -334,7 +334,7 @@ class _Designer:
     def privacy(self) -> DesignResult:
         """A dense design under epsilon and/or k (and C1 unless alpha is None); see
         :mod:`.strategies.privacy`.  Success only when every requirement holds exactly."""
-        from ..baselines.privacy import retention_meeting
+        from ..baselines.retention_meeting import retention_meeting
 
         pb, p = self.problem, self.p
         c1 = p.alpha is not None
@@ -404,7 +404,7 @@ class _Designer:
 
     def _privacy_measure(self, P) -> dict:
         """The independent checks: C1 (pramopt.verify), Theorem 1's epsilon and Theorem 3's k."""
-        from ..risk.privacy import dp_epsilon, pk_ratio
+        from ..risk.dp_pk_anonymity import dp_epsilon, pk_ratio
 
         pb, p = self.problem, self.p
         rep = self.verify(P, "verify")

@@ -70,7 +70,7 @@ def _check_privacy_again(result, table: FrequencyTable) -> None:
     if eps is None and k is None:
         return
     from ..params import PRIVACY_MAX_CELLS
-    from ..risk.privacy import dp_epsilon, pk_anonymity
+    from ..risk.dp_pk_anonymity import dp_epsilon, pk_anonymity
 
     if table.n_cells > PRIVACY_MAX_CELLS:  # no design under epsilon or k is made that large
         raise DesignMismatchError(f"The design claims epsilon or k on {table.n_cells} cells (at most "

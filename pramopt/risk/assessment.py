@@ -19,7 +19,7 @@ from ..frequency.table import FrequencyTable, category_codes, frequency_table
 from ..loss import condition_number, expected_changes, l2_loss
 from ..verify import c1_risk
 from .correct_match import correct_match_risks
-from .privacy import dp_epsilon, pk_anonymity
+from .dp_pk_anonymity import dp_epsilon, pk_anonymity
 
 __all__ = ["Assessment", "assess"]
 
@@ -155,22 +155,7 @@ def assess(data, matrix, qi=None, cells=None, *, combinations=None, combination_
     Assessment
     """
     owner = "assess"
-    if isinstance(data, FrequencyTable):
-        table = data
-        if qi is not None and tuple([qi] if isinstance(qi, str) else qi) != table.qi:
-            raise InvalidParameterError(
-                f"The 'qi' parameter of {owner} must match the frequency table's variables {list(table.qi)!r}; got {qi!r}."
-            )
-    elif isinstance(data, pd.DataFrame):
-        if qi is None:
-            raise InvalidParameterError(
-                f"The 'qi' parameter of {owner} must name the identifying variables when data is a DataFrame; got None."
-            )
-        table = frequency_table(data, qi, owner=owner)
-    else:
-        raise InvalidParameterError(
-            f"The 'data' parameter of {owner} must be a pandas DataFrame or a FrequencyTable; got {type(data).__name__}."
-        )
+    table = _table_of(data, qi, owner)
     if alpha is not None:
         alpha = check_real(alpha, "alpha", owner, low=0.0, high=1.0)
     combos = resolve_combinations(table.qi, size=combination_size, explicit=combinations, owner=owner)
@@ -178,32 +163,7 @@ def assess(data, matrix, qi=None, cells=None, *, combinations=None, combination_
         renormalize = check_real(renormalize, "renormalize", owner, low=0.0, high=0.1, high_open=False)
     P = as_transition_matrix(matrix, "matrix", owner, renormalize=renormalize)
     K = table.n_cells
-    if cells is None:
-        if P.shape[0] != K:
-            raise InvalidParameterError(
-                f"The 'matrix' parameter of {owner} must be {K}x{K} (one row per present cell) when "
-                f"'cells' is not given; got {P.shape[0]}x{P.shape[1]}."
-            )
-        col_codes = table.codes
-        rows = np.arange(K)
-    else:
-        col_codes = _cell_codes(table, cells, owner)
-        if P.shape[0] != col_codes.shape[0]:
-            raise InvalidParameterError(
-                f"The 'matrix' parameter of {owner} must have one row per cell of 'cells' "
-                f"({col_codes.shape[0]}); got {P.shape[0]}x{P.shape[1]}."
-            )
-        lookup = {tuple(r): i for i, r in enumerate(col_codes.tolist())}
-        if len(lookup) != col_codes.shape[0]:
-            raise InvalidParameterError(f"The 'cells' parameter of {owner} must list each cell once.")
-        missing = [tuple(r) for r in table.codes.tolist() if tuple(r) not in lookup]
-        if missing:
-            lab = table.cells().iloc[[table.codes.tolist().index(list(missing[0]))]].to_dict("records")[0]
-            raise InvalidParameterError(
-                f"The 'cells' parameter of {owner} must include every cell present in the data; "
-                f"{len(missing)} missing, e.g. {lab!r}."
-            )
-        rows = np.array([lookup[tuple(r)] for r in table.codes.tolist()], dtype=np.int64)
+    col_codes, rows = _matrix_cells(table, P, cells, owner)
     counts_full = np.zeros(P.shape[0])
     counts_full[rows] = table.counts
     rep = c1_risk(P[rows], table.codes, table.counts, combos, col_codes=col_codes)
@@ -226,6 +186,54 @@ def assess(data, matrix, qi=None, cells=None, *, combinations=None, combination_
         n_combinations=len(combos),
         alpha=alpha,
     )
+
+
+def _table_of(data, qi, owner: str) -> FrequencyTable:
+    """The frequency table of ``data`` (a DataFrame with ``qi``, or a table whose ``qi`` match)."""
+    if isinstance(data, FrequencyTable):
+        if qi is not None and tuple([qi] if isinstance(qi, str) else qi) != data.qi:
+            raise InvalidParameterError(
+                f"The 'qi' parameter of {owner} must match the frequency table's variables "
+                f"{list(data.qi)!r}; got {qi!r}.")
+        return data
+    if isinstance(data, pd.DataFrame):
+        if qi is None:
+            raise InvalidParameterError(
+                f"The 'qi' parameter of {owner} must name the identifying variables when data is a "
+                "DataFrame; got None.")
+        return frequency_table(data, qi, owner=owner)
+    raise InvalidParameterError(
+        f"The 'data' parameter of {owner} must be a pandas DataFrame or a FrequencyTable; "
+        f"got {type(data).__name__}.")
+
+
+def _matrix_cells(table: FrequencyTable, P, cells, owner: str) -> tuple[np.ndarray, np.ndarray]:
+    """The codes of the matrix's cells and the matrix row of each present cell, checked."""
+    K = table.n_cells
+    if cells is None:
+        if P.shape[0] != K:
+            raise InvalidParameterError(
+                f"The 'matrix' parameter of {owner} must be {K}x{K} (one row per present cell) when "
+                f"'cells' is not given; got {P.shape[0]}x{P.shape[1]}."
+            )
+        return table.codes, np.arange(K)
+    col_codes = _cell_codes(table, cells, owner)
+    if P.shape[0] != col_codes.shape[0]:
+        raise InvalidParameterError(
+            f"The 'matrix' parameter of {owner} must have one row per cell of 'cells' "
+            f"({col_codes.shape[0]}); got {P.shape[0]}x{P.shape[1]}."
+        )
+    lookup = {tuple(r): i for i, r in enumerate(col_codes.tolist())}
+    if len(lookup) != col_codes.shape[0]:
+        raise InvalidParameterError(f"The 'cells' parameter of {owner} must list each cell once.")
+    missing = [tuple(r) for r in table.codes.tolist() if tuple(r) not in lookup]
+    if missing:
+        lab = table.cells().iloc[[table.codes.tolist().index(list(missing[0]))]].to_dict("records")[0]
+        raise InvalidParameterError(
+            f"The 'cells' parameter of {owner} must include every cell present in the data; "
+            f"{len(missing)} missing, e.g. {lab!r}."
+        )
+    return col_codes, np.array([lookup[tuple(r)] for r in table.codes.tolist()], dtype=np.int64)
 
 
 def _cell_codes(table: FrequencyTable, cells, owner: str) -> np.ndarray:

@@ -17,7 +17,7 @@ Both notions bound ratios of entries of a column of P:
   its current P (:func:`balancing_weights`): the union over s of these sets is
   ``{P : every cycle u1 -> u2 -> ... -> u1 has mean log-ratio <= ln r}``, against Theorem 3's
   ``{every cycle of length 2}``; the two agree whenever the worst cycle of the current P has
-  length 2.  The independent exact check (:func:`pramopt.risk.privacy.pk_anonymity`) decides.
+  length 2.  The independent exact check (:func:`pramopt.risk.dp_pk_anonymity.pk_anonymity`) decides.
 
   Theorem 3's set itself is linear in ``y = ln P`` (:func:`pramopt.optimize.program.pk_log_program`): the designer polishes
   in log space over it, up to ``EXACT_K_MAX_CELLS`` cells (its K^3 rows).

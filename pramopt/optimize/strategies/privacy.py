@@ -8,7 +8,7 @@ and 2 K^2 ratio rows per bound (:mod:`..constraints.privacy`), plus C1's rows wh
 The steps:
 
 1. the start: retention-replacement on the present cells with the largest ρ meeting every
-   requirement (:func:`pramopt.baselines.privacy.retention_meeting`) -- feasible, so the design is
+   requirement (:func:`pramopt.baselines.retention_meeting.retention_meeting`) -- feasible, so the design is
    never worse than it;
 2. the linear stage (minimum expected number of changed records);
 3. the trust-region refinement of the exact L2 loss (:func:`.refine.refine`) from the better of the two;
@@ -31,7 +31,7 @@ from ...loss import expected_changes
 from ..backends import chain
 from ..constraints.c1 import WorkingSet
 from ..constraints.privacy import RatioBound, balancing_weights, dense_support, pk_ratio_target, softmax_rows
-from ...risk.privacy import dp_epsilon
+from ...risk.dp_pk_anonymity import dp_epsilon
 from ..problem import DesignProblem, Trace
 from ..program import build_program, pk_log_program
 from ..support import clean

@@ -4,7 +4,7 @@ Algorithms 1-3 of Ikarashi et al. choose ρ on the product space (:mod:`.retenti
 lives on the present cells: the product matrix is restricted to them and each row renormalised
 (:func:`~pramopt.baselines.calibrate.retention_on_cells`), which changes its ε and k.  Here ρ is
 calibrated so that the **restricted** matrix meets the requirements, measured exactly by
-:func:`pramopt.risk.privacy.dp_epsilon` and :func:`~pramopt.risk.privacy.pk_anonymity` (and,
+:func:`pramopt.risk.dp_pk_anonymity.dp_epsilon` and :func:`~pramopt.risk.dp_pk_anonymity.pk_anonymity` (and,
 with ``alpha``, C1 by :func:`pramopt.verify.c1_risk`).  It is feasible for the designer's
 program at the same ε and k, so the designer starts from it and falls back to it.
 
@@ -23,7 +23,7 @@ import numpy as np
 
 from ..frequency.table import FrequencyTable
 from ..loss import l2_loss
-from ..risk.privacy import dp_epsilon, pk_anonymity
+from ..risk.dp_pk_anonymity import dp_epsilon, pk_anonymity
 from ..verify import c1_risk
 from .calibrate import retention_on_cells
 

@@ -11,7 +11,7 @@ import pandas as pd
 
 from .._validation import InvalidParameterError, check_real
 
-#: Default tolerance of the boundary comparisons (see :mod:`pramopt.tables.rules`).
+#: Default tolerance of the boundary comparisons (see :mod:`pramopt.magnitude.rules`).
 DEFAULT_TOL = 1e-9
 DEFAULT_CELL = "cell"
 DEFAULT_VALUE = "contribution"

@@ -11,8 +11,8 @@ Example and Theorem numbers below are the paper's), and the paper's counterexamp
 * :func:`coalition_bound` -- the upper bound on the largest contribution that the ``c``
   largest other contributors get by pooling their values (expressions (4) and (15)), which the
   paper recommends as an a-posteriori check;
-* :func:`~pramopt.tables.construction_1` ... ``construction_4`` -- the cells of Constructions 1-4
-  (:mod:`pramopt.tables.constructions`);
+* :func:`~pramopt.magnitude.construction_1` ... ``construction_4`` -- the cells of Constructions 1-4
+  (:mod:`pramopt.magnitude.constructions`);
 * :func:`assess_cells` -- every verdict and the coalition bound for many cells at once;
 * the ``pramopt sensitivity`` command (:mod:`pramopt.cli.sensitivity`).
 

@@ -1,6 +1,6 @@
 """The counterexample cells of Domingo-Ferrer & Torra: Lemma 1, equation (11), Constructions 1-4.
 
-Each construction puts a cell exactly on a rule's boundary (see :mod:`pramopt.tables.rules`
+Each construction puts a cell exactly on a rule's boundary (see :mod:`pramopt.magnitude.rules`
 for the tolerance that resolves such boundaries toward the paper's verdicts).
 """
 from __future__ import annotations
