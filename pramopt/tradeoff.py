@@ -2,7 +2,7 @@
 
 For each security level α of a list, :func:`frontier` makes the optimal design
 (:func:`pramopt.design`) and every closed-form baseline calibrated to the same α
-(:data:`pramopt.baselines.CALIBRATIONS`), all on one frequency table counted once, and puts
+(:data:`pramopt.baselines.BASELINES`), all on one frequency table counted once, and puts
 their exact L2 loss, expected number of changed records, verified largest C1 risk, time and
 status side by side.  Plotted against α (:meth:`Frontier.figure`), this is the picture an
 office uses to choose α: how much utility each step of security costs, and how much the
@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from ._validation import InvalidParameterError, check_int, check_real, fail
-from .baselines.calibrate import CALIBRATIONS
+from .baselines.registry import ALIASES, BASELINES
 from .errors import CallbackError
 from .frequency.table import FrequencyTable
 from .optimize.designer import design, table_and_combinations
@@ -82,7 +82,7 @@ def check_alphas(alphas, owner: str = "frontier") -> tuple[float, ...]:
 
 def _check_baselines(baselines, n_cells: int, owner: str) -> tuple[tuple[str, ...], str | None]:
     """The baseline names to compute, and a note when "auto" left them out."""
-    names = tuple(CALIBRATIONS)
+    names = tuple(BASELINES)
     allowed = f'"auto", "all", "none" or a list of {list(names)!r}'
     if baselines is None or (isinstance(baselines, str) and baselines == "none"):
         return (), None
@@ -95,8 +95,8 @@ def _check_baselines(baselines, n_cells: int, owner: str) -> tuple[tuple[str, ..
                             f"{BASELINE_MAX_CELLS} (they are dense K x K closed forms; baselines='all' "
                             "computes them anyway).")
             chosen = names
-        elif baselines in names:
-            chosen = (baselines,)
+        elif ALIASES.get(baselines, baselines) in names:
+            chosen = (ALIASES.get(baselines, baselines),)
         else:
             fail("baselines", owner, allowed, baselines)
     else:
@@ -104,6 +104,7 @@ def _check_baselines(baselines, n_cells: int, owner: str) -> tuple[tuple[str, ..
             chosen = tuple(baselines)
         except TypeError:
             fail("baselines", owner, allowed, baselines)
+        chosen = tuple(ALIASES.get(b, b) if isinstance(b, str) else b for b in chosen)
         bad = [b for b in chosen if not isinstance(b, str) or b not in names]
         if bad or len(set(chosen)) != len(chosen):
             fail("baselines", owner, allowed, list(chosen))
@@ -297,7 +298,7 @@ def _row(alpha: float, name: str, r: DesignResult, seconds: float) -> dict:
         params = f"structure={structure}" + (f", gamma={r.gamma:g}" if r.gamma else "")
     else:
         # sdcMicro's own "alpha" (its mixing weight) is not C1's α
-        keep = {{"alpha": "pram_alpha"}.get(k, k): r.details[k] for k in ("rho", "xi", "pd", "alpha")
+        keep = {{"alpha": "pram_alpha"}.get(k, k): r.details[k] for k in BASELINES[name].tuned
                 if k in r.details}
         params = ", ".join(f"{k}={_short(v)}" for k, v in keep.items())
     return {"alpha": alpha, "design": name, "kind": "optimal" if name == OPTIMAL else "baseline",
@@ -325,7 +326,7 @@ def frontier(data, qi=None, alphas=DEFAULT_ALPHAS, *, baselines="auto", seed: in
     alphas : sequence of float
         The C1 levels, distinct, each in (0, 1) (sorted in the result).
     baselines : {"auto", "all", "none"} or list of str
-        The calibrated baselines (names of :data:`pramopt.baselines.CALIBRATIONS`: retention,
+        The calibrated baselines (names of :data:`pramopt.baselines.BASELINES`: retention,
         retention-per-attribute, ifpr, sdcmicro) computed beside the optimal design.  ``"auto"``
         (default): all of them up to :data:`BASELINE_MAX_CELLS` cells, none beyond (with a note).
     seed : int
@@ -388,7 +389,7 @@ def frontier(data, qi=None, alphas=DEFAULT_ALPHAS, *, baselines="auto", seed: in
         for name in names:
             tell(a, name, None)
             t0 = time.perf_counter()
-            b = CALIBRATIONS[name](table, combos, a, seed=seed)
+            b = BASELINES[name].run(table, combos, a, seed=seed)
             rows.append(_row(a, name, b, time.perf_counter() - t0))
             base[a][name] = b
             tell(a, name, b)

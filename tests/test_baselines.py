@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from pramopt.errors import InvalidParameterError
-from pramopt.baselines.calibrate import (calibrate_all, calibrate_ifpr, calibrate_retention, calibrate_sdcmicro,
-                                           product_matrix_on_cells, retention_on_cells, sdcmicro_on_cells)
+from pramopt.baselines import (calibrate_all, calibrate_ifpr, calibrate_retention, calibrate_sdcmicro,
+                               product_matrix_on_cells, retention_on_cells, sdcmicro_on_cells)
 from pramopt.baselines.retention import retention_matrix
 from pramopt.baselines.sdcmicro import sdcmicro_invariant_matrix
 from pramopt.frequency.combinations import resolve_combinations

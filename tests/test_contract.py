@@ -47,10 +47,12 @@ PRODUCERS = {
     "design-blocks": lambda df: pramopt.design(df, QI, alpha=ALPHA, structure="blocks"),
     "design-replacement": lambda df: pramopt.design(df, QI, alpha=ALPHA, structure="replacement"),
     "design-epsilon": lambda df: pramopt.design(df, QI, alpha=ALPHA, epsilon=3.0),
-    "rr": lambda df: pramopt.baseline(df, QI, "rr", ALPHA),
-    "rr-per-attribute": lambda df: pramopt.baseline(df, QI, "rr", ALPHA, per_attribute=True),
-    "ifpr": lambda df: pramopt.baseline(df, QI, "ifpr", ALPHA),
-    "sdcmicro": lambda df: pramopt.baseline(df, QI, "sdcmicro", ALPHA, seed=2),
+    # every registered baseline family (a seed other than the default where the family draws one)
+    **{name: (lambda df, name=name, seed=("seed" in fam.options): pramopt.baseline(
+        df, QI, name, ALPHA, **({"seed": 2} if seed else {})))
+       for name, fam in pramopt.baselines.BASELINES.items()},
+    "retention-option-per-attribute":
+        lambda df: pramopt.baseline(df, QI, "retention", ALPHA, per_attribute=True),
 }
 
 

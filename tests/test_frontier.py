@@ -51,7 +51,7 @@ def c1_from_definition(P, df, qi, size=3) -> float:
 
 def test_the_table_has_one_row_per_alpha_and_design(fr):
     pts = fr.points
-    names = ["optimal", *pramopt.baselines.CALIBRATIONS]
+    names = ["optimal", *pramopt.baselines.BASELINES]
     assert list(pts.columns[:9]) == ["alpha", "design", "kind", "status", "meets_c1", "loss", "expected_changes",
                                      "max_risk", "seconds"]
     assert [(a, n) for a, n in zip(pts["alpha"], pts["design"])] == [(a, n) for a in ALPHAS for n in names]
@@ -78,7 +78,7 @@ def test_each_baseline_point_is_calibrated_alone_and_verified(fr, example):
     for a in ALPHAS:
         for name, b in fr.baselines[a].items():
             row = fr.points[(fr.points["alpha"] == a) & (fr.points["design"] == name)].iloc[0]
-            alone = pramopt.baselines.CALIBRATIONS[name](table, combos, a)
+            alone = pramopt.baselines.BASELINES[name].run(table, combos, a)
             assert row["loss"] == pytest.approx(alone.loss, rel=1e-9)
             risk = c1_from_definition(b.matrix, example, QI)
             assert row["max_risk"] == pytest.approx(risk, rel=1e-9)

@@ -32,7 +32,6 @@ from .._validation import InvalidParameterError, check_int, check_real
 from ..frequency.table import FrequencyTable
 from ..loss import l2_loss as _l2_loss
 from ..outcome import finish
-from ..params import DesignParams
 from ..result import DesignResult, Stage, Status
 from ..verify import c1_risk
 from .ifpr import ifpr_design
@@ -40,16 +39,13 @@ from .retention import retention_matrix
 from .sdcmicro import sdcmicro_invariant_matrix
 
 __all__ = [
-    "baseline",
-    "FAMILIES",
     "product_matrix_on_cells",
     "retention_on_cells",
+    "ifpr_on_cells",
     "sdcmicro_on_cells",
     "calibrate_retention",
     "calibrate_ifpr",
     "calibrate_sdcmicro",
-    "calibrate_all",
-    "CALIBRATIONS",
 ]
 
 
@@ -110,6 +106,11 @@ def retention_on_cells(table: FrequencyTable, rho) -> np.ndarray:
         )
     mats = [retention_matrix(len(table.categories[v]), r) for v, r in enumerate(rhos)]
     return product_matrix_on_cells(table.codes, mats)
+
+
+def ifpr_on_cells(table: FrequencyTable, xi: float) -> np.ndarray:
+    """The IFPR design of Ghatak & Roy with ξ, the present cells taken as one variable's categories."""
+    return ifpr_design(table.counts, xi).matrix
 
 
 def _variable_frequencies(table: FrequencyTable, v: int) -> np.ndarray:
@@ -193,10 +194,6 @@ def _check_inputs(table, combinations, alpha, owner):
     return alpha, combos
 
 
-#: Family of a result -> the name :func:`pramopt.baseline` takes.
-FAMILIES = {"retention": "rr", "retention-per-attribute": "rr", "ifpr": "ifpr", "sdcmicro": "sdcmicro"}
-
-
 def _finish(family, table, combos, alpha, P, params, screen, fallback: Callable | None = None, *,
             inputs: dict, t0: float) -> DesignResult:
     """Verify with c1_risk; if rounding puts the searched matrix just above α, try ``fallback``."""
@@ -217,7 +214,7 @@ def _finish(family, table, combos, alpha, P, params, screen, fallback: Callable 
         msg += f" No member of the family meets C1 on these data (best max risk {rep.max_risk:.6g})."
     stage = Stage("calibrate", time.perf_counter() - t0, evaluations, f"{evaluations} C1 evaluations")
     qi = list(table.qi)
-    inputs = {"family": FAMILIES[family], "alpha": alpha,
+    inputs = {"family": family, "alpha": alpha,
               "combinations": [[qi[i] for i in c] for c in combos], **inputs}
     return finish(P, table, combos, alpha, Status.SUCCESS if ok else Status.INFEASIBLE, msg, stages=(stage,),
                   solver=f"closed form ({family})", report=rep, method=family, params=inputs,
@@ -452,60 +449,3 @@ def calibrate_sdcmicro(table: FrequencyTable, combinations, alpha, *, pd_grid: S
     return _finish("sdcmicro", table, combos, alpha, P, {"pd": pd, "alpha": a, "seed": seed}, screen, back,
                    inputs={"pd_grid": list(pd_grid), "seed": seed, "tol": tol}, t0=t0)
 
-
-#: Every calibrated baseline by name: ``CALIBRATIONS[name](table, combinations, alpha, seed)``.  A
-#: new ``calibrate_*`` listed here is in :func:`calibrate_all` and in :func:`pramopt.frontier`.
-CALIBRATIONS: dict[str, Callable[..., DesignResult]] = {
-    "retention": lambda t, c, a, seed=0: calibrate_retention(t, c, a),
-    "retention-per-attribute": lambda t, c, a, seed=0: calibrate_retention(t, c, a, per_attribute=True),
-    "ifpr": lambda t, c, a, seed=0: calibrate_ifpr(t, c, a),
-    "sdcmicro": lambda t, c, a, seed=0: calibrate_sdcmicro(t, c, a, seed=seed),
-}
-
-
-def calibrate_all(table: FrequencyTable, combinations, alpha, *, seed=0) -> dict[str, DesignResult]:
-    """Every calibrated baseline on one data set (:data:`CALIBRATIONS`): retention (common and per
-    attribute), IFPR, sdcMicro."""
-    return {name: fn(table, combinations, alpha, seed=seed) for name, fn in CALIBRATIONS.items()}
-
-
-def baseline(data, qi=None, family: str = "rr", alpha: float = DesignParams.alpha, *, combinations=None,
-             combination_size: int = DesignParams.combination_size, **options) -> DesignResult:
-    """A closed-form family calibrated to just meet C1 at ``alpha`` on a data set.
-
-    Parameters
-    ----------
-    data : pandas.DataFrame or FrequencyTable
-        Microdata (then ``qi`` is required) or its frequency table.
-    qi : list of str, optional
-        Identifying variables.
-    family : {"rr", "ifpr", "sdcmicro"}
-        Retention-replacement (:func:`calibrate_retention`; ``per_attribute=True`` for one ρ
-        per variable), IFPR (:func:`calibrate_ifpr`) or sdcMicro's per-variable PRAM restricted
-        to the present cells, rows renormalised (:func:`calibrate_sdcmicro`; not invariant).
-    alpha : float in (0, 1)
-    combinations, combination_size
-        Π, as for :func:`pramopt.design`.
-    **options
-        The family's own options (``per_attribute``, ``seed``, ``n_grid``, ``pd_grid``, ``tol``,
-        ``passes``).
-
-    Returns
-    -------
-    DesignResult
-        Verified by the independent C1 check; ``details`` holds the tuned parameters.
-    """
-    from .._validation import check_choice
-    from ..frequency.combinations import resolve_combinations
-    from ..frequency.table import frequency_table
-
-    owner = "baseline"
-    check_choice(family, "family", owner, ["rr", "ifpr", "sdcmicro"])
-    alpha = check_real(alpha, "alpha", owner, low=0.0, high=1.0)
-    table = data if isinstance(data, FrequencyTable) else frequency_table(data, qi, owner=owner)
-    combos = resolve_combinations(table.qi, combination_size, combinations, owner)
-    fn = {"rr": calibrate_retention, "ifpr": calibrate_ifpr, "sdcmicro": calibrate_sdcmicro}[family]
-    try:
-        return fn(table, combos, alpha, **options)
-    except TypeError as e:  # an option of another family
-        raise InvalidParameterError(f"The options of baseline {family!r} do not include {e}.") from None

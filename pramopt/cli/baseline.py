@@ -1,32 +1,51 @@
 """``pramopt baseline``: a closed-form family calibrated to meet C1, written like a design."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
+from ..baselines.registry import ALIASES, BASELINES
 from ..io import read_table
 from ..io.atomic import check_out_dir
-from ._common import add_data_options, add_quiet, combos_kw, dialect_of, formatter, say, write_outputs
+from ._common import (
+    add_data_options,
+    add_quiet,
+    combos_kw,
+    dialect_of,
+    formatter,
+    say,
+    write_outputs,
+)
 
 HELP = "closed-form designs calibrated to meet C1"
 
-#: The command's family names -> :func:`pramopt.baseline`'s.
-FAMILY = {"rr": "rr", "ifpr": "ifpr", "invariant": "sdcmicro"}
+
+def _family(text: str) -> str:
+    """The registered name; an old spelling is read as its name, with a note on stderr."""
+    name = ALIASES.get(text)
+    if name is None:
+        return text
+    print(f"pramopt baseline: {text!r} is an old name of the family {name!r}, which it runs; "
+          f"write {name!r}.", file=sys.stderr)
+    return name
 
 
 def add_parser(sub):
+    width = max(map(len, BASELINES))
+    families = "\n".join(f"  {name:<{width}}  {fam.description}" for name, fam in BASELINES.items())
     p = sub.add_parser(
         "baseline", formatter_class=formatter, help=HELP,
-        description="A closed-form PRAM family tuned to just meet C1 at α on the data, with the same\n"
-                    "outputs as 'design':\n"
-                    "  rr         retention-replacement (one ρ, or one per variable with --per-attribute)\n"
-                    "  ifpr       IFPR of Ghatak & Roy on the present cells\n"
-                    "  invariant  sdcMicro's PRAM per variable, restricted to the present cells (rows\n"
-                    "             renormalised: not sdcMicro's release, and no longer invariant)",
-        epilog="example:\n  pramopt baseline rr --data testdata.csv --qi urbrur,roof,walls,water --alpha 0.1 --out rr")
-    p.add_argument("family", choices=list(FAMILY), help="the closed-form family")
+        description="A closed-form PRAM family tuned to just meet C1 at α on the data, with the\n"
+                    "same outputs as 'design':\n" + families,
+        epilog="example:\n  pramopt baseline retention --data testdata.csv "
+               "--qi urbrur,roof,walls,water --alpha 0.1 --out rr")
+    p.add_argument("family", type=_family, choices=list(BASELINES), help="the closed-form family")
     add_data_options(p, required=True)
-    p.add_argument("--per-attribute", action="store_true", help="rr: one retention probability per variable")
-    p.add_argument("--seed", type=int, default=0, help="invariant: seed of the random diagonals (default 0)")
+    p.add_argument("--per-attribute", action="store_true",
+                   help="retention: one retention probability per variable "
+                        "(retention-per-attribute)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="sdcmicro: seed of the random diagonals (default 0)")
     p.add_argument("--out", metavar="DIR", required=True, help="output folder")
     add_quiet(p)
     p.set_defaults(func=run)
@@ -37,12 +56,14 @@ def run(args) -> int:
     from ..baselines import baseline
 
     check_out_dir(Path(args.out), flag="--out")
-    df = read_table(args.data, text=args.qi, dialect=dialect_of(args))  # identifying values as written
-    family = FAMILY[args.family]
-    options = {"per_attribute": args.per_attribute} if family == "rr" else (
-        {"seed": args.seed} if family == "sdcmicro" else {})
+    # identifying values as written
+    df = read_table(args.data, text=args.qi, dialect=dialect_of(args))
+    takes = BASELINES[args.family].options
+    options = {k: v for k, v in (("per_attribute", args.per_attribute), ("seed", args.seed))
+               if k in takes and (k != "per_attribute" or v)}
     alpha = {} if args.alpha is None else {"alpha": args.alpha}
-    result = baseline(df, args.qi, family, **alpha, **combos_kw(args), **options)
-    write_outputs(args.out, result, f"pramopt baseline: {result.method}", kind=f"baseline-{result.method}")
+    result = baseline(df, args.qi, args.family, **alpha, **combos_kw(args), **options)
+    write_outputs(args.out, result, f"pramopt baseline: {result.method}",
+                  kind=f"baseline-{result.method}")
     say(args, result.summary(), f"written to {args.out}/")
     return 0 if result.success else 1

@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..baselines.registry import BASELINES
 from ..errors import InvalidParameterError
 from ..io.atomic import atomic_dir, atomic_write, check_out_dir, write_text
 from ..params import DesignParams
@@ -39,8 +40,8 @@ def add_parser(sub):
     p.add_argument("--alphas", metavar="A,B,C", default=None,
                    help="C1 levels in (0, 1), comma-separated (default: the spec's, else 0.05,0.1,0.2)")
     p.add_argument("--baselines", metavar="NAMES", default=None,
-                   help="auto (default: all up to 2000 cells), all, none, or names from retention,\n"
-                        "retention-per-attribute, ifpr, sdcmicro")
+                   help="auto (default: all up to 2000 cells), all, none, or names from "
+                        + ", ".join(BASELINES))
     p.add_argument("--seed", type=int, default=0, help="seed of the sdcmicro baseline's diagonals (default 0)")
     add_parameter_flags(p, names=[f.name for f in dataclasses.fields(DesignParams) if f.name != "alpha"])
     p.add_argument("--out", metavar="DIR", default=None, help="output folder (default: frontier-NAME)")
