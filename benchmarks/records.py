@@ -212,7 +212,7 @@ def _load() -> float:
 
 def run(out: Path, quick: bool = False, sizes=None, batch_sizes=None, formats=("parquet", "csv"),
         timeout: float | None = None, log=print) -> dict:
-    from pramopt.frequency.files import DEFAULT_BATCH_SIZE
+    from pramopt.frequency.file_counting import DEFAULT_BATCH_SIZE
 
     sizes = tuple(sizes or ((20_000,) if quick else SIZES))
     # quick: the linear stage only (the refinement of a 239-cell design takes seconds)

@@ -23,8 +23,8 @@ from .errors import (
 from .example import example_data
 from .frequency import FrequencyTable, count_dask, count_file, frequency_table, resolve_combinations
 from .io import load_design, read_matrix, read_table, save_design, write_table
-# imported for its effect: it registers the household designs' format with load_design
-from .households import files as _households_files
+# imported for its effect: it registers the household kind of design (pramopt.kinds)
+from . import households as _households
 from .optimize.constraints.c1 import floor_upper_bound
 from .optimize.designer import design
 from .loss import condition_number, expected_changes, l2_loss
@@ -71,4 +71,4 @@ __all__ = [
     "magnitude",
 ]
 
-del _households_files
+del _households

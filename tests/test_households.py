@@ -385,7 +385,7 @@ def test_member_pairs_count_ordered_pairs_of_distinct_members(data, result):
 
 
 def test_conditional_design_file_round_trip_and_the_old_format(conditional, result, tmp_path):
-    from pramopt.households.files import _digest, save_household_design
+    from pramopt.households.design_file import _digest, save_household_design
     (tmp_path / "c").mkdir()
     (tmp_path / "o").mkdir()
     save_household_design(conditional, tmp_path / "c")

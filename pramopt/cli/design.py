@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ..errors import InvalidParameterError
 from ..io.atomic import check_out_dir
+from ..kinds import kind_for
 from ..params import DesignParams
 from ._common import (PROG, Progress, add_csv_options, add_parameter_flags, add_quiet, csv_list, dialect_of, formatter,
                       parameters_given, say, stage_log, write_outputs)
@@ -41,7 +42,7 @@ def add_parser(sub):
 
 def run(args) -> int:
     from ..example import EXAMPLE_QI, example_data
-    from ..frequency.files import count_table
+    from ..frequency.file_counting import count_table
     from ..optimize.designer import design
     from ..spec import check_expected, design_kwargs, load_spec
 
@@ -70,8 +71,9 @@ def run(args) -> int:
     params = DesignParams.from_options("design", **kw)  # every parameter checked before any work
     out = Path(args.out if args.out is not None else f"design-{name}")
     check_out_dir(out, flag="--out" if args.out is not None else None)
-    if params.household is not None:
-        return _households(args, params, spec, data, qi, name, out)
+    kind = kind_for(params)
+    if kind is not None:
+        return _kind_design(args, params, spec, data, qi, name, out, kind)
     if data is None:
         # the design only needs the frequency table: count the file in record batches
         # identifying values as the text written, so that a release writes them back exactly
@@ -97,26 +99,21 @@ def run(args) -> int:
     return code
 
 
-def _households(args, params, spec, data, qi, name, out) -> int:
-    """A household design (``--household``): it needs the records, not only their frequency table."""
-    from ..households.files import save_household_design
-    from ..households.report import from_household
-    from ..io import atomic_dir, read_table, write_text
+def _kind_design(args, params, spec, data, qi, name, out, kind) -> int:
+    """A design of another kind (e.g. ``--household``): it needs the records, not only their
+    frequency table."""
+    from ..io import read_table
     from ..optimize.designer import design
-    from ..report import render_html, render_markdown
 
     if data is None:  # identifying values as the text written, so that a release writes them back exactly
         data = read_table(args.data, text=qi, dialect=dialect_of(args))
     progress = None if args.quiet else Progress()
     with stage_log(args.quiet):
         result = design(data, qi, progress=progress, **params.to_dict())
-    title = f"pramopt household design: {name}"
+    title = f"pramopt {kind.name} design: {name}"
     extra = {"spec": str(spec.path), "name": spec.name} if spec is not None else {"name": name}
-    rd = from_household(result, title)
-    with atomic_dir(out) as tmp:
-        save_household_design(result, tmp, extra=extra)
-        write_text(render_html(rd), tmp / "report.html")
-        write_text(render_markdown(rd), tmp / "report.md")
-    say(args, result.summary(), f"written to {out}/ (design.json, household_matrix.csv, person_matrix.csv, "
-                                "report.html, report.md)")
+    # save_design hands the result to its kind's save
+    write_outputs(out, result, title, extra=extra, report=kind.report(result, title))
+    say(args, result.summary(), f"written to {out}/ ({', '.join(kind.files)}, report.html, "
+                                "report.md)")
     return 0 if result.success else 1

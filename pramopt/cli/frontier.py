@@ -69,7 +69,7 @@ def _baselines(text):
 
 def run(args) -> int:
     from ..example import EXAMPLE_QI, example_data
-    from ..frequency.files import count_table
+    from ..frequency.file_counting import count_table
     from ..tradeoff import DEFAULT_ALPHAS, check_alphas, frontier
     from ..spec import design_kwargs, load_spec
 

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from ..io import load_design, read_table, table_for_design, write_table
 from ..io.atomic import check_out_file
+from ..kinds import kind_of
 from ._common import add_csv_options, add_quiet, dialect_of, formatter, say, text_keys
 
 HELP = "perturb the identifying columns with a design"
@@ -36,17 +37,18 @@ def _same_format(src, dst) -> bool:
 
 
 def run(args) -> int:
-    from ..publish.files import records_changed
+    from ..publish.file_release import records_changed
     from ..publish.frame import check_same_table, releasable_table, release
 
     res = load_design(args.design)
-    if getattr(res, "household", None) is not None:
-        return _households(args, res)
+    kind = kind_of(res)
+    if kind is not None:
+        return _kind_release(args, res, kind)
     releasable_table(res, "release")  # refuse an unsafe design before reading any data
     check_out_file(args.out, flag="--out")
     if _same_format(args.data, args.out):
         # stream the file in record batches: checked against the design in the same pass
-        from ..publish.files import release_file
+        from ..publish.file_release import release_file
         d = dialect_of(args)
         rel = release_file(args.data, args.out, res, seed=args.seed, sep=d.sep, encoding=d.encoding, decimal=d.decimal)
         say(args, f"released {rel.n} records to {args.out}: {rel.changed} changed "
@@ -63,12 +65,12 @@ def run(args) -> int:
     return 0
 
 
-def _households(args, res) -> int:
-    """A household design: household-level values drawn once per household (in memory)."""
-    from ..households.release import check_releasable
-    from ..publish.files import records_changed, release_file
+def _kind_release(args, res, kind) -> int:
+    """A design of another kind (households: household-level values once per household), in
+    memory."""
+    from ..publish.file_release import records_changed, release_file
 
-    check_releasable(res)  # refuse an unsafe design before reading any data
+    kind.check_releasable(res)  # refuse an unsafe design before reading any data
     check_out_file(args.out, flag="--out")
     d = dialect_of(args)
     if _same_format(args.data, args.out):  # every non-identifying field written back as read
@@ -76,12 +78,10 @@ def _households(args, res) -> int:
                            decimal=d.decimal)
         n, changed = rel.n, rel.changed
     else:  # CSV to Parquet or back: with pandas' types
-        from ..households.release import release_households
         df = read_table(args.data, text=text_keys(res), dialect=d)
-        out = release_households(df, res, seed=args.seed)
+        out = kind.release(df, res, args.seed)
         write_table(out, args.out)
         n, changed = len(out), records_changed(df, out, res.qi)
-    say(args, f"released {n} records to {args.out}: {changed} changed (expected {res.expected_changes:.4g}); "
-              f"household-level keys {', '.join(map(str, res.household_keys))} once per household of "
-              f"{res.household!r}.")
+    say(args, f"released {n} records to {args.out}: {changed} changed "
+              f"(expected {res.expected_changes:.4g}){kind.release_note(res)}.")
     return 0

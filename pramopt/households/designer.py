@@ -74,12 +74,7 @@ def design_households(data, qi, params: DesignParams, design, progress=None, cli
             f"(at most {PERSON_MAX_CELLS}: the person part is dense); coarsen them or name more household_keys.")
     table = lay.table
     combos = resolve_combinations(table.qi, params.combination_size, params.combinations, owner)
-    hpos = set(lay.hpos)
-    hcombos = []
-    for pi in combos:
-        c = [table.qi[j] for j in pi if j in hpos]
-        if c and c not in hcombos:
-            hcombos.append(c)
+    hcombos = _household_combinations(table, combos, lay.hpos)
     rec_cells = cells_of(df[list(table.qi)], table)
     hh, _ = household_codes(df, params.household, lay.h_of[rec_cells])
     same = member_pairs(hh, lay.h_of[rec_cells], lay.p_of[rec_cells], lay.household_table.n_cells,
@@ -153,6 +148,23 @@ def design_households(data, qi, params: DesignParams, design, progress=None, cli
                                status=Status.INFEASIBLE, message=f"No household design found: {why}.",
                                max_risk=float("nan"), loss=float("nan"), expected_changes=float("nan"),
                                alpha_household=rh.alpha, details=hd, **out)
+    return _chosen(best, alpha, lay, tried, hd, out)
+
+
+def _household_combinations(table: FrequencyTable, combos, hpos) -> list:
+    """Π projected onto the household-level keys (each projection once, empty ones left out)."""
+    hpos = set(hpos)
+    hcombos = []
+    for pi in combos:
+        c = [table.qi[j] for j in pi if j in hpos]
+        if c and c not in hcombos:
+            hcombos.append(c)
+    return hcombos
+
+
+def _chosen(best, alpha: float, lay, tried: dict, hd: dict, out: dict) -> HouseholdDesign:
+    """The household design of the best verified candidate ``best``."""
+    table = lay.table
     loss, indep, frac, rh, Pp, rep, kr, kind = best
     Ph = rh.matrix
     diag = Ph.diagonal()[lay.h_of] * person_diagonal(Pp, lay.h_of, lay.p_of)
@@ -161,7 +173,8 @@ def design_households(data, qi, params: DesignParams, design, progress=None, cli
     what = "one person matrix per household cell" if kind == "by-household" else f"{kind} person matrix"
     msg = (f"Household-level keys drawn once per household (household part at alpha_h = {frac:g} alpha), "
            f"person-level keys per person ({what}; tried: "
-           f"{', '.join(f'{k} loss {v:.4g}' for k, v in tried.items())}); full C1 verified on the record-level matrix.")
+           f"{', '.join(f'{k} loss {v:.4g}' for k, v in tried.items())}); "
+           "full C1 verified on the record-level matrix.")
     hd.update(loss_independent=indep, released_cells=kr, fraction=frac, person_structure=kind)
     return HouseholdDesign(household_design=rh, person_matrix=Pp, status=status, message=msg,
                            max_risk=float(rep.max_risk), loss=loss, expected_changes=changes,

@@ -14,12 +14,13 @@ from .._plain import plain
 from .._validation import ROW_SUM_TOL
 from ..errors import DesignMismatchError, InvalidParameterError
 from ..frequency.table import FrequencyTable, cell_index, check_qi, count_rows, record_codes
-from ..publish.checks import check_same_table
+from ..publish.file_release import FileRelease, release_in_memory
+from ..publish.frame import check_same_table
 from ..publish.sampling import Sampler, UniformStream, seed_entropy
 from .model import household_codes, person_index
 from .result import HouseholdDesign
 
-__all__ = ["release_households", "check_releasable"]
+__all__ = ["release_households", "release_households_file", "check_releasable", "release_note"]
 
 
 def check_releasable(result: HouseholdDesign) -> None:
@@ -108,3 +109,17 @@ def release_households(df: pd.DataFrame, result: HouseholdDesign, seed=None) -> 
                 pass
             out[q] = vals
     return out
+
+
+def release_households_file(src, dst, result: HouseholdDesign, seed, dialect,
+                            owner: str) -> FileRelease:
+    """:func:`pramopt.release_file` with a household design: in memory (households need every
+    member at once), every non-identifying field written back as read."""
+    return release_in_memory(src, dst, result, seed, dialect, owner, check=check_releasable,
+                             release=release_households)
+
+
+def release_note(result: HouseholdDesign) -> str:
+    """What ``pramopt release`` adds to its summary: the keys drawn once per household."""
+    keys = ", ".join(map(str, result.household_keys))
+    return f"; household-level keys {keys} once per household of {result.household!r}"

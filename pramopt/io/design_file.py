@@ -28,6 +28,7 @@ from .._plain import number as _num
 from .._plain import plain as _plain
 from ..errors import DesignFileError, DesignMismatchError, InvalidParameterError
 from ..frequency.table import FrequencyTable, frequency_table
+from ..kinds import kind_of, kind_of_format
 from ..result import DesignResult, Reduction, Stage, Status, entries as _entries, matrix_long
 from .atomic import DESIGN_FILE, atomic_write, check_out_file, write_text
 
@@ -39,18 +40,6 @@ MATRIX_FILE = "matrix.csv"
 #: Format tag of ``design.json``; bumped on incompatible changes.
 FORMAT = "pramopt-design/2"
 _FORMAT_1 = "pramopt-design/1"
-#: Readers of the formats other layers write (format tag -> reader(record, path)), registered by
-#: them (:mod:`pramopt.households.files` registers the household designs'), so that this module
-#: imports nothing above it.
-_READERS: dict = {}
-
-
-def register_reader(formats, reader) -> None:
-    """Let :func:`load_design` read files of ``formats`` with ``reader(record, path)``."""
-    for f in formats:
-        _READERS[f] = reader
-
-
 def matrix_sha256(P) -> str:
     """SHA-256 of a matrix's shape and nonzero entries (row, column, float64 value), row-major."""
     r, c, v = _entries(P)
@@ -154,7 +143,13 @@ def _record(result: DesignResult, kind: str, extra: dict | None, matrix_file: st
 
 
 def save_design(result: DesignResult, folder, *, kind: str = "design", extra: dict | None = None) -> Path:
-    """Write ``design.json`` and ``matrix.csv`` into an existing ``folder`` (each atomically)."""
+    """Write ``design.json`` and ``matrix.csv`` into an existing ``folder`` (each atomically).
+
+    A design of another kind (:mod:`pramopt.kinds`) is written by its kind, in its format.
+    """
+    other = kind_of(result)
+    if other is not None:
+        return other.save(result, folder, extra)
     folder = Path(folder)
     # matrix.csv first, so that design.json can carry its checksum (an edited matrix.csv is detected)
     m = write_matrix(result.matrix, result.table, folder / MATRIX_FILE)
@@ -258,9 +253,9 @@ def load_design(path) -> DesignResult:
                               f"it stops making sense at line {e.lineno}. Write it again with pramopt design.") from None
     except (OSError, ValueError) as e:
         raise DesignFileError(f"Cannot read the design {str(p)!r}: {e}") from None
-    if isinstance(rec, dict) and rec.get("format") in _READERS:
-        # e.g. household-level keys once per household: a HouseholdDesign (pramopt.households)
-        return _READERS[rec["format"]](rec, p)
+    kind = kind_of_format(rec.get("format")) if isinstance(rec, dict) else None
+    if kind is not None:  # a design of another kind (pramopt.kinds), e.g. households
+        return kind.load(rec, p)
     if not isinstance(rec, dict) or rec.get("format") not in (FORMAT, _FORMAT_1):
         raise DesignFileError(f"{str(p)!r} is not a pramopt design file (format {FORMAT!r}).")
     return design_from_record(rec, p)

@@ -137,10 +137,10 @@ def design(data, qi=None, alpha: float = DesignParams.alpha, *, progress: Progre
     if params.solver is not None and params.solver != "HIGHS":
         from .backends import known_solvers  # imports cvxpy: only when a cvxpy solver is named
         check_choice(params.solver, "solver", owner, known_solvers())
-    if params.household is not None:
-        # household-level keys once per household, person-level keys per person (pramopt.households)
-        from ..households.designer import design_households
-        return design_households(data, qi, params, design, progress=progress, client=client, owner=owner)
+    from ..kinds import kind_for  # kinds of design other than the record-level one
+    kind = kind_for(params)
+    if kind is not None:  # e.g. households: household-level keys once per household
+        return kind.design(data, qi, params, design, progress=progress, client=client, owner=owner)
     table, combos = table_and_combinations(data, qi, params, owner)
     if params.epsilon is not None or params.k is not None:
         _check_privacy(params, table, owner)

@@ -1,7 +1,7 @@
 """Applying a design to records, and estimating from released records.
 
 * :mod:`.frame` -- :func:`release` and :func:`estimate` on pandas frames;
-* :mod:`.files` -- :func:`release_file`, CSV or Parquet in record batches;
+* :mod:`.file_release` -- :func:`release_file`, CSV or Parquet in record batches;
 * :mod:`.distributed` -- :func:`release_dask`;
 * :mod:`.sampling` -- the secure default seed, split-invariant uniforms, the row sampler.
 
@@ -9,7 +9,7 @@ Every release path checks the design again against the full C1 before it draws o
 anything (:func:`.frame.releasable_table`).
 """
 from .distributed import release_dask
-from .files import FileRelease, release_file
+from .file_release import FileRelease, release_file
 from .frame import estimate, release
 
 __all__ = ["release", "estimate", "release_file", "FileRelease", "release_dask"]

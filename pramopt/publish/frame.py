@@ -16,11 +16,20 @@ import scipy.sparse.linalg as spla
 from .._validation import ROW_SUM_TOL, InvalidParameterError
 from ..errors import DesignMismatchError
 from ..frequency.table import FrequencyTable, cells_of, check_qi, text_categories
+from ..kinds import kind_of
 from ..verify import c1_risk
-from .checks import check_same_table
 from .sampling import Sampler, UniformStream, seed_entropy
 
 __all__ = ["release", "estimate", "releasable_table", "check_same_table", "record_cells", "release_frame"]
+
+
+def check_same_table(got: FrequencyTable, table: FrequencyTable, source: str = "the data") -> None:
+    """Refuse data whose cells or counts over the identifying variables are not the design's."""
+    if got.checksum() != table.checksum():
+        raise DesignMismatchError(
+            f"The design was made for other data: the cells or counts of {source} over "
+            f"{', '.join(map(str, table.qi))} differ (n = {got.n} vs {table.n}, {got.n_cells} vs "
+            f"{table.n_cells} cells).")
 
 
 def _table_of(result) -> FrequencyTable:
@@ -138,10 +147,9 @@ def release(df: pd.DataFrame, result, seed=None, *, allow_unverified: bool = Fal
     allow_unverified : bool
         Release even with a design that failed verification (never do this for publication).
     """
-    if getattr(result, "household", None) is not None:
-        # a household design: household-level values once per household (pramopt.households)
-        from ..households.release import release_households
-        return release_households(df, result, seed=seed)
+    kind = kind_of(result)
+    if kind is not None:  # e.g. a household design: household-level values once per household
+        return kind.release(df, result, seed)
     table = releasable_table(result, "release", allow_unverified)
     cells = record_cells(df, table, "release")
     if not np.array_equal(np.bincount(cells, minlength=table.n_cells), table.counts):

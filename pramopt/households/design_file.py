@@ -24,7 +24,7 @@ from .._plain import plain as _plain
 from ..errors import DesignFileError
 from ..frequency.table import FrequencyTable
 from ..io.atomic import DESIGN_FILE, write_text
-from ..io.design_file import design_from_record, design_record, register_reader
+from ..io.design_file import design_from_record, design_record
 from ..io.tables import write_table
 from ..result import Stage, Status, entries, matrix_long
 from .result import HouseholdDesign, rebuild_layout
@@ -138,7 +138,3 @@ def load_household_design(rec: dict, path) -> HouseholdDesign:
             params=dict(rec.get("params") or {}), details=dict(rec.get("details") or {}))
     except (KeyError, TypeError, ValueError, IndexError) as e:
         raise DesignFileError(f"The design {str(path)!r} is malformed: {e!r}") from None
-
-
-# pramopt.load_design reads household designs through this reader (the io layer imports nothing above it)
-register_reader((FORMAT_1, FORMAT), load_household_design)

@@ -45,17 +45,18 @@ import pyarrow.parquet as pq
 from .._csv import DEFAULT_DIALECT, CsvDialect, csv_dialect, line_end
 from .._validation import InvalidParameterError, check_int
 from ..errors import DesignMismatchError
-from ..frequency.files import (
+from ..frequency.file_counting import (
     DEFAULT_BATCH_SIZE, PARQUET_SUFFIXES, _Counter, _parse_csv_texts, _Source,
 )
 from ..frequency.table import (
     CellLookup, FrequencyTable, category_codes, check_qi_names, is_missing, text_categories,
 )
 from ..io.atomic import atomic_write, check_out_file
+from ..kinds import kind_of
 from .sampling import Sampler, UniformStream, seed_entropy
 from .frame import check_same_table, releasable_table
 
-__all__ = ["release_file", "FileRelease", "ROW_GROUP_SIZE"]
+__all__ = ["release_file", "FileRelease", "ROW_GROUP_SIZE", "release_in_memory"]
 
 #: Records per row group of a released Parquet file (fixed, so that the file does not depend
 #: on the batch size; the memory of a Parquet release grows with it).
@@ -328,15 +329,17 @@ def release_file(
         cell the design does not have, other counts).  Nothing is written then.
     """
     owner = "release_file"
-    if getattr(result, "household", None) is not None:
-        # a household design: household-level values once per household, in memory, verified only
+    kind = kind_of(result)
+    if kind is not None:
+        # e.g. households: household-level values once per household, in memory, verified only
         for name, value, default in (("batch_size", batch_size, DEFAULT_BATCH_SIZE), ("format", format, None),
                                      ("allow_unverified", allow_unverified, False)):
             if value != default:
                 raise InvalidParameterError(
-                    f"The {name!r} parameter of {owner} is not supported with a household design (released in "
-                    f"memory, verified designs only); got {value!r}.")
-        return _household_release_file(src, dst, result, seed, csv_dialect(sep, encoding, decimal, owner), owner)
+                    f"The {name!r} parameter of {owner} is not supported with a {kind.name} design "
+                    f"(released in memory, verified designs only); got {value!r}.")
+        dialect = csv_dialect(sep, encoding, decimal, owner)
+        return kind.release_file(src, dst, result, seed, dialect, owner)
     table = releasable_table(result, owner, allow_unverified)
     batch_size = check_int(batch_size, "batch_size", owner, low=1)
     entropy = seed_entropy(seed, owner)
@@ -375,24 +378,25 @@ def records_changed(df: pd.DataFrame, out: pd.DataFrame, qi) -> int:
     return int((~same.to_numpy(dtype=bool)).any(axis=1).sum())
 
 
-def _household_release_file(src, dst, result, seed, dialect: CsvDialect, owner: str) -> FileRelease:
-    """Release a file with a household design, in memory (households need every member at once).
+def release_in_memory(src, dst, result, seed, dialect: CsvDialect, owner: str, *, check,
+                      release) -> FileRelease:
+    """Release a file in memory with ``release(df, result, seed)``, after ``check(result)``: for a
+    kind of design whose release needs every record at once (a household needs all its members).
 
     A CSV is read twice: typed as :func:`pramopt.io.read_table` reads it (identifying values as
     the design's categories), and every field as the text written, so that every
     non-identifying field is written back byte for byte, in the source's dialect and line ends,
     as :func:`release_file` writes a person-level release.
     """
-    from ..households.release import check_releasable, release_households
     from ..io.tables import read_table, write_table
 
-    check_releasable(result)  # before reading any data
+    check(result)  # before reading any data
     source = _Source(src, None, owner, param="src", dialect=dialect)
     out_path = _check_dst(dst, source, owner)
     qi = list(result.table.qi)
     text = [q for q, c in zip(qi, result.table.categories) if text_categories(c)]
     df = read_table(source.path, text=text, dialect=dialect)
-    out = release_households(df, result, seed=seed)
+    out = release(df, result, seed)
     changed = records_changed(df, out, qi)
     if source.format == "parquet":
         write_table(out, out_path)

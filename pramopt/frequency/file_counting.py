@@ -20,7 +20,7 @@ Same result as in memory
 
 Memory
     Counting holds one batch, the distinct values and the cell counts (see
-    ``benchmarks/results/records.md``).  :mod:`pramopt.publish.files` reuses the source and
+    ``benchmarks/results/records.md``).  :mod:`pramopt.publish.file_release` reuses the source and
     the counter to check a file against a design while it releases it.
 """
 from __future__ import annotations
