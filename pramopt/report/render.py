@@ -21,7 +21,7 @@ from . import plots
 from .data import ReportData, sections
 from .words import PAGE, WORDS, explanations, fmt, reduction_table
 
-__all__ = ["render_html", "render_markdown", "TEMPLATES"]
+__all__ = ["render_html", "render_markdown", "environment", "TEMPLATES", "TABLE_CATEGORIES"]
 
 #: Above this many categories a variable's transition table is left to the CSV-like Markdown.
 TABLE_CATEGORIES = 20
