@@ -43,9 +43,7 @@ def change_vs_frequency_figure(diag, table: FrequencyTable, gamma=None):
 
 def change_points_figure(points: ChangePoints):
     """:func:`change_vs_frequency_figure` of Figure 1's points."""
-    from matplotlib.figure import (
-        Figure,  # no pyplot: the caller's backend stays as it is
-    )
+    from matplotlib.figure import Figure  # no pyplot: the caller's backend stays as it is
 
     fig = Figure(figsize=(11, 4))
     left, right = fig.subplots(1, 2)
@@ -82,9 +80,7 @@ PANEL_CATEGORIES = 30
 def variables_figure(changes: pd.DataFrame, margins: pd.DataFrame):
     """Small multiples: the share of records whose value of each variable changes, then per
     variable its categories' records before and expected after (a matplotlib Figure)."""
-    from matplotlib.figure import (
-        Figure,  # no pyplot: the caller's backend stays as it is
-    )
+    from matplotlib.figure import Figure  # no pyplot: the caller's backend stays as it is
 
     names = list(changes["variable"])
     panels = 1 + len(names)
@@ -132,9 +128,7 @@ def transitions_figure(transitions: dict):
     """Per variable, its transition matrix as a small heat map (a matplotlib Figure): colour for
     the changes (off the diagonal, log scale), the share kept written on the diagonal."""
     from matplotlib.colors import LogNorm
-    from matplotlib.figure import (
-        Figure,  # no pyplot: the caller's backend stays as it is
-    )
+    from matplotlib.figure import Figure  # no pyplot: the caller's backend stays as it is
     from matplotlib.patches import Rectangle
 
     names = list(transitions)
