@@ -126,10 +126,10 @@ def test_figure_1_shows_expected_changes_beside_the_probability(html, result):
 @pytest.fixture(params=[None, 1, 37], ids=["whole", "row-by-row", "pieces-of-37"])
 def flow_chunk(request, monkeypatch):
     """The flows summed at once, one row at a time, or in pieces of about 37 entries."""
-    import pramopt.report as report
+    import pramopt.report.data as report_data
 
     if request.param is not None:
-        monkeypatch.setattr(report, "FLOW_CHUNK", request.param)
+        monkeypatch.setattr(report_data, "FLOW_CHUNK", request.param)
     return request.param
 
 
@@ -238,8 +238,8 @@ def test_html_explains_what_a_newcomer_cannot_read(result, html):
 def test_a_report_on_20000_cells_makes_nothing_k_by_k(monkeypatch):
     import tracemalloc
 
-    import pramopt.report as report
     from pramopt.frequency.table import FrequencyTable
+    from pramopt.report import plots
 
     levels = (40, 25, 20)
     codes = np.array(np.meshgrid(*[np.arange(L) for L in levels], indexing="ij")).reshape(3, -1).T
@@ -253,9 +253,9 @@ def test_a_report_on_20000_cells_makes_nothing_k_by_k(monkeypatch):
                                                                   np.r_[np.arange(K), nxt])), shape=(K, K))
     # the figures take per-variable tables (categories x categories) and the diagonal; they are
     # left out here for time (matplotlib), the tables they are drawn from are all computed
-    for name in ("variables_figure", "transitions_figure", "change_vs_frequency_figure"):
-        monkeypatch.setattr(report, name, lambda *a, **k: None)
-    monkeypatch.setattr(report, "_png", lambda fig: "")
+    for key in plots.PLOTS:
+        monkeypatch.setitem(plots.PLOTS, key, lambda figures: None)
+    monkeypatch.setattr(plots, "png", lambda fig: "")
     d = ReportData(title="big", matrix=P, table=table, combinations=[(0, 1, 2)], alpha=0.1, gamma=0.9)
     tracemalloc.start()
     page = render_html(d)
@@ -263,3 +263,65 @@ def test_a_report_on_20000_cells_makes_nothing_k_by_k(monkeypatch):
     tracemalloc.stop()
     assert "Transitions per variable" in page
     assert peak < 0.05 * K * K * 8  # a dense K x K array of floats would be 3.2 GB
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering: user data escaped; every figure id wired to its words and templates
+# ---------------------------------------------------------------------------------------------
+
+def test_labels_with_markup_are_escaped_in_html_and_pipes_in_markdown():
+    import html as stdlib_html
+
+    df = pd.DataFrame({"a<b": ["<i>x</i>"] * 10 + ["p & q"] * 5 + ["o'k|y"] * 20,
+                       "c": ["1"] * 10 + ["2"] * 5 + ["1"] * 20})
+    table = pramopt.frequency_table(df, ["a<b", "c"])
+    P = sp.csr_array(np.array([[0.8, 0.1, 0.1], [0.1, 0.8, 0.1], [0.1, 0.1, 0.8]]))
+    d = ReportData(title="<script>t</script> & co", matrix=P, table=table, combinations=[(0, 1)],
+                   alpha=0.5, figures={"note <b>": "x & <y>"})
+    page = render_html(d)
+    for raw in ("<i>x</i>", "<script>", "<b>", "<y>", "a<b", "o'k"):
+        assert raw not in page
+    for raw in ("<i>x</i>", "p & q", "o'k|y", "a<b", "<script>t</script> & co", "note <b>",
+                "x & <y>"):
+        assert stdlib_html.escape(raw) in page
+    assert f"<title>{stdlib_html.escape(d.title)}</title>" in page
+    assert f"<summary>{stdlib_html.escape('a<b')}: transitions as a table (%)</summary>" in page
+    md = render_markdown(d)
+    assert md.startswith("# <script>t</script> & co\n")
+    assert "| <i>x</i>, 1 | p & q, 2 |" in md  # a flow's cells, as written
+    assert "| o'k\\|y, 1 |" in md  # a "|" in a value is escaped (the header's labels are not)
+
+
+def _template_references(env, name):
+    """(object, attribute) of every ``words.x``, ``words["x"]`` and ``images.x`` in a template."""
+    from jinja2 import nodes
+
+    tree = env.parse(env.loader.get_source(env, name)[0])
+    for node in tree.find_all((nodes.Getattr, nodes.Getitem)):
+        if isinstance(node.node, nodes.Name) and node.node.name in ("words", "images"):
+            key = node.attr if isinstance(node, nodes.Getattr) else node.arg
+            yield node.node.name, key.value if isinstance(key, nodes.Const) else key
+
+
+def test_every_figure_id_has_words_and_templates_and_templates_name_only_known_ids(result):
+    from importlib.resources import files
+
+    from pramopt.report import data, plots, render, words
+
+    ids = list(data.FIGURES)
+    d = from_result(result, "t")
+    assert d.reduction and d.stages  # so that the report has every figure
+    assert [s.id for s in data.sections(d)] == ids
+    assert set(words.WORDS) == set(ids)
+    assert all(words.WORDS[i].title for i in ids)
+    names = {p.name for p in files("pramopt.report").joinpath("templates").iterdir()
+             if p.name.endswith(".j2")}
+    per_figure = {f"{i}.{kind}.j2" for i in ids for kind in ("html", "md")}
+    assert per_figure <= names
+    assert names - per_figure == set(render.TEMPLATES)  # no template of an unknown figure
+    assert set(plots.PLOTS) <= set(ids)
+    for kind in ("html", "md"):
+        env = render.environment(kind)
+        for name in sorted(n for n in names if n.endswith(f".{kind}.j2")):
+            for obj, key in _template_references(env, name):
+                assert key in (words.WORDS if obj == "words" else plots.PLOTS), (name, obj, key)

@@ -1,0 +1,190 @@
+"""The report's drawings: matplotlib figures of the figures' data, as base64 PNG for the HTML.
+
+Figures are drawn on :class:`matplotlib.figure.Figure` objects directly, never through pyplot,
+so that writing a report leaves the caller's matplotlib backend and figures as they were.
+:data:`PLOTS` names the figure ids that have a drawing: id -> a function of the report's figure
+data (figure id -> data) that returns the Figure.
+"""
+from __future__ import annotations
+
+import base64
+import io
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from ..frequency.table import FrequencyTable
+from .data import ChangePoints, change_points
+
+__all__ = ["change_vs_frequency_figure", "figure_change_vs_frequency", "variables_figure",
+           "transitions_figure", "PLOTS", "png"]
+
+
+def png(fig) -> str:
+    """A matplotlib Figure as a base64 PNG (100 dpi)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def change_vs_frequency_figure(diag, table: FrequencyTable, gamma=None):
+    """Cator et al., Figure 1, as two panels against U0(m) (a matplotlib Figure).
+
+    Left, the paper's almost linear curve: the expected number of changed records of each cell,
+    U0(m) (1 - P_mm).  Right, the probability of change of one record, 1 - P_mm: at the optimum
+    it is nearly the same for the cells that send records, so it is flat where the left panel
+    is linear.  With ``gamma``, a dashed line at 1 - γ (labelled ``"floor"``): no cell changes
+    with a higher probability.
+    """
+    return change_points_figure(change_points(diag, table, gamma))
+
+
+def change_points_figure(points: ChangePoints):
+    """:func:`change_vs_frequency_figure` of Figure 1's points."""
+    from matplotlib.figure import Figure  # no pyplot: the caller's backend stays as it is
+
+    fig = Figure(figsize=(11, 4))
+    left, right = fig.subplots(1, 2)
+    u, change, gamma = points.frequency, points.change, points.gamma
+    left.scatter(u, u * change, s=18, color="#1f5fa8", alpha=0.8)
+    left.set_xlabel("frequency U0(m) of the cell")
+    left.set_ylabel("expected changed records U0(m)(1 − P_mm)")
+    left.set_title("Expected changes against frequency (the paper's Figure 1)")
+    right.scatter(u, change, s=18, color="#1f5fa8", alpha=0.8)
+    right.set_xscale("log")
+    right.set_xlabel("frequency U0(m) of the cell (log scale)")
+    right.set_ylabel("probability of change 1 − P_mm")
+    right.set_title("Probability of change of one record")
+    if gamma is not None and gamma > 0:
+        right.axhline(1.0 - gamma, color="#b03a2e", linestyle="--", linewidth=1.2, gid="floor",
+                      label=f"1 − γ = {1 - gamma:.3g}: no cell changes more often "
+                            f"(diagonal floor γ = {gamma:.3g})")
+        right.set_ylim(0, max(1.3 * (1.0 - gamma), 1.05 * float(change.max(initial=0))))
+        right.legend(loc="upper center", fontsize=8)
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+    return fig
+
+
+def figure_change_vs_frequency(diag, table: FrequencyTable, gamma=None) -> str:
+    """:func:`change_vs_frequency_figure` as a base64 PNG."""
+    return png(change_vs_frequency_figure(diag, table, gamma))
+
+
+#: At most this many categories are drawn in one variable's panel (the largest before).
+PANEL_CATEGORIES = 30
+
+
+def variables_figure(changes: pd.DataFrame, margins: pd.DataFrame):
+    """Small multiples: the share of records whose value of each variable changes, then per
+    variable its categories' records before and expected after (a matplotlib Figure)."""
+    from matplotlib.figure import Figure  # no pyplot: the caller's backend stays as it is
+
+    names = list(changes["variable"])
+    panels = 1 + len(names)
+    ncol = min(3, panels)
+    nrow = math.ceil(panels / ncol)
+    fig = Figure(figsize=(4.0 * ncol, 3.0 * nrow), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(nrow, ncol)).ravel()
+    ax = axes[0]
+    share = 100 * changes["share of records"].to_numpy(dtype=float)
+    ax.barh(range(len(names)), share, color="#b03a2e")
+    ax.set_yticks(range(len(names)), names)
+    ax.invert_yaxis()
+    ax.set_xlabel("% of records whose value changes")
+    ax.set_title("Expected change rate per variable", fontsize=10)
+    for i, s in enumerate(share):
+        ax.text(s, i, f" {s:.2g}%", va="center", fontsize=8)
+    ax.set_xlim(0, max(share.max(initial=0) * 1.35, 1e-3))
+    for ax, q in zip(axes[1:], names):
+        m = margins[margins["variable"] == q]
+        m = m[(m["before"] > 0) | (m["after (expected)"] > 0)]
+        title = q
+        if len(m) > PANEL_CATEGORIES:
+            m = m.nlargest(PANEL_CATEGORIES, "before")
+            title += f" ({PANEL_CATEGORIES} largest categories)"
+        x = np.arange(len(m))
+        ax.bar(x - 0.2, m["before"], width=0.4, color="#9db4d3", label="before")
+        ax.bar(x + 0.2, m["after (expected)"], width=0.4, color="#1f5fa8", label="after (expected)")
+        ax.set_xticks(x, list(m["category"]), rotation=90 if len(m) > 8 else 0, fontsize=8)
+        ax.set_title(f"{title}: largest difference {m['difference'].abs().max():.3g} records",
+                     fontsize=10)
+        pos = m[["before", "after (expected)"]].to_numpy(dtype=float)
+        pos = pos[pos > 0]
+        if pos.size and pos.max() > 50 * pos.min():  # small categories stay visible
+            ax.set_yscale("log")
+            ax.set_ylabel("records (log scale)")
+        else:
+            ax.set_ylabel("records")
+        ax.legend(fontsize=7)
+    for ax in axes[panels:]:
+        ax.set_visible(False)
+    return fig
+
+
+def transitions_figure(transitions: dict):
+    """Per variable, its transition matrix as a small heat map (a matplotlib Figure): colour for
+    the changes (off the diagonal, log scale), the share kept written on the diagonal."""
+    from matplotlib.colors import LogNorm
+    from matplotlib.figure import Figure  # no pyplot: the caller's backend stays as it is
+    from matplotlib.patches import Rectangle
+
+    names = list(transitions)
+    ncol = min(3, len(names))
+    nrow = math.ceil(len(names) / ncol)
+    fig = Figure(figsize=(3.6 * ncol, 3.2 * nrow), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(nrow, ncol)).ravel()
+    offs = []
+    for T in transitions.values():
+        off = T.to_numpy(dtype=float).copy()
+        k = min(off.shape)
+        off[np.arange(k), np.arange(k)] = np.nan
+        offs.append(off)
+    pos = np.concatenate([o[np.isfinite(o) & (o > 0)] for o in offs]) if offs else np.array([])
+    norm = None
+    if pos.size:
+        norm = LogNorm(vmin=max(pos.min(), 1e-6), vmax=max(pos.max(), 1.01 * max(pos.min(), 1e-6)))
+    im = None
+    for ax, (q, T), off in zip(axes, transitions.items(), offs):
+        shown = np.where(off > 0, off, np.nan)
+        im = ax.imshow(shown, cmap="viridis", norm=norm, interpolation="nearest", aspect="auto")
+        L0, L1 = T.shape
+        k = min(L0, L1)
+        for a in range(k):
+            ax.add_patch(Rectangle((a - 0.5, a - 0.5), 1, 1, color="#e6e6e6"))
+        if L1 <= 8:  # few categories: every share written in its square
+            for a in range(L0):
+                for b in range(L1):
+                    v = T.iat[a, b]
+                    if np.isfinite(v) and (v > 0 or a == b):
+                        dark = a != b and norm is not None and norm(v) < 0.6
+                        ax.text(b, a, f"{100 * v:.3g}%" if a == b else f"{100 * v:.2g}%",
+                                ha="center", va="center", fontsize=7,
+                                color="white" if dark else "black")
+        if max(L0, L1) <= 40:
+            long = max(len(str(c)) for c in T.columns) > 3
+            ax.set_xticks(range(L1), list(T.columns), rotation=90 if long else 0, fontsize=7)
+            ax.set_yticks(range(L0), list(T.index), fontsize=7)
+        ax.set_xlabel(f"released {q}")
+        ax.set_ylabel(f"original {q}")
+        ax.set_title(q, fontsize=10)
+    for ax in axes[len(names):]:
+        ax.set_visible(False)
+    if im is not None and norm is not None:
+        from matplotlib.ticker import FuncFormatter
+        pct = FuncFormatter(lambda v, _: f"{100 * v:.2g}%")
+        cb = fig.colorbar(im, ax=list(axes[:len(names)]), shrink=0.8, format=pct,
+                          label="share of the row's records changed into the column")
+        cb.ax.yaxis.set_minor_formatter(pct)
+    return fig
+
+
+#: Figure id -> its drawing, from the report's figure data (id -> data); the HTML report embeds
+#: each as a PNG.  Looked up when called, so that a test may put a stand-in in its place.
+PLOTS: dict[str, Callable[[dict], object]] = {
+    "change_vs_frequency": lambda f: change_points_figure(f["change_vs_frequency"]),
+    "change_rates": lambda f: variables_figure(f["change_rates"], f["margins"]),
+    "transitions": lambda f: transitions_figure(f["transitions"]),
+}
