@@ -40,6 +40,8 @@ MATRIX_FILE = "matrix.csv"
 #: Format tag of ``design.json``; bumped on incompatible changes.
 FORMAT = "pramopt-design/2"
 _FORMAT_1 = "pramopt-design/1"
+
+
 def matrix_sha256(P) -> str:
     """SHA-256 of a matrix's shape and nonzero entries (row, column, float64 value), row-major."""
     r, c, v = _entries(P)
