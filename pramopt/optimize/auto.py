@@ -108,16 +108,13 @@ class AutoPolicy:
         if bound < g_low:
             return (
                 f"No design with a diagonal floor >= {g_low:g} exists: C1 caps every floor at "
-                "alpha * n / "
-                f"(largest number of groups of one combination) = {bound:.4g}."
+                f"alpha * n / (largest number of groups of one combination) = {bound:.4g}."
             )
         if not self.general.admits(problem, found=False):
             return (
                 f"With {problem.K} cells (more than {self.general.max_cells}), auto mode makes "
-                "the structures "
-                "found in seconds and skips the general design, which takes many minutes at this "
-                "size "
-                "(structure='general' asks for it)."
+                "the structures found in seconds and skips the general design, which takes many "
+                "minutes at this size (structure='general' asks for it)."
             )
         return None
 
@@ -139,7 +136,8 @@ AUTO = AutoPolicy(
 
 
 def margins(margin: float) -> list[float]:
-    """The margins tried in turn: the requested one, then tenfold twice (from MARGIN_FLOOR at least)."""
+    """The margins tried in turn: the requested one, then tenfold twice (from MARGIN_FLOOR at
+    least)."""
     out = [margin]
     for _ in range(2):
         nxt = min(max(10 * out[-1], MARGIN_FLOOR), 0.1)

@@ -4,10 +4,11 @@ The lower bounds of a successful design (:func:`optimality_bounds`): no design m
 changes fewer records in expectation, and, where P^-1 has a diagonal >= 1, none has a smaller
 loss (:mod:`.relaxation`).
 
-The arguments given when no design exists, each independent of the solver that failed: the counting argument within the strata of
-``fixed`` (:func:`small_stratum`), the flow relaxation of C1 with and without each option
-(:func:`forbidden`), and, under ``max_changed_variables``, the records within reach of a group and
-the smallest restriction the relaxation allows (:func:`distance_rules_out`).
+The arguments given when no design exists, each independent of the solver that failed: the
+counting argument within the strata of ``fixed`` (:func:`small_stratum`), the flow relaxation of
+C1 with and without each option (:func:`forbidden`), and, under ``max_changed_variables``, the
+records within reach of a group and the smallest restriction the relaxation allows
+(:func:`distance_rules_out`).
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ def optimality_bounds(problem: DesignProblem, trace: Trace, c) -> dict:
 
 
 def check_structure(problem: DesignProblem) -> None:
-    """Refuse a structure that ``max_changed_variables`` rules out (its pools mix cells farther apart)."""
+    """Refuse a structure that ``max_changed_variables`` rules out (its pools mix cells farther
+    apart)."""
     p = problem.params
     if problem.max_changed is not None and p.structure in ("blocks", "replacement") and not (
             p.structure == "replacement" and problem.pools_within_distance(problem.strata)):
@@ -179,9 +181,8 @@ def small_stratum(problem: DesignProblem) -> str:
             f"C1 cannot hold for any {'' if strict else 'invertible '}matrix with "
             f"{' and '.join(culprit)}: the {int(sizes[i])} records with "
             f"{', '.join(where)} can only move among themselves, and combination "
-            f"{[t.qi[j] for j in pi]} "
-            "keeps them apart from the others, so some left-hand side of C1 is at least "
-            f"1/{int(sizes[i])}"
+            f"{[t.qi[j] for j in pi]} keeps them apart from the others, so some left-hand side "
+            f"of C1 is at least 1/{int(sizes[i])}"
             + (
                 f" > alpha = {pb.alpha:g}"
                 if strict
@@ -201,17 +202,15 @@ def forbidden(problem: DesignProblem) -> str:
     sol = flow_relaxation(pb)
     if sol.status == "ok" and sol.t >= floor - RELAXATION_TOL:
         return (
-            "The flow relaxation of C1 does not rule a design out (it allows diagonal floors up "
-            "to "
-            f"{sol.t:.4g}); {ADVICE[0].lower()}{ADVICE[1:]}"
+            "The flow relaxation of C1 does not rule a design out (it allows diagonal floors "
+            f"up to {sol.t:.4g}); {ADVICE[0].lower()}{ADVICE[1:]}"
         )
     if sol.status not in ("ok", "infeasible"):
         return ADVICE
     if sol.status == "ok":  # feasible, but below the floor asked for
         return (
             f"min_diagonal = {floor:g} rules out every design: the flow relaxation of C1 bounds "
-            "every "
-            f"diagonal floor by {sol.t:.4g}."
+            f"every diagonal floor by {sol.t:.4g}."
         )
     named = []
     for name, off in (("keep_cells", None), ("fixed", None), ("invariant", False)):
@@ -224,25 +223,23 @@ def forbidden(problem: DesignProblem) -> str:
         if alt.status == "ok" and alt.t >= floor - RELAXATION_TOL:
             named.append(name)
     if not named:
-        return f"The options together rule out every design (the flow relaxation of C1 has no solution). {ADVICE}"
+        return ("The options together rule out every design (the flow relaxation of C1 has no "
+                f"solution). {ADVICE}")
     extra = ""
     if "fixed" in named:
         sizes = np.bincount(pb.strata, weights=pb.counts)
         extra = (
             f" Its smallest stratum holds {int(sizes.min())} records (C1 needs the records a cell "
-            "can be "
-            f"confused with to number at least 1/alpha = {1 / pb.alpha:g})."
+            f"can be confused with to number at least 1/alpha = {1 / pb.alpha:g})."
         )
     if len(named) == 1:
         return (
             f"{named[0]} rules out every design: the flow relaxation of C1 has no solution with "
-            "it, and has "
-            f"one without it.{extra}"
+            f"it, and has one without it.{extra}"
         )
     return (
         f"{' and '.join(named)} together rule out every design: the flow relaxation of C1 has no "
-        "solution with "
-        f"them, and has one without any one of them.{extra}"
+        f"solution with them, and has one without any one of them.{extra}"
     )
 
 
@@ -266,8 +263,8 @@ def distance_rules_out(problem: DesignProblem, floor: float) -> tuple[str, int |
     if sol.status == "ok":
         parts.append(
             f"With max_changed_variables = {d} the flow relaxation of C1 bounds every diagonal "
-            "floor by "
-            f"{sol.t:.4g}" + (f" (< {floor:g})" if sol.t < floor - RELAXATION_TOL else "") + "."
+            f"floor by {sol.t:.4g}"
+            + (f" (< {floor:g})" if sol.t < floor - RELAXATION_TOL else "") + "."
         )
     elif sol.status == "infeasible":
         parts.append(f"With max_changed_variables = {d} the flow relaxation of C1 has no solution.")
@@ -280,8 +277,7 @@ def distance_rules_out(problem: DesignProblem, floor: float) -> tuple[str, int |
             vacuous = other.max_changed is None
             parts.append(
                 "The smallest max_changed_variables the flow relaxation allows a floor >= "
-                f"{floor:g} with "
-                f"is {free}"
+                f"{floor:g} with is {free}"
                 + (" (no restriction)" if vacuous else f" (floor up to {alt.t:.4g})")
                 + "."
             )
@@ -316,9 +312,8 @@ def reach_argument(problem: DesignProblem, floor: float) -> str:
     M = sp.csr_matrix(
         (np.ones(K * nP), (np.repeat(np.arange(K), nP), pb.groups.member.ravel())), shape=(K, G)
     )
-    reach = np.asarray(
-        ((A @ M) > 0).astype(float).T @ pb.counts
-    ).ravel()  # records that can end in g
+    # records that can end in g
+    reach = np.asarray(((A @ M) > 0).astype(float).T @ pb.counts).ravel()
     rare = pb.counts < 1.0 / pb.alpha
     has_rare = np.asarray(M[rare].sum(axis=0)).ravel() > 0
     short = np.flatnonzero(has_rare & (reach * pb.alpha < floor - 1e-12))
@@ -333,10 +328,7 @@ def reach_argument(problem: DesignProblem, floor: float) -> str:
     )
     return (
         f"Only {reach[g]:g} records lie within {pb.params.max_changed_variables} changed "
-        "variable(s) of the group "
-        f"{vals}, which holds a rare cell: C1 needs P_mm <= alpha * (records released into the "
-        "group), so "
-        f"P_mm <= {pb.alpha:g} * {reach[g]:g} = {pb.alpha * reach[g]:.4g} < {floor:g} for that "
-        "cell "
-        f"({short.size} such group(s))."
+        f"variable(s) of the group {vals}, which holds a rare cell: C1 needs P_mm <= alpha * "
+        f"(records released into the group), so P_mm <= {pb.alpha:g} * {reach[g]:g} = "
+        f"{pb.alpha * reach[g]:.4g} < {floor:g} for that cell ({short.size} such group(s))."
     )

@@ -33,57 +33,43 @@ MIX_WEIGHTS = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 0.1, 0.5)
 def check_options(p: DesignParams, table: FrequencyTable, owner: str) -> None:
     """Designs under epsilon or k: dense over the present cells, so a bounded K and no option that
     forces zeros into a column (fixed strata, kept cells)."""
-    what = " and ".join(
-        f"{n}={v:g}" for n, v in (("epsilon", p.epsilon), ("k", p.k)) if v is not None
-    )
+    what = " and ".join(f"{n}={v:g}" for n, v in (("epsilon", p.epsilon), ("k", p.k))
+                        if v is not None)
+    zeros = "forces zeros next to positive entries in a column of P"
+    infinite = "which makes epsilon infinite and k = 1"
     if table.n_cells > PRIVACY_MAX_CELLS:
         raise InvalidParameterError(
             f"The 'epsilon' and 'k' parameters of {owner} need a dense matrix over the present "
-            "cells (every "
-            f"entry of a column positive together); with {table.n_cells} cells (more than "
-            f"{PRIVACY_MAX_CELLS}) "
-            f"that is too large to design ({what} given). Coarsen the identifying variables or "
-            "use fewer."
-        )
-    free = (
-        int(np.count_nonzero((table.codes != table.codes[:1]).any(axis=0))) if table.n_cells else 0
-    )
+            f"cells (every entry of a column positive together); with {table.n_cells} cells "
+            f"(more than {PRIVACY_MAX_CELLS}) that is too large to design ({what} given). "
+            "Coarsen the identifying variables or use fewer.")
+    codes = table.codes
+    free = int(np.count_nonzero((codes != codes[:1]).any(axis=0))) if table.n_cells else 0
     if p.max_changed_variables is not None and p.max_changed_variables < free:
         raise InvalidParameterError(
-            f"The 'max_changed_variables' parameter of {owner} cannot be combined with {what}: it "
-            "forces zeros next "
-            "to positive entries in a column of P, which makes epsilon infinite and k = 1."
-        )
+            f"The 'max_changed_variables' parameter of {owner} cannot be combined with {what}: "
+            f"it {zeros}, {infinite}.")
     for name in ("fixed", "keep_cells"):
         if getattr(p, name):
             raise InvalidParameterError(
-                f"The {name!r} parameter of {owner} cannot be combined with {what}: it forces "
-                "zeros next to "
-                "positive entries in a column of P, which makes epsilon infinite and k = 1."
-            )
+                f"The {name!r} parameter of {owner} cannot be combined with {what}: it {zeros}, "
+                f"{infinite}.")
     if p.missing == "keep" and table.missing().any():
         raise InvalidParameterError(
             f"The 'missing' parameter of {owner} must be 'category' with {what} on data with "
-            "missing identifying "
-            "values: 'keep' forces zeros next to positive entries in a column of P (records move "
-            "only among cells "
-            "with their missing pattern), which makes epsilon infinite and k = 1."
-        )
+            f"missing identifying values: 'keep' {zeros} (records move only among cells with "
+            f"their missing pattern), {infinite}.")
     if p.invariant:
         raise InvalidParameterError(
-            f"The 'invariant' parameter of {owner} is not supported with {what}."
-        )
+            f"The 'invariant' parameter of {owner} is not supported with {what}.")
     if p.structure not in ("auto", "general"):
         raise InvalidParameterError(
             f"The 'structure' parameter of {owner} must be 'auto' or 'general' with {what} (a "
-            "dense design over "
-            f"the present cells); got {p.structure!r}."
-        )
+            f"dense design over the present cells); got {p.structure!r}.")
     if p.k is not None and p.k > table.n:
         raise InvalidParameterError(
-            f"The 'k' parameter of {owner} must be at most the number of records ({table.n}); got "
-            f"{p.k:g}."
-        )
+            f"The 'k' parameter of {owner} must be at most the number of records ({table.n}); "
+            f"got {p.k:g}.")
 
 
 def design_epsilon_k(pb: DesignProblem, trace: Trace, finish) -> DesignResult:
@@ -138,25 +124,16 @@ def design_epsilon_k(pb: DesignProblem, trace: Trace, finish) -> DesignResult:
         return finish(
             Candidate.identity(pb.K),
             status,
-            f"No invertible matrix over the present cells was found "
-            f"that meets {want} ({att.detail or 'no feasible start with a finite loss'}). Relax "
-            "epsilon, "
-            "k or alpha.",
+            f"No invertible matrix over the present cells was found that meets {want} "
+            f"({att.detail or 'no feasible start with a finite loss'}). Relax epsilon, k or alpha.",
             None,
         )
     # the whole objective (change_weights too)
     name, P, meas, loss = min(ok, key=lambda c: pb.objective.value(c[1], pb.counts, loss=c[3]))
     det = _details(p, meas, fall)
     det["tried"] = {c[0]: c[3] for c in cands if c[2]["ok"]}
-    why = (
-        (
-            "The optimal dense design under "
-            if name == "optimal"
-            else f"The {name} matrix (no better design found) under "
-        )
-        + want
-        + ". "
-    )
+    why = ("The optimal dense design under " if name == "optimal" else
+           f"The {name} matrix (no better design found) under ") + want + ". "
     msg = why + _says(meas) + f"; binding: {det['binding']}. All requirements verified exactly."
     return finish(
         Candidate(name, P, loss=loss, solver=att.solver if name == "optimal" else "closed form"),
@@ -208,8 +185,7 @@ def _measure(pb: DesignProblem, trace: Trace, P) -> dict:
 def _says(meas: dict) -> str:
     return (
         f"measured epsilon {meas['epsilon']:.6g}, k {meas['k']:.6g}, C1 max risk "
-        f"{meas['max_risk']:.6g}, "
-        f"smallest diagonal {meas['min_diagonal']:.6g}"
+        f"{meas['max_risk']:.6g}, smallest diagonal {meas['min_diagonal']:.6g}"
     )
 
 

@@ -220,7 +220,8 @@ def solve(problem: DesignProblem, level: float, trace: Trace) -> Attempt:
                     best = (dataclasses.replace(att, loss=loss), f)
             else:
                 failed = att
-        if best is not None and (best[0].reduction.support > BLOCK_SUPPORT_MAX or best[1] > 0.95 * prev):
+        if best is not None and (best[0].reduction.support > BLOCK_SUPPORT_MAX
+                                 or best[1] > 0.95 * prev):
             break
         prev = best[1] if best is not None else np.inf
     if best is None:
@@ -228,4 +229,5 @@ def solve(problem: DesignProblem, level: float, trace: Trace) -> Attempt:
     r = best[0].reduction
     return dataclasses.replace(best[0], describe=(
         f"A block-diagonal retention-replacement design was made ({r.blocks} blocks of at least "
-        f"{r.block_target_records:g} records; P_b = lambda I + 1 v^T is invertible for any lambda > 0)."))
+        f"{r.block_target_records:g} records; P_b = lambda I + 1 v^T is invertible for any "
+        "lambda > 0)."))

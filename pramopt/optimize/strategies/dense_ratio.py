@@ -40,7 +40,8 @@ from . import Attempt, AttemptStatus
 from .lazy import solve_lazy
 from .refine import refine
 
-__all__ = ["solve", "solve_privacy", "working_margin", "polish_exact_k", "K_ROUNDS", "EXACT_K_MAX_CELLS"]
+__all__ = ["solve", "solve_privacy", "working_margin", "polish_exact_k", "K_ROUNDS",
+           "EXACT_K_MAX_CELLS"]
 
 #: Most rounds of re-chosen row weights for k.
 K_ROUNDS = 6
@@ -79,14 +80,14 @@ def solve(problem: DesignProblem, level: float, trace: Trace) -> Attempt:
     with trace.stage("retention start") as info:
         # feasible starts, the better one refined
         starts = [(n, s) for n, s in (
-            ("K-ary randomized response", retention_meeting(problem.table, problem.combos, epsilon=eps_s, k=k_s,
-                                                            alpha=a_s, joint=True)),
-            ("retention-replacement", retention_meeting(problem.table, problem.combos, epsilon=eps_s, k=k_s,
-                                                        alpha=a_s)))
+            ("K-ary randomized response", retention_meeting(
+                problem.table, problem.combos, epsilon=eps_s, k=k_s, alpha=a_s, joint=True)),
+            ("retention-replacement", retention_meeting(
+                problem.table, problem.combos, epsilon=eps_s, k=k_s, alpha=a_s)))
             if s.ok]
         start = min((s for _, s in starts), key=lambda s: s.loss) if starts else None
-        info["detail"] = ("; ".join(f"{n}: rho {s.rho[0]:.4g}, loss {s.loss:.4g}" for n, s in starts) if starts
-                          else "no retention-replacement matrix meets the requirements")
+        info["detail"] = ("; ".join(f"{n}: rho {s.rho[0]:.4g}, loss {s.loss:.4g}" for n, s in starts)
+                          if starts else "no retention-replacement matrix meets the requirements")
     att = solve_privacy(problem, [(n, s.P) for n, s in starts], eps_s, k_s, a_s, trace)
     return dataclasses.replace(att, start=None if start is None else start.P)
 
@@ -146,7 +147,8 @@ def solve_privacy(problem: DesignProblem, starts_given, eps_solve: float | None,
             return exact(x)
         except np.linalg.LinAlgError:
             return math.inf, None, None
-    starts, solver, out = _starts(problem, sup, starts_given, load, cost, lo, hi, pending, ws, evaluate, trace)
+    starts, solver, out = _starts(problem, sup, starts_given, load, cost, lo, hi, pending, ws,
+                                  evaluate, trace)
     if not starts:
         if out is not None and out.x is None:
             kind = AttemptStatus.INFEASIBLE if out.status == "infeasible" else AttemptStatus.SOLVER_ERROR
@@ -162,7 +164,8 @@ def solve_privacy(problem: DesignProblem, starts_given, eps_solve: float | None,
     # the loss is not convex: a symmetric start (K-ary randomized response) is often a stationary
     # point of the refinement, while the product form leads elsewhere; each start is refined
     for name, x, f in starts:
-        x, f_end = _refine_start(problem, sup, name, x, f, load, lo, hi, evaluate, pending, ws, scale, r_k, trace)
+        x, f_end = _refine_start(problem, sup, name, x, f, load, lo, hi, evaluate, pending, ws,
+                                 scale, r_k, trace)
         if best is None or f_end < best[1]:
             best = (x, f_end)
     x = best[0]
@@ -172,9 +175,11 @@ def solve_privacy(problem: DesignProblem, starts_given, eps_solve: float | None,
     return Attempt(AttemptStatus.OK, P=sup.to_matrix(x), solver=solver)
 
 
-def _starts(problem: DesignProblem, sup, starts_given, load, cost, lo, hi, pending, ws, evaluate, trace: Trace):
-    """The starts of the refinement, ``(name, x, loss)`` of finite loss: the feasible matrices given,
-    or the linear stage's point without any.  Returns ``(starts, solver, linear stage's outcome)``."""
+def _starts(problem: DesignProblem, sup, starts_given, load, cost, lo, hi, pending, ws, evaluate,
+            trace: Trace):
+    """The starts of the refinement, ``(name, x, loss)`` of finite loss: the feasible matrices
+    given, or the linear stage's point without any.  Returns ``(starts, solver, the linear
+    stage's outcome)``."""
     counts = problem.counts
     # the linear stage (fewest expected changes, lazy C1 rows) only without a feasible start: its
     # vertex usually has equal rows or a zero column (a singular P, no unbiased estimator)
@@ -184,14 +189,16 @@ def _starts(problem: DesignProblem, sup, starts_given, load, cost, lo, hi, pendi
     solver = "closed form"
     out = None
     if not starts_given:
-        out, x_lin, _, rounds = solve_lazy(load, cost, lo, hi, lambda v: clean(sup, v), pending, ws.add)
+        out, x_lin, _, rounds = solve_lazy(load, cost, lo, hi, lambda v: clean(sup, v), pending,
+                                           ws.add)
         solver = out.solver
     starts = []
     if x_lin is not None:
         f_lin = evaluate(x_lin)[0]
         starts.append(("linear stage", x_lin, f_lin))
         trace.add("privacy(linear)", time.perf_counter() - t_lin, rounds,
-                  f"expected changes {expected_changes(sup.to_matrix(x_lin), counts):.4g}, loss {f_lin:.4g}")
+                  f"expected changes {expected_changes(sup.to_matrix(x_lin), counts):.4g}, "
+                  f"loss {f_lin:.4g}")
     elif out is not None:
         trace.add("privacy(linear)", time.perf_counter() - t_lin, rounds, out.status)
     for name, S in starts_given:
@@ -201,8 +208,8 @@ def _starts(problem: DesignProblem, sup, starts_given, load, cost, lo, hi, pendi
     return starts, solver, out
 
 
-def _refine_start(problem: DesignProblem, sup, name: str, x, f: float, load, lo, hi, evaluate, pending, ws, scale,
-                  r_k, trace: Trace):
+def _refine_start(problem: DesignProblem, sup, name: str, x, f: float, load, lo, hi, evaluate,
+                  pending, ws, scale, r_k, trace: Trace):
     """The refinement from one start; with k, rounds of re-chosen row weights.  Returns
     ``(x, loss)``."""
     p = problem.params
@@ -212,8 +219,8 @@ def _refine_start(problem: DesignProblem, sup, name: str, x, f: float, load, lo,
     f_prev = f
     lp = load()
     while its < p.max_iter:
-        x, info = refine(lp, x, lo, hi, evaluate, check=pending, rtol=p.rtol, max_iter=p.max_iter - its,
-                         progress=trace.progress)
+        x, info = refine(lp, x, lo, hi, evaluate, check=pending, rtol=p.rtol,
+                         max_iter=p.max_iter - its, progress=trace.progress)
         its += info.iterations
         if info.stop_reason == "constraints":
             ws.add(info.added_constraints)

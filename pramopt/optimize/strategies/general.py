@@ -29,13 +29,13 @@ from ..pricing import Pricer
 from ..problem import DesignProblem, Trace
 from ..program import build_program
 from ..diagnosis import ADVICE, RELAXATION_TOL, invariant_hint
-from ..relaxation import floor_bound
 from ..support import Support, clean, greedy_cover
 from . import Attempt, AttemptStatus
 from .checks import once
 from .refine import refine
 
-__all__ = ["solve", "solve_general", "gamma_ladder", "ColumnGeneration", "initial_support", "MAX_PRICING_ROUNDS", "LP_GAP_RTOL",
+__all__ = ["solve", "solve_general", "ColumnGeneration", "initial_support",
+           "MAX_PRICING_ROUNDS", "LP_GAP_RTOL",
            "REFINE_CHUNK", "REFINE_SUPPORT_MAX", "REFINE_QP_MAX", "DENSE_SUPPORT_MAX", "COVER_BUDGET"]
 
 #: Sources of the initial cover support: at most this many support entries from the largest
@@ -394,7 +394,8 @@ class ColumnGeneration:
             Px = sup.to_matrix(x).tocoo()
             off = (Px.row != Px.col) & (Px.data > 0)
             rr, cc = _refine_pairs(Px, off, self.counts, problem.allowed)
-            small = Support.from_pairs(np.concatenate([rr, Px.row[off]]), np.concatenate([cc, Px.col[off]]), K)
+            small = Support.from_pairs(np.concatenate([rr, Px.row[off]]),
+                                       np.concatenate([cc, Px.col[off]]), K)
             return small, small.from_matrix(sup.to_matrix(x))
         if self.mode != "dense":
             # without pricing: every row x the receivers of the linear stage
@@ -428,7 +429,8 @@ class ColumnGeneration:
             if curved:
                 room = min(room, REFINE_QP_MAX - (sup.size - int(drop.sum())))
             if room > 0:
-                r, cc, _ = self.price(lp, info.duals, cost_fn=info.grad_columns, tol=tol, max_add=room)
+                r, cc, _ = self.price(lp, info.duals, cost_fn=info.grad_columns, tol=tol,
+                                      max_add=room)
         return r, cc, drop, keys
 
 
@@ -447,39 +449,47 @@ def solve(problem: DesignProblem, level: float, trace: Trace) -> Attempt:
     """The general design at the working level ``level``: the flow relaxation's bound on every
     diagonal floor (once per design), phase one, then the rungs of the floor's ladder that phase
     one allows, from the requested gamma down, until one is feasible."""
-    from .phase_one import largest_floor  # phase one is built on this module's ColumnGeneration
+    # phase one is built on this module's ColumnGeneration
+    from .phase_one import floor_bound_stage, largest_floor
 
     p = problem.params
     floor = 0.0 if p.min_diagonal is None else p.min_diagonal
     g_low = max(GAMMA_LADDER[-1], floor)
-    relax = once(trace, "floor bound", lambda: _floor_bound(problem, trace))
+    relax = once(trace, "floor bound", lambda: floor_bound_stage(problem, trace))
     if relax is not None and relax < g_low - RELAXATION_TOL:
-        why = (f"No design with every diagonal entry >= {g_low:g} satisfies C1: the flow relaxation of C1 "
-               f"bounds every diagonal floor by {relax:.4g}.")
+        why = (f"No design with every diagonal entry >= {g_low:g} satisfies C1: the flow "
+               f"relaxation of C1 bounds every diagonal floor by {relax:.4g}.")
         return Attempt(AttemptStatus.INFEASIBLE, gamma=g_low, auto_reason=why,
                        detail=f"{why}{invariant_hint(p)} {ADVICE}")
     ph = largest_floor(problem, g_low, floor, level, trace)
     if ph.status == "unproven":
-        trace.add("phase1", ph.seconds, 0, f"no floor >= {g_low:g} found on its support (not proven)")
+        trace.add("phase1", ph.seconds, 0,
+                  f"no floor >= {g_low:g} found on its support (not proven)")
         allows = "" if relax is None else f" (the flow relaxation allows floors up to {relax:.4g})"
-        why = (f"Phase one found no design with every diagonal entry >= {g_low:g} within its pricing rounds; "
-               f"one may exist{allows}.")
-        return Attempt(AttemptStatus.UNPROVEN, gamma=g_low, auto_reason=why, detail=f"{why} {ADVICE}")
+        why = (f"Phase one found no design with every diagonal entry >= {g_low:g} within its "
+               f"pricing rounds; one may exist{allows}.")
+        return Attempt(AttemptStatus.UNPROVEN, gamma=g_low, auto_reason=why,
+                       detail=f"{why} {ADVICE}")
     if ph.status == "infeasible" or (ph.status == "ok" and ph.t < g_low - 1e-9):
         trace.add("phase1", ph.seconds, 0, "infeasible")
         return Attempt(AttemptStatus.INFEASIBLE, gamma=g_low,
-                       auto_reason=f"No design with every diagonal entry >= {g_low:g} satisfies C1 (phase one).",
-                       detail=f"No design satisfies C1 with every diagonal entry >= {g_low:g} (needed to keep P "
-                              f"invertible).{invariant_hint(p)} {ADVICE}")
+                       auto_reason=f"No design with every diagonal entry >= {g_low:g} satisfies "
+                                   "C1 (phase one).",
+                       detail=f"No design satisfies C1 with every diagonal entry >= {g_low:g} "
+                              f"(needed to keep P invertible).{invariant_hint(p)} {ADVICE}")
     if ph.status != "ok":
         trace.add("phase1", ph.seconds, 0, ph.status)
-        return Attempt(AttemptStatus.SOLVER_ERROR, gamma=g_low, detail=f"Solver failed: {ph.status}.")
+        return Attempt(AttemptStatus.SOLVER_ERROR, gamma=g_low,
+                       detail=f"Solver failed: {ph.status}.")
     trace.add("phase1", ph.seconds, 0, f"largest feasible floor {ph.t:.4g}")
     return _ladder(problem, level, trace, ph, floor, g_low)
 
 
-def _ladder(problem: DesignProblem, level: float, trace: Trace, ph, floor: float, g_low: float) -> Attempt:
+def _ladder(problem: DesignProblem, level: float, trace: Trace, ph, floor: float,
+            g_low: float) -> Attempt:
     """The rungs of the floor's ladder at most phase one's floor, from the requested gamma down."""
+    from .phase_one import gamma_ladder
+
     p = problem.params
     # t may sit up to PHASE1_TIEBREAK below the largest floor; a rung just above the
     # true largest floor is found infeasible by the linear stage and the next one is tried
@@ -495,29 +505,14 @@ def _ladder(problem: DesignProblem, level: float, trace: Trace, ph, floor: float
             return dataclasses.replace(att, gamma=gam, detail=f"Solver failed: {att.detail}.")
         why = f"Diagonal floor gamma = {gam:g}"
         if gam < p.gamma:
-            why += (f": the reduced problem is infeasible at gamma = {p.gamma:g} (the largest feasible "
-                    f"floor is {ph.t:.4g}), so gamma was lowered as the paper suggests.")
+            why += (f": the reduced problem is infeasible at gamma = {p.gamma:g} (the largest "
+                    f"feasible floor is {ph.t:.4g}), so gamma was lowered as the paper suggests.")
         else:
             why += " (as requested)."
         return dataclasses.replace(att, gamma=gam, describe=why)
     return Attempt(AttemptStatus.INFEASIBLE, gamma=tried[-1] if tried else None,
-                   detail=f"No design satisfies C1 with a diagonal floor in {', '.join(f'{g:g}' for g in tried)}. "
-                          f"{ADVICE}")
-
-
-def gamma_ladder(gamma: float, floor: float) -> list[float]:
-    """The floors tried in turn: ``gamma``, then the rungs of GAMMA_LADDER below it, none below ``floor``."""
-    ladder = [gamma] + [g for g in GAMMA_LADDER if g < gamma]
-    return [g for g in ladder if g >= floor] or [max(gamma, floor)]
-
-
-def _floor_bound(problem: DesignProblem, trace: Trace) -> float | None:
-    """The flow relaxation's bound on every diagonal floor (None: its solver failed), a stage."""
-    with trace.stage("floor bound") as info:
-        # seconds, where phase one on rare-heavy data takes minutes to reach the same conclusion
-        relax = floor_bound(problem)
-        info["detail"] = "solver failed" if relax is None else f"every floor <= {relax:.4g}"
-    return relax
+                   detail="No design satisfies C1 with a diagonal floor in "
+                          f"{', '.join(f'{g:g}' for g in tried)}. {ADVICE}")
 
 
 def solve_general(problem: DesignProblem, gamma: float, floor: float, a_solve: float, trace: Trace,

@@ -149,7 +149,8 @@ def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4
         if not np.isfinite(f) or pred <= rtol * abs(f):
             reason = "converged"
             break
-        (xn, fn, gn, gcn), pred, sigma = _along_step(x, f, xn, lin, quad, Bs is not None, sigma, loss, clean_fn)
+        (xn, fn, gn, gcn), pred, sigma = _along_step(x, f, xn, lin, quad, Bs is not None, sigma,
+                                                     loss, clean_fn)
         d = xn - x
         rho = (f - fn) / pred if np.isfinite(fn) else -np.inf
         if rho >= 0.1:
@@ -173,9 +174,8 @@ def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4
         history.append(f)
         if progress is not None:
             progress("refine", it, f, radius)
-    duals = None
-    if want_duals:
-        duals, gcols = _final_duals(lp, x, g, gcols, step_duals, step_gcols, lo_base, hi_base, radius)
+    duals, gcols = (_final_duals(lp, x, g, gcols, step_duals, step_gcols, lo_base, hi_base, radius)
+                    if want_duals else (None, gcols))
     gscale = float(np.max(np.abs(g))) if g is not None and g.size else 1.0
     return x, info(reason, gc=gcols, duals=duals, gscale=gscale or 1.0)
 
@@ -192,7 +192,8 @@ def _qp_step(lp, x, g, Bs, lo, hi, pairs):
     """The curved model's step: the QP of ``g . d + 1/2 d' Bs d`` (BFGS-updated by ``pairs``)."""
     # costs on the scale of a largest |gradient| of 1, as the LP backends scale them
     sc = float(np.max(np.abs(g))) or 1.0
-    return solve_qp(lp.program, (g - _times(Bs, x)) / sc, Bs / sc, lo, hi, scale=sc, pairs=pairs, center=x)
+    return solve_qp(lp.program, (g - _times(Bs, x)) / sc, Bs / sc, lo, hi, scale=sc, pairs=pairs,
+                    center=x)
 
 
 def _along_step(x, f, xn, lin, quad, curved: bool, sigma: float, loss, clean_fn):

@@ -38,7 +38,8 @@ from .checks import check
 from .replacement_form import replacement_condition, replacement_loss, replacement_matrix
 from .retention import optimise_retentions
 
-__all__ = ["solve", "solve_replacement", "replacement_matrix", "replacement_loss", "replacement_condition",
+__all__ = ["solve", "solve_replacement", "replacement_matrix", "replacement_loss",
+           "replacement_condition",
            "REPLACEMENT_MAX_ENTRIES", "REPLACEMENT_MARGINS"]
 
 #: Largest number of stored entries (senders x receivers) of a replacement design before the cells
@@ -112,8 +113,8 @@ def solve(problem: DesignProblem, level: float, trace: Trace) -> Attempt:
     if found is not None:
         return found
     floor = max(LAMBDA_MIN, problem.params.min_diagonal or 0.0)
-    return Attempt(AttemptStatus.INFEASIBLE, detail="No replacement design satisfied C1 (the flow relaxation leaves "
-                   f"no retention of at least {floor:g} at any margin tried).")
+    return Attempt(AttemptStatus.INFEASIBLE, detail="No replacement design satisfied C1 (the flow "
+                   f"relaxation leaves no retention of at least {floor:g} at any margin tried).")
 
 
 def solve_replacement(problem: DesignProblem, level: float, trace: Trace, verify) -> Attempt | None:
@@ -180,8 +181,8 @@ def _finish(problem, trace, verify, floor, o, w, pools, P, rep, target):
     describe = (f"A replacement design was made (each cell keeps its records with probability >= "
                 f"{red.min_lambda:.3g} and otherwise draws from one replacement distribution per "
                 f"{'stratum' if target is None else 'block'}; invertible for any retention).")
-    return Attempt(AttemptStatus.OK, P=P, reduction=red, solver="HIGHS(scipy, flow relaxation)", loss=f,
-                   condition=cond, describe=describe)
+    return Attempt(AttemptStatus.OK, P=P, reduction=red, solver="HIGHS(scipy, flow relaxation)",
+                   loss=f, condition=cond, describe=describe)
 
 
 #: Relative margins below alpha at which the retentions are optimised, in turn, until the full

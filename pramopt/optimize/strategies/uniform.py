@@ -101,8 +101,7 @@ def solve_uniform(problem: DesignProblem, trace: Trace, verify) -> Attempt | Non
         solver=None,
         loss=replacement_loss(o, w, pools, counts),
         condition=replacement_condition(o, w, pools),
-        describe="A uniform replacement design was made (each cell keeps its records with "
-                 "probability "
-        f"{lam:.3g} and otherwise draws a record of its stratum at random; invertible for any "
-        "retention).",
+        describe=f"A uniform replacement design was made (each cell keeps its records with "
+        f"probability {lam:.3g} and otherwise draws a record of its stratum at random; "
+        "invertible for any retention).",
     )
