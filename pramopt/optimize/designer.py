@@ -168,7 +168,7 @@ class _Designer:
         if rep.max_risk <= pb.alpha:
             return self.finish(Candidate("identity", eye, rep), Status.SUCCESS,
                                "The data already satisfy C1: P = I.")
-        if p.structure != "auto" and p.structure != "general":
+        if p.structure not in ("auto", "general"):
             return self.alone(p.structure, f"{strategy(p.structure).label} structure requested.")
         # every structure honours every option (the floor, strata, kept cells, invariance), so
         # auto mode may always turn to the structures that need no floor above 1/2

@@ -117,6 +117,7 @@ class StrategyEntry:
     options: tuple = ()
 
     def solve(self, problem: "DesignProblem", level: float, trace: "Trace") -> Attempt:
+        """Its module's ``solve``."""
         return importlib.import_module(f"{__name__}.{self.module}").solve(problem, level, trace)
 
 
