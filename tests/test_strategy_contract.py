@@ -16,13 +16,14 @@ import inspect
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 import pramopt
 from pramopt.frequency.combinations import resolve_combinations
 from pramopt.optimize.auto import AUTO
 from pramopt.optimize.problem import DesignProblem
 from pramopt.optimize.strategies import STRATEGIES, STRUCTURES, Attempt, AttemptStatus
-from pramopt.optimize.strategies.checks import CheckedTrace
+from pramopt.optimize.strategies.checks import CheckedTrace, check
 from pramopt.params import DesignParams
 from pramopt.verify import c1_risk
 
@@ -136,3 +137,21 @@ def test_an_ok_attempt_meets_c1_by_the_independent_verifier(name, small):
     assert rep.max_risk <= ALPHA
     if att.loss is not None:  # a closed form the designer reports: the loss from its definition
         assert att.loss == pytest.approx(pramopt.loss.l2_loss(P, table.counts), rel=1e-8)
+
+
+def test_a_matrix_checked_during_a_search_is_not_checked_again(small):
+    # the check hook keeps reports by matrix: the designer's check of the matrix a strategy
+    # already checked adds no stage and returns the same report; another matrix is checked anew
+    ex, qi = small
+    table = pramopt.frequency_table(ex, qi)
+    combos = resolve_combinations(table.qi, None, None, "test")
+    problem = DesignProblem.build(table, combos, DesignParams.from_options("test", alpha=ALPHA))
+    trace = CheckedTrace()
+    P = sp.identity(table.n_cells, format="csr")
+    first = check(problem, trace, P, stage=None)
+    assert trace.stages == [] and check(problem, trace, P) is first and trace.stages == []
+    Q = P.copy()
+    rep = check(problem, trace, Q)
+    assert [s.name for s in trace.stages] == ["verify"]
+    expected = c1_risk(Q.toarray(), table.codes, table.counts.astype(float), combos).max_risk
+    assert rep.max_risk == pytest.approx(expected)
