@@ -30,7 +30,7 @@ from pramopt.baselines.calibrate import retention_on_cells
 from pramopt.baselines.retention_meeting import retention_meeting
 from pramopt.baselines.retention import retention_rho, rho_from_epsilon, rho_from_k
 from pramopt.frequency.combinations import resolve_combinations
-from pramopt.optimize.strategies import privacy as privacy_strategy
+from pramopt.optimize.strategies import dense_ratio as privacy_strategy
 from pramopt.verify import c1_risk
 
 from ._common import TESTDATA, TESTDATA_KEYS4, write_table

@@ -28,6 +28,7 @@ import pandas as pd
 
 from ._validation import check_choice, check_int, check_real, fail
 from .frequency.table import MAX_CATEGORIES
+from .optimize.strategies import STRUCTURES
 
 __all__ = ["DesignParams", "SPEC_KEYS", "parameters_doc", "signature", "GAMMA_LADDER", "DENSE_SUPPORT_MAX",
            "PRIVACY_MAX_CELLS"]
@@ -275,7 +276,7 @@ class DesignParams:
         "cover of the problem groups that column generation widens.",
         cli={"choices": ["auto", "dense", "targets", "cover"]})
     structure: str = _param(
-        "auto", _choice("auto", "general", "blocks", "replacement"), '{"auto", "general", "blocks", "replacement"}',
+        "auto", _choice(*STRUCTURES), "{" + ", ".join(f'"{s}"' for s in STRUCTURES) + "}",
         "'general': any row-stochastic P with every diagonal entry above 1/2 (invertible by strict "
         "diagonal dominance); where phase one finds no floor within its pricing rounds, the "
         "replacement design when its diagonal clears the floor.  'blocks': block-diagonal "
@@ -286,7 +287,7 @@ class DesignParams:
         "found in seconds.  'auto': the replacement design, the general design where one can exist "
         "(the flow relaxation and phase one say so; up to 600 cells) and blocks where it cannot (up to "
         "4,000 cells, or when there is no replacement design); the verified design of smallest loss.",
-        cli={"choices": ["auto", "general", "blocks", "replacement"],
+        cli={"choices": list(STRUCTURES),
              "help": "general: any P with every diagonal entry above 1/2; blocks: block-diagonal "
                      "retention-replacement blocks; replacement: a retention per cell and one replacement "
                      "distribution; auto: the verified design of smallest loss among those that can exist "

@@ -208,10 +208,10 @@ def test_auto_mode_picks_the_smallest_loss_of_every_structure(example, result):
 
 def _phase_one_unproven(monkeypatch):
     """Phase one as on large rare-heavy tables: no floor found within its pricing rounds."""
-    import pramopt.optimize.designer as D
+    from pramopt.optimize.strategies import phase_one
     from pramopt.optimize.strategies.phase_one import PhaseOne
 
-    monkeypatch.setattr(D, "largest_floor", lambda *a, **k: PhaseOne("unproven", t=0.3))
+    monkeypatch.setattr(phase_one, "largest_floor", lambda *a, **k: PhaseOne("unproven", t=0.3))
 
 
 def test_general_design_falls_back_on_a_replacement_design_that_clears_the_floor(example, monkeypatch):
@@ -233,7 +233,7 @@ def test_general_design_stays_infeasible_without_a_replacement_design_to_fall_ba
     import pramopt.optimize.designer as D
 
     _phase_one_unproven(monkeypatch)
-    monkeypatch.setattr(D._Designer, "_replacement", lambda self: None)
+    monkeypatch.setattr(D._Designer, "candidate", lambda self, name: (None, None))
     res = pramopt.design(example, list(EXAMPLE_QI), alpha=0.1, structure="general")
     assert res.status is pramopt.Status.INFEASIBLE
     assert "pricing rounds" in res.message

@@ -21,7 +21,7 @@ import pramopt
 from pramopt.cli import main
 from pramopt.errors import InvalidParameterError
 from pramopt.example import EXAMPLE_QI, example_data
-from pramopt.outcome import finish
+from pramopt.verified_result import finish
 from pramopt.result import Status
 from pramopt.spec import design_kwargs, load_spec
 from pramopt.verify import changed_variables_violations

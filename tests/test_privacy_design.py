@@ -203,7 +203,7 @@ def test_the_optimiser_itself_meets_the_rows(small, eps, k):
     tolerance (brute force): the rows are in the program."""
     from pramopt.frequency.combinations import resolve_combinations
     from pramopt.optimize.problem import DesignProblem, Trace
-    from pramopt.optimize.strategies.privacy import solve_privacy
+    from pramopt.optimize.strategies.dense_ratio import solve_privacy
     from pramopt.params import DesignParams
 
     t = frequency_table(small, QI)

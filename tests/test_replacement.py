@@ -150,7 +150,7 @@ def test_changes_bound_over_some_combinations_is_their_own_optimum_and_below_the
     # Keeping the rows of fewer combinations lowers the minimum: the bound over a subset must
     # equal the exact minimum over that subset's full C1 (built from the definition) and stay
     # below the exact minimum over every combination.
-    import pramopt.optimize.designer as D
+    import pramopt.optimize.diagnosis as D
     from pramopt.optimize.relaxation import bound_combinations
 
     df = _random_data(0, n=250, levels=(3, 3, 2, 3))

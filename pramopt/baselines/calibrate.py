@@ -10,7 +10,7 @@ evaluated (its risk, loss, ε and k), not the product-space matrix.
 
 The searches use a fast dense evaluation of the C1 left-hand sides; the final matrix is always
 checked with the independent verifier :func:`pramopt.verify.c1_risk`, and every calibration
-returns a :class:`~pramopt.DesignResult` made by :func:`pramopt.outcome.finish`, as
+returns a :class:`~pramopt.DesignResult` made by :func:`pramopt.verified_result.finish`, as
 :func:`pramopt.design` does: ``success`` means that check gave ``max_risk <= alpha``,
 ``details`` holds the tuned parameters and the number of C1 evaluations, and ``params`` the
 inputs, so that :func:`pramopt.baseline` with them makes the same design again.  The closed
@@ -31,7 +31,7 @@ from .._plain import plain
 from .._validation import InvalidParameterError, check_int, check_real
 from ..frequency.table import FrequencyTable
 from ..loss import l2_loss as _l2_loss
-from ..outcome import finish
+from ..verified_result import finish
 from ..result import DesignResult, Stage, Status
 from ..verify import c1_risk
 from .ifpr import ifpr_design

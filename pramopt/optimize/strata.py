@@ -15,7 +15,7 @@ The strata are independent programs, so they run in parallel: local processes
 (``client.submit``), each running :func:`pramopt.design` on one stratum's table
 (:func:`design_stratum`, a picklable top-level function).  The matrices are merged block-diagonally
 into the full cell order, the merged matrix is checked against the full, unreduced C1
-(:func:`pramopt.outcome.verify_stage`), and one :class:`~pramopt.DesignResult` is finished: SUCCESS
+(:func:`pramopt.verified_result.verify_stage`), and one :class:`~pramopt.DesignResult` is finished: SUCCESS
 only when every stratum succeeded and the merged check passes.  The L2 loss of a block-diagonal
 P is sum_s (n_s / n)^2 loss_s (P^-1 is block diagonal too), so it is not recomputed.
 """
@@ -31,7 +31,7 @@ import scipy.sparse as sp
 
 from ..errors import InvalidParameterError
 from ..frequency.table import FrequencyTable, cells_of
-from ..outcome import finish, verify_stage
+from ..verified_result import finish, verify_stage
 from ..params import DesignParams
 from ..result import DesignResult, Status
 from .problem import Trace, _keep_rows

@@ -58,8 +58,8 @@ class WeightedChangesL2(L2Loss):
         Pm = sp.coo_matrix(P)
         return float(2.0 / counts.sum() ** 2 * np.sum(counts[Pm.row] * Pm.data * self.cost(Pm.row, Pm.col)))
 
-    def value(self, P, counts) -> float:
-        return super().value(P, counts) + self.term(P, counts)
+    def value(self, P, counts, loss=None) -> float:
+        return super().value(P, counts, loss) + self.term(P, counts)
 
     def on_support(self, support, counts, sparse: bool):
         counts = np.asarray(counts, dtype=float)

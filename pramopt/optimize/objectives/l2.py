@@ -365,8 +365,8 @@ class L2Loss:
 
     name = "l2"
 
-    def value(self, P, counts) -> float:
-        return l2_loss(P, counts)
+    def value(self, P, counts, loss=None) -> float:
+        return l2_loss(P, counts) if loss is None else float(loss)
 
     def on_support(self, support, counts, sparse: bool):
         counts = np.asarray(counts, dtype=float)

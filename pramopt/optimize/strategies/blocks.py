@@ -18,6 +18,7 @@ The result is verified against the full, unreduced C1 like every other design.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -27,14 +28,15 @@ from ...frequency.table import FrequencyTable
 from ...result import Reduction
 from ..backends import chain
 from ..constraints.c1 import WorkingSet
-from ...loss import expected_changes
+from ...loss import expected_changes, l2_loss
 from ..problem import DesignProblem, Trace
 from ..program import build_program
 from ..support import Support
-from . import Attempt, AttemptStatus
+from . import Attempt, AttemptStatus, beyond_distance
+from .checks import check
 from .lazy import refine_lazy, solve_lazy
 
-__all__ = ["solve_blocks", "make_blocks", "BlockModel", "LAMBDA_MIN", "BLOCK_SUPPORT_MAX"]
+__all__ = ["solve", "make_blocks", "BlockModel", "LAMBDA_MIN", "BLOCK_SUPPORT_MAX"]
 
 #: Block designs stop growing their blocks beyond this many support entries.
 BLOCK_SUPPORT_MAX = 2_000_000
@@ -190,32 +192,42 @@ def _solve_at_size(problem: DesignProblem, target: float, a_solve: float, trace:
     return Attempt(AttemptStatus.OK, P=bm.matrix(z), reduction=reduction, solver=out.solver)
 
 
-def solve_blocks(problem: DesignProblem, a_solve: float, trace: Trace, verify) -> tuple:
-    """The verified block design of smallest loss over a few block sizes.
+def solve(problem: DesignProblem, level: float, trace: Trace) -> Attempt:
+    """The block design of smallest objective over a few block sizes, solved at ``level``.
 
     Larger blocks let lambda approach alpha (smaller loss) but mix more distant cells: the
-    block size (in records) starts at 4/alpha and doubles while the loss still drops by 5% and
-    the support stays below ``BLOCK_SUPPORT_MAX``.  ``verify(P)`` is the full C1 check; only
-    verified designs are kept.  Returns ``(best, unverified)``: ``best`` is ``(attempt, report,
-    loss)`` of the best verified design or ``None``; ``unverified`` is ``(P, report)`` of the last
-    design the solver returned that failed the check (a larger margin may mend it), or ``None``.
+    block size (in records) starts at 4/alpha and doubles while the objective still drops by 5%
+    and the support stays below ``BLOCK_SUPPORT_MAX``.  Each size's matrix is checked against
+    the full C1 (:func:`.checks.check`) and only those that pass compete; when none passes, the
+    last matrix that failed is returned (the designer's check fails it, and a larger margin may
+    mend it); INFEASIBLE when no size gave a matrix.
     """
-    alpha = problem.alpha
-    best = unverified = None
+    skipped = beyond_distance(problem, trace, "blocks", None)
+    if skipped is not None:
+        return skipped
+    alpha, counts = problem.alpha, problem.counts
+    best = failed = None
     target = float(np.ceil(4.0 / alpha))
     prev = np.inf
     while target <= max(4.0 / alpha, problem.n):
-        att = _solve_at_size(problem, target, a_solve, trace)
+        att = _solve_at_size(problem, target, level, trace)
         target *= 2
         if att.ok:
-            rep = verify(att.P)
-            if rep.max_risk <= alpha:
-                f = problem.objective.value(att.P, problem.counts)
-                if best is None or f < best[2]:
-                    best = (att, rep, f)
+            if check(problem, trace, att.P).max_risk <= alpha:
+                loss = l2_loss(att.P, counts)
+                f = problem.objective.value(att.P, counts, loss=loss)
+                if best is None or f < best[1]:
+                    best = (dataclasses.replace(att, loss=loss), f)
             else:
-                unverified = (att.P, rep)
-        if best is not None and (best[0].reduction.support > BLOCK_SUPPORT_MAX or best[2] > 0.95 * prev):
+                failed = att
+        if best is not None and (best[0].reduction.support > BLOCK_SUPPORT_MAX
+                                 or best[1] > 0.95 * prev):
             break
-        prev = best[2] if best is not None else np.inf
-    return best, unverified
+        prev = best[1] if best is not None else np.inf
+    if best is None:
+        return failed or Attempt(AttemptStatus.INFEASIBLE, detail="No block design satisfied C1.")
+    r = best[0].reduction
+    return dataclasses.replace(best[0], describe=(
+        f"A block-diagonal retention-replacement design was made ({r.blocks} blocks of at least "
+        f"{r.block_target_records:g} records; P_b = lambda I + 1 v^T is invertible for any "
+        "lambda > 0)."))

@@ -11,13 +11,14 @@ loop with another objective.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
 import scipy.sparse as sp
 
 from ...loss import expected_changes
-from ...params import DENSE_SUPPORT_MAX
+from ...params import DENSE_SUPPORT_MAX, GAMMA_LADDER
 from ...result import Reduction
 from ..backends import chain, gives_duals
 from ..constraints.c1 import WorkingSet, membership, protected_groups, reduce_constraints
@@ -27,11 +28,14 @@ from ..objectives.l2_curvature import l2_curvature_on_support
 from ..pricing import Pricer
 from ..problem import DesignProblem, Trace
 from ..program import build_program
+from ..diagnosis import ADVICE, RELAXATION_TOL, invariant_hint
 from ..support import Support, clean, greedy_cover
 from . import Attempt, AttemptStatus
+from .checks import once
 from .refine import refine
 
-__all__ = ["solve_general", "ColumnGeneration", "initial_support", "MAX_PRICING_ROUNDS", "LP_GAP_RTOL",
+__all__ = ["solve", "solve_general", "ColumnGeneration", "initial_support",
+           "MAX_PRICING_ROUNDS", "LP_GAP_RTOL",
            "REFINE_CHUNK", "REFINE_SUPPORT_MAX", "REFINE_QP_MAX", "DENSE_SUPPORT_MAX", "COVER_BUDGET"]
 
 #: Sources of the initial cover support: at most this many support entries from the largest
@@ -305,25 +309,7 @@ class ColumnGeneration:
         p = problem.params
         K = problem.K
         counts = self.counts
-        sup = self.sup
-        if self.widen:
-            # Refine over every row x the cells that received records in the linear stage
-            # (Section 4: a good P moves records into a few covering cells); pricing with the
-            # exact loss's gradient adds whatever else would help.
-            Px = sup.to_matrix(x).tocoo()
-            off = (Px.row != Px.col) & (Px.data > 0)
-            rr, cc = _refine_pairs(Px, off, counts, problem.allowed)
-            small = Support.from_pairs(np.concatenate([rr, Px.row[off]]), np.concatenate([cc, Px.col[off]]), K)
-            x = small.from_matrix(sup.to_matrix(x))
-            sup = small
-        elif self.mode != "dense":
-            # without pricing: every row x the receivers of the linear stage
-            P_lin = sup.to_matrix(x).tolil()
-            P_lin.setdiag(0)
-            recv = np.flatnonzero(np.asarray(P_lin.tocsr().sum(axis=0)).ravel() > 0)
-            new_sup = rows_into(problem, recv).union(*sup.to_matrix(x).nonzero())
-            x = new_sup.from_matrix(sup.to_matrix(x))
-            sup = new_sup
+        sup, x = self._refine_support(x)
         its = 0
         info = None
         lp = None
@@ -378,25 +364,7 @@ class ColumnGeneration:
                 stop = "converged (the model predicts < rtol on the priced support)"
                 break
             settled = info.stop_reason == "converged"
-            r = np.empty(0)
-            drop = np.zeros(sup.size, dtype=bool)
-            if self.widen and info.duals is not None:
-                tol = p.rtol * 1e-3 * info.grad_scale
-                # drop unused transitions that the step's prices call unattractive, so that the
-                # subproblems stay small (pricing brings them back if that changes).  Dropping
-                # and pricing cannot cycle: a transition is dropped again only after a step that
-                # lowered the loss, so no support recurs at the same point.
-                keys = sup.rows * K + sup.cols
-                drop = ((x <= 0.0) & (sup.rows != sup.cols) & (info.duals.cols > tol)
-                        & ((info.accepted > 0) | ~np.isin(keys, dropped)))
-                # ... and price transitions outside the support with the exact loss's gradient,
-                # after a curved step as many as keep the next one curved (linear steps on a
-                # larger support price as many as before: their drops trim it)
-                room = max(REFINE_MAX_ADD, 2 * K)
-                if curvature is not None:
-                    room = min(room, REFINE_QP_MAX - (sup.size - int(drop.sum())))
-                if room > 0:
-                    r, cc, _ = self.price(lp, info.duals, cost_fn=info.grad_columns, tol=tol, max_add=room)
+            r, cc, drop, keys = self._reprice(sup, x, lp, info, dropped, curvature is not None)
             if r.size or drop.sum() > sup.size // 10:
                 base = sup
                 if drop.any():
@@ -416,6 +384,56 @@ class ColumnGeneration:
         return x, its, info, stop
 
 
+    def _refine_support(self, x):
+        """The refinement's support and the linear stage's ``x`` on it."""
+        problem, K, sup = self.problem, self.problem.K, self.sup
+        if self.widen:
+            # Refine over every row x the cells that received records in the linear stage
+            # (Section 4: a good P moves records into a few covering cells); pricing with the
+            # exact loss's gradient adds whatever else would help.
+            Px = sup.to_matrix(x).tocoo()
+            off = (Px.row != Px.col) & (Px.data > 0)
+            rr, cc = _refine_pairs(Px, off, self.counts, problem.allowed)
+            small = Support.from_pairs(np.concatenate([rr, Px.row[off]]),
+                                       np.concatenate([cc, Px.col[off]]), K)
+            return small, small.from_matrix(sup.to_matrix(x))
+        if self.mode != "dense":
+            # without pricing: every row x the receivers of the linear stage
+            P_lin = sup.to_matrix(x).tolil()
+            P_lin.setdiag(0)
+            recv = np.flatnonzero(np.asarray(P_lin.tocsr().sum(axis=0)).ravel() > 0)
+            new_sup = rows_into(problem, recv).union(*sup.to_matrix(x).nonzero())
+            return new_sup, new_sup.from_matrix(sup.to_matrix(x))
+        return sup, x
+
+    def _reprice(self, sup: Support, x, lp, info, dropped, curved: bool):
+        """After a chunk: the transitions to drop and those pricing adds.  Returns ``(rows, cols,
+        drop, keys)`` (``keys``: row * K + col of the support, None without pricing)."""
+        K, p = self.problem.K, self.problem.params
+        r = np.empty(0)
+        cc = keys = None
+        drop = np.zeros(sup.size, dtype=bool)
+        if self.widen and info.duals is not None:
+            tol = p.rtol * 1e-3 * info.grad_scale
+            # drop unused transitions that the step's prices call unattractive, so that the
+            # subproblems stay small (pricing brings them back if that changes).  Dropping
+            # and pricing cannot cycle: a transition is dropped again only after a step that
+            # lowered the loss, so no support recurs at the same point.
+            keys = sup.rows * K + sup.cols
+            drop = ((x <= 0.0) & (sup.rows != sup.cols) & (info.duals.cols > tol)
+                    & ((info.accepted > 0) | ~np.isin(keys, dropped)))
+            # ... and price transitions outside the support with the exact loss's gradient,
+            # after a curved step as many as keep the next one curved (linear steps on a
+            # larger support price as many as before: their drops trim it)
+            room = max(REFINE_MAX_ADD, 2 * K)
+            if curved:
+                room = min(room, REFINE_QP_MAX - (sup.size - int(drop.sum())))
+            if room > 0:
+                r, cc, _ = self.price(lp, info.duals, cost_fn=info.grad_columns, tol=tol,
+                                      max_add=room)
+        return r, cc, drop, keys
+
+
 #: Pricing rounds of phase one once its restricted program is feasible (see ColumnGeneration).
 PHASE1_PRICING_ROUNDS = 5
 #: Rounds of phase one before it gives up looking for a floor on the lowest rung (it then says
@@ -425,6 +443,76 @@ PHASE1_MAX_ROUNDS = 20
 PHASE1_TIEBREAK = 1e-4
 #: Cost per unit of the elastic slack of phase one's C1 rows.
 PHASE1_ELASTIC = 1e3
+
+
+def solve(problem: DesignProblem, level: float, trace: Trace) -> Attempt:
+    """The general design at the working level ``level``: the flow relaxation's bound on every
+    diagonal floor (once per design), phase one, then the rungs of the floor's ladder that phase
+    one allows, from the requested gamma down, until one is feasible."""
+    # phase one is built on this module's ColumnGeneration
+    from .phase_one import floor_bound_stage, largest_floor
+
+    p = problem.params
+    floor = 0.0 if p.min_diagonal is None else p.min_diagonal
+    g_low = max(GAMMA_LADDER[-1], floor)
+    relax = once(trace, "floor bound", lambda: floor_bound_stage(problem, trace))
+    if relax is not None and relax < g_low - RELAXATION_TOL:
+        why = (f"No design with every diagonal entry >= {g_low:g} satisfies C1: the flow "
+               f"relaxation of C1 bounds every diagonal floor by {relax:.4g}.")
+        return Attempt(AttemptStatus.INFEASIBLE, gamma=g_low, auto_reason=why,
+                       detail=f"{why}{invariant_hint(p)} {ADVICE}")
+    ph = largest_floor(problem, g_low, floor, level, trace)
+    if ph.status == "unproven":
+        trace.add("phase1", ph.seconds, 0,
+                  f"no floor >= {g_low:g} found on its support (not proven)")
+        allows = "" if relax is None else f" (the flow relaxation allows floors up to {relax:.4g})"
+        why = (f"Phase one found no design with every diagonal entry >= {g_low:g} within its "
+               f"pricing rounds; one may exist{allows}.")
+        return Attempt(AttemptStatus.UNPROVEN, gamma=g_low, auto_reason=why,
+                       detail=f"{why} {ADVICE}")
+    if ph.status == "infeasible" or (ph.status == "ok" and ph.t < g_low - 1e-9):
+        trace.add("phase1", ph.seconds, 0, "infeasible")
+        return Attempt(AttemptStatus.INFEASIBLE, gamma=g_low,
+                       auto_reason=f"No design with every diagonal entry >= {g_low:g} satisfies "
+                                   "C1 (phase one).",
+                       detail=f"No design satisfies C1 with every diagonal entry >= {g_low:g} "
+                              f"(needed to keep P invertible).{invariant_hint(p)} {ADVICE}")
+    if ph.status != "ok":
+        trace.add("phase1", ph.seconds, 0, ph.status)
+        return Attempt(AttemptStatus.SOLVER_ERROR, gamma=g_low,
+                       detail=f"Solver failed: {ph.status}.")
+    trace.add("phase1", ph.seconds, 0, f"largest feasible floor {ph.t:.4g}")
+    return _ladder(problem, level, trace, ph, floor, g_low)
+
+
+def _ladder(problem: DesignProblem, level: float, trace: Trace, ph, floor: float,
+            g_low: float) -> Attempt:
+    """The rungs of the floor's ladder at most phase one's floor, from the requested gamma down."""
+    from .phase_one import gamma_ladder
+
+    p = problem.params
+    # t may sit up to PHASE1_TIEBREAK below the largest floor; a rung just above the
+    # true largest floor is found infeasible by the linear stage and the next one is tried
+    ladder = [g for g in gamma_ladder(p.gamma, floor) if g <= ph.t + PHASE1_TIEBREAK] or [g_low]
+    tried = []
+    for gam in ladder:
+        init = ph.support if gives_duals(p.solver) else None  # a priced support
+        att = solve_general(problem, gam, max(gam, floor), level, trace, init=init)
+        tried.append(gam)
+        if att.status is AttemptStatus.INFEASIBLE:
+            continue
+        if not att.ok:
+            return dataclasses.replace(att, gamma=gam, detail=f"Solver failed: {att.detail}.")
+        why = f"Diagonal floor gamma = {gam:g}"
+        if gam < p.gamma:
+            why += (f": the reduced problem is infeasible at gamma = {p.gamma:g} (the largest "
+                    f"feasible floor is {ph.t:.4g}), so gamma was lowered as the paper suggests.")
+        else:
+            why += " (as requested)."
+        return dataclasses.replace(att, gamma=gam, describe=why)
+    return Attempt(AttemptStatus.INFEASIBLE, gamma=tried[-1] if tried else None,
+                   detail="No design satisfies C1 with a diagonal floor in "
+                          f"{', '.join(f'{g:g}' for g in tried)}. {ADVICE}")
 
 
 def solve_general(problem: DesignProblem, gamma: float, floor: float, a_solve: float, trace: Trace,

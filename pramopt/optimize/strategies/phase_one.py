@@ -18,11 +18,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...params import GAMMA_LADDER
 from ..problem import DesignProblem, Trace
+from ..relaxation import floor_bound
 from ..support import Support
 from .general import PHASE1_TIEBREAK, ColumnGeneration
 
-__all__ = ["PhaseOne", "largest_floor", "PHASE1_TIEBREAK"]
+__all__ = ["PhaseOne", "largest_floor", "gamma_ladder", "floor_bound_stage", "PHASE1_TIEBREAK"]
 
 
 @dataclass(frozen=True)
@@ -59,3 +61,18 @@ def largest_floor(problem: DesignProblem, lowest: float, floor: float, a_solve: 
         return PhaseOne("infeasible" if proven else "unproven", t=t, support=cg.sup, seconds=secs)
     return PhaseOne("ok", t=t, support=cg.sup, seconds=secs)
 
+
+def gamma_ladder(gamma: float, floor: float) -> list[float]:
+    """The floors tried in turn: ``gamma``, then the rungs of GAMMA_LADDER below it, none below
+    ``floor``."""
+    ladder = [gamma] + [g for g in GAMMA_LADDER if g < gamma]
+    return [g for g in ladder if g >= floor] or [max(gamma, floor)]
+
+
+def floor_bound_stage(problem: DesignProblem, trace: Trace) -> float | None:
+    """The flow relaxation's bound on every diagonal floor (None: its solver failed), a stage."""
+    with trace.stage("floor bound") as info:
+        # seconds, where phase one on rare-heavy data takes minutes to reach the same conclusion
+        relax = floor_bound(problem)
+        info["detail"] = "solver failed" if relax is None else f"every floor <= {relax:.4g}"
+    return relax

@@ -19,6 +19,24 @@ orthogonal to it (cosine 0.08), though both give the step about the same curvatu
 curvature the loss shows along the last :data:`MEMORY` accepted curved steps (Hessian times step,
 by a difference of gradients): the diagonal's BFGS update by those pairs, which the QP holds
 exactly (:mod:`pramopt.optimize.backends.clarabel_qp`).
+
+One iteration of :func:`refine` minimises a model of the loss over the feasible set intersected
+with the box ``|x - x_k| <= radius``: ``g . d + 1/2 d' (sigma B) d`` with ``B = curvature(x_k, g)``
+(a diagonal as a vector, or a symmetric positive semidefinite sparse matrix; a convex QP), or
+``g . d`` alone (an LP) without a curvature or once a QP has failed.  A diagonal ``B`` is
+updated (BFGS) by the loss's curvature along the last :data:`MEMORY` accepted curved steps,
+this call's and the previous calls' (``steps``: sparse K x K matrices, or None to keep no
+steps, as for a parametrised program; the result's ``steps`` continue them on another
+support).
+Then, when the loss along the step curves more than the model said (one more evaluation),
+the minimiser of the quadratic through the loss at both ends and its slope at the start is
+taken if better, and ``sigma`` follows the ratio of the curvature met along the step to the
+model's (the Hessian's diagonal leaves out the coupling of entries in one column).  A step is
+accepted when the actual decrease is at least 10% of the predicted one; the radius doubles
+after a very good step at the boundary and shrinks fourfold after a rejected step.  Iterates
+stay feasible.  Stops (the documented tolerance) when the predicted decrease falls below
+``rtol * loss``, when the loss improved by less than ``rtol`` (relative) over the last
+``window`` iterations, when the radius drops below 1e-9, or after ``max_iter`` iterations.
 """
 from __future__ import annotations
 
@@ -67,23 +85,7 @@ def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4
            steps=None) -> tuple[np.ndarray, RefineInfo]:
     """Trust-region steps on the exact L2 loss, with a curved model when ``curvature`` is given.
 
-    Each iteration minimises a model of the loss over the feasible set intersected with the
-    box ``|x - x_k| <= radius``: ``g . d + 1/2 d' (sigma B) d`` with ``B = curvature(x_k, g)``
-    (a diagonal as a vector, or a symmetric positive semidefinite sparse matrix; a convex QP), or
-    ``g . d`` alone (an LP) without a curvature or once a QP has failed.  A diagonal ``B`` is
-    updated (BFGS) by the loss's curvature along the last :data:`MEMORY` accepted curved steps,
-    this call's and the previous calls' (``steps``: sparse K x K matrices, or None to keep no
-    steps, as for a parametrised program; the result's ``steps`` continue them on another
-    support).
-    Then, when the loss along the step curves more than the model said (one more evaluation),
-    the minimiser of the quadratic through the loss at both ends and its slope at the start is
-    taken if better, and ``sigma`` follows the ratio of the curvature met along the step to the
-    model's (the Hessian's diagonal leaves out the coupling of entries in one column).  A step is
-    accepted when the actual decrease is at least 10% of the predicted one; the radius doubles
-    after a very good step at the boundary and shrinks fourfold after a rejected step.  Iterates
-    stay feasible.  Stops (the documented tolerance) when the predicted decrease falls below
-    ``rtol * loss``, when the loss improved by less than ``rtol`` (relative) over the last
-    ``window`` iterations, when the radius drops below 1e-9, or after ``max_iter`` iterations.
+    The iteration is described in the module's docstring.
 
     ``lp`` is a loaded program (:mod:`pramopt.optimize.backends`) and ``evaluate`` the
     objective's evaluator on its columns.  ``check(x)`` may return newly violated C1 rows of
@@ -126,14 +128,9 @@ def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4
         out, Bs = None, None
         if curvature is not None and np.isfinite(f):
             if B is None:
-                B = curvature(x, g)
-                B = B if sp.issparse(B) else np.asarray(B, dtype=float)
-                pairs = [] if sp.issparse(B) else _pairs(sup, steps, x, g, loss)
+                B, pairs = _curvature_at(curvature, sup, steps, x, g, loss)
             Bs = sigma * B
-            # costs on the scale of a largest |gradient| of 1, as the LP backends scale them
-            sc = float(np.max(np.abs(g))) or 1.0
-            out = solve_qp(lp.program, (g - _times(Bs, x)) / sc, Bs / sc, lo, hi, scale=sc,
-                           pairs=pairs, center=x)
+            out = _qp_step(lp, x, g, Bs, lo, hi, pairs)
             if out.x is None:  # the linear model from here on (the QP is only an accelerator)
                 curvature, Bs, pairs = None, None, []
             else:  # the step's multipliers, with the gradient they go with (see want_duals)
@@ -152,23 +149,9 @@ def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4
         if not np.isfinite(f) or pred <= rtol * abs(f):
             reason = "converged"
             break
-        fn, gn, gcn = loss(xn)
-        # Curvature along the step: the quadratic through f(0) = f, f'(0) = -lin and f(1) = fn.
-        # Where the loss curves more than the model (the LP's step to a vertex of the box, or a
-        # diagonal Hessian that misses couplings), one more evaluation at the quadratic's
-        # minimiser takes the better point.
-        curv = fn - f + lin if np.isfinite(fn) else np.inf
-        if Bs is not None and quad > 0 and np.isfinite(curv) and curv > 0:
-            sigma = float(np.clip(sigma * curv / quad, *SIGMA_RANGE))
-        elif Bs is not None and not np.isfinite(curv):
-            sigma = min(4 * sigma, SIGMA_RANGE[1])
-        if np.isfinite(f) and curv > 0 and lin / (2 * curv) < 0.9:
-            a = max(lin / (2 * curv), 0.05)
-            xa = clean_fn(x + a * d)
-            fa, ga, gca = loss(xa)
-            if np.isfinite(fa) and (not np.isfinite(fn) or fa < fn):
-                xn, fn, gn, gcn, pred = xa, fa, ga, gca, a * lin - a * a * quad
-                d = xn - x
+        (xn, fn, gn, gcn), pred, sigma = _along_step(x, f, xn, lin, quad, Bs is not None, sigma,
+                                                     loss, clean_fn)
+        d = xn - x
         rho = (f - fn) / pred if np.isfinite(fn) else -np.inf
         if rho >= 0.1:
             if check is not None:
@@ -191,20 +174,66 @@ def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4
         history.append(f)
         if progress is not None:
             progress("refine", it, f, radius)
-    duals = None
-    if want_duals and step_duals is not None:
+    duals, gcols = (_final_duals(lp, x, g, gcols, step_duals, step_gcols, lo_base, hi_base, radius)
+                    if want_duals else (None, gcols))
+    gscale = float(np.max(np.abs(g))) if g is not None and g.size else 1.0
+    return x, info(reason, gc=gcols, duals=duals, gscale=gscale or 1.0)
+
+
+def _curvature_at(curvature, sup, steps, x, g, loss):
+    """The curvature model at ``x``: ``B`` and the curvature pairs along the remembered steps
+    (none for a sparse ``B``)."""
+    B = curvature(x, g)
+    B = B if sp.issparse(B) else np.asarray(B, dtype=float)
+    return B, ([] if sp.issparse(B) else _pairs(sup, steps, x, g, loss))
+
+
+def _qp_step(lp, x, g, Bs, lo, hi, pairs):
+    """The curved model's step: the QP of ``g . d + 1/2 d' Bs d`` (BFGS-updated by ``pairs``)."""
+    # costs on the scale of a largest |gradient| of 1, as the LP backends scale them
+    sc = float(np.max(np.abs(g))) or 1.0
+    return solve_qp(lp.program, (g - _times(Bs, x)) / sc, Bs / sc, lo, hi, scale=sc, pairs=pairs,
+                    center=x)
+
+
+def _along_step(x, f, xn, lin, quad, curved: bool, sigma: float, loss, clean_fn):
+    """The point taken along the step from ``x`` to ``xn``, the decrease its model predicts and the
+    curvature model's new scale.  Returns ``((x, f, g, grad_columns), predicted, sigma)``."""
+    fn, gn, gcn = loss(xn)
+    d = xn - x
+    pred = lin - quad
+    # Curvature along the step: the quadratic through f(0) = f, f'(0) = -lin and f(1) = fn.
+    # Where the loss curves more than the model (the LP's step to a vertex of the box, or a
+    # diagonal Hessian that misses couplings), one more evaluation at the quadratic's
+    # minimiser takes the better point.
+    curv = fn - f + lin if np.isfinite(fn) else np.inf
+    if curved and quad > 0 and np.isfinite(curv) and curv > 0:
+        sigma = float(np.clip(sigma * curv / quad, *SIGMA_RANGE))
+    elif curved and not np.isfinite(curv):
+        sigma = min(4 * sigma, SIGMA_RANGE[1])
+    if np.isfinite(f) and curv > 0 and lin / (2 * curv) < 0.9:
+        a = max(lin / (2 * curv), 0.05)
+        xa = clean_fn(x + a * d)
+        fa, ga, gca = loss(xa)
+        if np.isfinite(fa) and (not np.isfinite(fn) or fa < fn):
+            return (xa, fa, ga, gca), a * lin - a * a * quad, sigma
+    return (xn, fn, gn, gcn), pred, sigma
+
+
+def _final_duals(lp, x, g, gcols, step_duals, step_gcols, lo_base, hi_base, radius):
+    """Duals that price transitions outside the support, with the gradient they go with."""
+    if step_duals is not None:
         # the last QP step's multipliers and the gradient at the point it was taken from: a
         # transition outside the support with a negative reduced cost would have made that
         # step's model decrease more (column generation for the curved subproblem, no extra solve)
-        duals, gcols = step_duals, step_gcols
-    elif want_duals and g is not None:
+        return step_duals, step_gcols
+    if g is not None:
         # one more linear subproblem at the final point: its duals price transitions outside
         # the support (column generation on the exact loss's gradient)
         out = lp.solve(g, np.maximum(lo_base, x - radius), np.minimum(hi_base, x + radius))
         if out.x is not None:
-            duals = lp.duals()
-    gscale = float(np.max(np.abs(g))) if g is not None and g.size else 1.0
-    return x, info(reason, gc=gcols, duals=duals, gscale=gscale or 1.0)
+            return lp.duals(), gcols
+    return None, gcols
 
 
 def _pairs(sup, steps, x, g, loss) -> list:

@@ -32,12 +32,14 @@ from ...result import Reduction
 from ..problem import DesignProblem, Trace
 from ..constraints.c1 import build_groups
 from ..relaxation import FlowSolution, flow_relaxation
-from . import Attempt, AttemptStatus
+from . import Attempt, AttemptStatus, beyond_distance
 from .blocks import LAMBDA_MIN, make_blocks
+from .checks import check
 from .replacement_form import replacement_condition, replacement_loss, replacement_matrix
 from .retention import optimise_retentions
 
-__all__ = ["solve_replacement", "solve_uniform", "replacement_matrix", "replacement_loss", "replacement_condition",
+__all__ = ["solve", "solve_replacement", "replacement_matrix", "replacement_loss",
+           "replacement_condition",
            "REPLACEMENT_MAX_ENTRIES", "REPLACEMENT_MARGINS"]
 
 #: Largest number of stored entries (senders x receivers) of a replacement design before the cells
@@ -101,10 +103,24 @@ def _local_relaxation(problem: DesignProblem, alpha: float, pools: np.ndarray) -
     return FlowSolution("ok", t=t, out=out, inflow=inflow)
 
 
-def solve_replacement(problem: DesignProblem, trace: Trace, verify) -> tuple | None:
-    """The verified replacement design, or None.
+def solve(problem: DesignProblem, level: float, trace: Trace) -> Attempt:
+    """The replacement design whose matrix met C1 at the working level ``level`` (failing that,
+    at alpha), its retentions optimised on the loss; INFEASIBLE when there is none."""
+    skipped = beyond_distance(problem, trace, "replacement", problem.strata)
+    if skipped is not None:
+        return skipped
+    found = solve_replacement(problem, level, trace, lambda P: check(problem, trace, P))
+    if found is not None:
+        return found
+    floor = max(LAMBDA_MIN, problem.params.min_diagonal or 0.0)
+    return Attempt(AttemptStatus.INFEASIBLE, detail="No replacement design satisfied C1 (the flow "
+                   f"relaxation leaves no retention of at least {floor:g} at any margin tried).")
 
-    ``verify(P)`` is the full C1 check.  Returns ``(attempt, report, loss, condition)``.
+
+def solve_replacement(problem: DesignProblem, level: float, trace: Trace, verify) -> Attempt | None:
+    """The replacement design, or None.
+
+    ``verify(P)`` is the full C1 check the search keeps or drops its matrices by.
     """
     alpha = problem.alpha
     counts = problem.counts
@@ -116,7 +132,6 @@ def solve_replacement(problem: DesignProblem, trace: Trace, verify) -> tuple | N
         pools, target = _block_pools(problem, max(1.0, REPLACEMENT_MAX_ENTRIES / problem.K))
     # the level the solvers work at (``margin``): the first relaxation margin whose design meets C1
     # there is taken; failing that, the first whose design meets C1 at alpha itself
-    level = alpha * (1.0 - problem.params.margin)
     safe = None
     for margin in REPLACEMENT_MARGINS:
         while True:
@@ -155,7 +170,7 @@ def solve_replacement(problem: DesignProblem, trace: Trace, verify) -> tuple | N
 
 
 def _finish(problem, trace, verify, floor, o, w, pools, P, rep, target):
-    """The verified design with its retentions optimised (``refine_loss``), as solve_replacement returns it."""
+    """The design with its retentions optimised (``refine_loss``), as an Attempt."""
     f = replacement_loss(o, w, pools, problem.counts)
     if problem.params.refine_loss:
         o, P, rep, f = _retentions(problem, trace, verify, o, w, pools, P, rep, f, floor)
@@ -163,7 +178,11 @@ def _finish(problem, trace, verify, floor, o, w, pools, P, rep, target):
     red = Reduction(structure="replacement", blocks=int(np.unique(pools).size),
                     block_target_records=target, min_lambda=float(np.min(1.0 - o, initial=1.0)),
                     support=int(P.nnz))
-    return Attempt(AttemptStatus.OK, P=P, reduction=red, solver="HIGHS(scipy, flow relaxation)"), rep, f, cond
+    describe = (f"A replacement design was made (each cell keeps its records with probability >= "
+                f"{red.min_lambda:.3g} and otherwise draws from one replacement distribution per "
+                f"{'stratum' if target is None else 'block'}; invertible for any retention).")
+    return Attempt(AttemptStatus.OK, P=P, reduction=red, solver="HIGHS(scipy, flow relaxation)",
+                   loss=f, condition=cond, describe=describe)
 
 
 #: Relative margins below alpha at which the retentions are optimised, in turn, until the full
@@ -185,8 +204,8 @@ def _retentions(problem: DesignProblem, trace: Trace, verify, o, w, pools, P, re
     alpha, counts = problem.alpha, problem.counts
     obj = problem.objective
 
-    def score(P_, f_):  # change_weights: the designer ranks by the whole objective
-        return f_ + obj.term(P_, counts) if hasattr(obj, "term") else f_
+    def score(P_, f_):  # the designer ranks by the whole objective
+        return obj.value(P_, counts, loss=f_)
 
     base = score(P, f)
     # the requested margin first (the solver's working level, as for the other structures), then
@@ -221,56 +240,3 @@ def _retentions(problem: DesignProblem, trace: Trace, verify, o, w, pools, P, re
                 return res.o, Pn, rn, fn
             break
     return o, P, rep, f
-
-
-#: Bisection steps of the uniform design's retention (the largest verified one to 1/4096).
-UNIFORM_STEPS = 12
-
-
-def solve_uniform(problem: DesignProblem, trace: Trace, verify) -> tuple | None:
-    """The last resort: ``P = lam I + (1 - lam) 1 w^T`` per stratum over the cells that may move,
-    with ``w`` proportional to their counts.
-
-    It honours every option: transitions stay within strata and out of kept cells; it is
-    invariant (each cell receives exactly what it sends, ``(1 - lam) U0(k)``); every diagonal
-    entry is at least ``lam >= min_diagonal``; and it is invertible (det = lam^(k-1) per stratum).
-    C1's left-hand sides grow with lam (a cell's share of its own groups is
-    ``lam + (1 - lam) w(g)`` over a fixed denominator U(g)), so the largest lam that passes the full
-    check is found by bisection; as lam -> 0 every risk tends to at most 1 / (records of the
-    stratum).  Returns ``(attempt, report, loss, condition)`` or None.
-    """
-    alpha, counts = problem.alpha, problem.counts
-    pools = problem.strata
-    move = ~problem.kept
-    per_pool = np.bincount(pools, weights=move.astype(float))
-    if float(per_pool @ per_pool) > REPLACEMENT_MAX_ENTRIES:
-        return None
-    tot = np.bincount(pools, weights=counts * move)[pools]
-    w = np.where(move & (tot > 0), counts / np.where(tot > 0, tot, 1.0), 0.0)
-    floor = max(LAMBDA_MIN, problem.params.min_diagonal or 0.0)
-
-    def at(lam):
-        o = np.where(move, 1.0 - lam, 0.0)
-        return o, replacement_matrix(o, w, pools)
-
-    t0 = time.perf_counter()
-    o, P = at(floor)
-    rep = verify(P)
-    if not rep.max_risk <= alpha:
-        trace.add("uniform", time.perf_counter() - t0, 0, f"fails C1 even at retention {floor:g}")
-        return None
-    lo, hi, best = floor, 1.0, (floor, o, P, rep)
-    for _ in range(UNIFORM_STEPS):
-        mid = 0.5 * (lo + hi)
-        o, P = at(mid)
-        r = verify(P)
-        if r.max_risk <= alpha:
-            lo, best = mid, (mid, o, P, r)
-        else:
-            hi = mid
-    lam, o, P, rep = best
-    trace.add("uniform", time.perf_counter() - t0, UNIFORM_STEPS, f"retention {lam:.4g}")
-    red = Reduction(structure="replacement", blocks=int(np.unique(pools).size), min_lambda=float(lam),
-                    support=int(P.nnz))
-    return (Attempt(AttemptStatus.OK, P=P, reduction=red, solver=None), rep, replacement_loss(o, w, pools, counts),
-            replacement_condition(o, w, pools))

@@ -21,6 +21,7 @@ the start (the feasible set is convex in P for ε and C1; k is checked again).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 
@@ -39,7 +40,8 @@ from . import Attempt, AttemptStatus
 from .lazy import solve_lazy
 from .refine import refine
 
-__all__ = ["solve_privacy", "polish_exact_k", "K_ROUNDS", "EXACT_K_MAX_CELLS"]
+__all__ = ["solve", "solve_privacy", "working_margin", "polish_exact_k", "K_ROUNDS",
+           "EXACT_K_MAX_CELLS"]
 
 #: Most rounds of re-chosen row weights for k.
 K_ROUNDS = 6
@@ -50,6 +52,44 @@ K_ROUNDS = 6
 EXACT_K_MAX_CELLS = 30
 #: Most iterations of that polish.
 EXACT_K_MAX_ITER = 30
+
+
+def working_margin(params) -> float:
+    """The relative margin inside which the dense design is solved (never 0: the ratio bounds are
+    met up to the solver's tolerance)."""
+    from ..auto import MARGIN_FLOOR
+
+    return params.margin if params.margin > 0 else MARGIN_FLOOR
+
+
+def solve(problem: DesignProblem, level: float, trace: Trace) -> Attempt:
+    """The dense design under epsilon and/or k, and C1 at ``level`` unless alpha is None; epsilon
+    and k are solved inside the same relative margin (:func:`working_margin`).
+
+    The starts are retention-replacement over the attributes (Ikarashi et al.) and over the
+    cells as one attribute (K-ary randomized response), each calibrated inside the margins; the
+    better one is the attempt's ``start``.
+    """
+    from ...baselines.retention_meeting import retention_meeting
+
+    p = problem.params
+    m = working_margin(p)
+    eps_s = None if p.epsilon is None else p.epsilon * (1.0 - m)
+    k_s = None if p.k is None else min(float(problem.n), 1.0 + (p.k - 1.0) * (1.0 + m))
+    a_s = level if p.alpha is not None else None
+    with trace.stage("retention start") as info:
+        # feasible starts, the better one refined
+        starts = [(n, s) for n, s in (
+            ("K-ary randomized response", retention_meeting(
+                problem.table, problem.combos, epsilon=eps_s, k=k_s, alpha=a_s, joint=True)),
+            ("retention-replacement", retention_meeting(
+                problem.table, problem.combos, epsilon=eps_s, k=k_s, alpha=a_s)))
+            if s.ok]
+        start = min((s for _, s in starts), key=lambda s: s.loss) if starts else None
+        info["detail"] = ("; ".join(f"{n}: rho {s.rho[0]:.4g}, loss {s.loss:.4g}" for n, s in starts)
+                          if starts else "no retention-replacement matrix meets the requirements")
+    att = solve_privacy(problem, [(n, s.P) for n, s in starts], eps_s, k_s, a_s, trace)
+    return dataclasses.replace(att, start=None if start is None else start.P)
 
 
 def solve_privacy(problem: DesignProblem, starts_given, eps_solve: float | None,
@@ -100,16 +140,6 @@ def solve_privacy(problem: DesignProblem, starts_given, eps_solve: float | None,
     cost[sup.diag] = -counts
     trace.add("privacy(model)", time.perf_counter() - t0, 0,
               f"dense support {sup.size}, {len(bounds())} ratio bounds, {ws.m.size} C1 rows")
-    # the linear stage (fewest expected changes, lazy C1 rows) only without a feasible start: its
-    # vertex usually has equal rows or a zero column (a singular P, no unbiased estimator)
-    t_lin = time.perf_counter()
-    rounds = 0
-    x_lin = None
-    solver = "closed form"
-    out = None
-    if not starts_given:
-        out, x_lin, _, rounds = solve_lazy(load, cost, lo, hi, lambda v: clean(sup, v), pending, ws.add)
-        solver = out.solver
     exact = problem.objective.on_support(sup, counts, sparse=False)
 
     def evaluate(x):  # a singular P (a zero column, or rows made equal) has no unbiased estimator
@@ -117,18 +147,8 @@ def solve_privacy(problem: DesignProblem, starts_given, eps_solve: float | None,
             return exact(x)
         except np.linalg.LinAlgError:
             return math.inf, None, None
-    starts = []
-    if x_lin is not None:
-        f_lin = evaluate(x_lin)[0]
-        starts.append(("linear stage", x_lin, f_lin))
-        trace.add("privacy(linear)", time.perf_counter() - t_lin, rounds,
-                  f"expected changes {expected_changes(sup.to_matrix(x_lin), counts):.4g}, loss {f_lin:.4g}")
-    elif out is not None:
-        trace.add("privacy(linear)", time.perf_counter() - t_lin, rounds, out.status)
-    for name, S in starts_given:
-        xs = sup.from_matrix(S)
-        starts.append((name, xs, evaluate(xs)[0]))
-    starts = [s for s in starts if np.isfinite(s[2])]
+    starts, solver, out = _starts(problem, sup, starts_given, load, cost, lo, hi, pending, ws,
+                                  evaluate, trace)
     if not starts:
         if out is not None and out.x is None:
             kind = AttemptStatus.INFEASIBLE if out.status == "infeasible" else AttemptStatus.SOLVER_ERROR
@@ -144,38 +164,81 @@ def solve_privacy(problem: DesignProblem, starts_given, eps_solve: float | None,
     # the loss is not convex: a symmetric start (K-ary randomized response) is often a stationary
     # point of the refinement, while the product form leads elsewhere; each start is refined
     for name, x, f in starts:
-        t_ref = time.perf_counter()
-        scale[:] = 1.0
-        its, k_round = 0, 0
-        f_prev = f
-        lp = load()
-        while its < p.max_iter:
-            x, info = refine(lp, x, lo, hi, evaluate, check=pending, rtol=p.rtol, max_iter=p.max_iter - its,
-                             progress=trace.progress)
-            its += info.iterations
-            if info.stop_reason == "constraints":
-                ws.add(info.added_constraints)
-                lp = load()
-                continue
-            if r_k is None or not math.isfinite(r_k) or k_round >= K_ROUNDS or its >= p.max_iter:
-                break
-            if k_round and f_prev - info.loss_end <= p.rtol * abs(info.loss_end):
-                break
-            # re-choose the k rows' weights at the current P: it stays feasible, the linear set grows
-            k_round += 1
-            f_prev = info.loss_end
-            scale[:] = balancing_weights(sup.to_matrix(x).toarray())
-            lp = load()
-        trace.add(f"privacy(refine {name})", time.perf_counter() - t_ref, its,
-                  f"loss {f:.4g} -> {info.loss_end:.4g}, stop: {info.stop_reason}"
-                  + (f", {k_round} re-weightings" if k_round else ""))
-        if best is None or info.loss_end < best[1]:
-            best = (x, info.loss_end)
+        x, f_end = _refine_start(problem, sup, name, x, f, load, lo, hi, evaluate, pending, ws,
+                                 scale, r_k, trace)
+        if best is None or f_end < best[1]:
+            best = (x, f_end)
     x = best[0]
     if k_solve is not None and math.isfinite(r_k) and K <= EXACT_K_MAX_CELLS:
         P = polish_exact_k(problem, sup.to_matrix(x).toarray(), k_solve, eps_solve, a_solve, trace)
         x = sup.from_matrix(P)
     return Attempt(AttemptStatus.OK, P=sup.to_matrix(x), solver=solver)
+
+
+def _starts(problem: DesignProblem, sup, starts_given, load, cost, lo, hi, pending, ws, evaluate,
+            trace: Trace):
+    """The starts of the refinement, ``(name, x, loss)`` of finite loss: the feasible matrices
+    given, or the linear stage's point without any.  Returns ``(starts, solver, the linear
+    stage's outcome)``."""
+    counts = problem.counts
+    # the linear stage (fewest expected changes, lazy C1 rows) only without a feasible start: its
+    # vertex usually has equal rows or a zero column (a singular P, no unbiased estimator)
+    t_lin = time.perf_counter()
+    rounds = 0
+    x_lin = None
+    solver = "closed form"
+    out = None
+    if not starts_given:
+        out, x_lin, _, rounds = solve_lazy(load, cost, lo, hi, lambda v: clean(sup, v), pending,
+                                           ws.add)
+        solver = out.solver
+    starts = []
+    if x_lin is not None:
+        f_lin = evaluate(x_lin)[0]
+        starts.append(("linear stage", x_lin, f_lin))
+        trace.add("privacy(linear)", time.perf_counter() - t_lin, rounds,
+                  f"expected changes {expected_changes(sup.to_matrix(x_lin), counts):.4g}, "
+                  f"loss {f_lin:.4g}")
+    elif out is not None:
+        trace.add("privacy(linear)", time.perf_counter() - t_lin, rounds, out.status)
+    for name, S in starts_given:
+        xs = sup.from_matrix(S)
+        starts.append((name, xs, evaluate(xs)[0]))
+    starts = [s for s in starts if np.isfinite(s[2])]
+    return starts, solver, out
+
+
+def _refine_start(problem: DesignProblem, sup, name: str, x, f: float, load, lo, hi, evaluate,
+                  pending, ws, scale, r_k, trace: Trace):
+    """The refinement from one start; with k, rounds of re-chosen row weights.  Returns
+    ``(x, loss)``."""
+    p = problem.params
+    t_ref = time.perf_counter()
+    scale[:] = 1.0
+    its, k_round = 0, 0
+    f_prev = f
+    lp = load()
+    while its < p.max_iter:
+        x, info = refine(lp, x, lo, hi, evaluate, check=pending, rtol=p.rtol,
+                         max_iter=p.max_iter - its, progress=trace.progress)
+        its += info.iterations
+        if info.stop_reason == "constraints":
+            ws.add(info.added_constraints)
+            lp = load()
+            continue
+        if r_k is None or not math.isfinite(r_k) or k_round >= K_ROUNDS or its >= p.max_iter:
+            break
+        if k_round and f_prev - info.loss_end <= p.rtol * abs(info.loss_end):
+            break
+        # re-choose the k rows' weights at the current P: it stays feasible, the linear set grows
+        k_round += 1
+        f_prev = info.loss_end
+        scale[:] = balancing_weights(sup.to_matrix(x).toarray())
+        lp = load()
+    trace.add(f"privacy(refine {name})", time.perf_counter() - t_ref, its,
+              f"loss {f:.4g} -> {info.loss_end:.4g}, stop: {info.stop_reason}"
+              + (f", {k_round} re-weightings" if k_round else ""))
+    return x, info.loss_end
 
 
 def polish_exact_k(problem: DesignProblem, P0: np.ndarray, k_solve: float, eps_solve: float | None,

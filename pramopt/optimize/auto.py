@@ -1,0 +1,171 @@
+"""Auto mode's candidate policy, as data: which structures, under which sizes, in which order.
+
+The counting bound and the flow relaxation say in seconds whether a general design (every
+diagonal entry >= 0.51) can exist; it is made only then, and only up to
+``GENERAL_AUTO_MAX_CELLS`` cells.  Beside it (with ``refine_loss``) and where there is none, the
+structures that need no floor are made: the replacement design always, the block design up to
+``BLOCKS_AUTO_MAX_CELLS`` cells and ``BLOCKS_AUTO_MAX_ROWS`` rows of the reduced C1 (and, where
+there is no general design, whenever no replacement design is found); the uniform design only
+when none of those is found.  On the package example, testdata and rare-heavy tables the better
+of the replacement and block designs comes within 1.3% of the general design's loss in a
+fraction of its time.  Every candidate is verified, and the smallest objective wins.
+
+The retries are here too: the solver works at alpha * (1 - margin) so that its feasibility
+tolerance never turns into a violation; if the verifier still finds one, the margin grows
+tenfold (twice at most, from ``MARGIN_FLOOR`` at least).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import scipy.sparse as sp
+
+from ..params import GAMMA_LADDER
+from .constraints.c1 import floor_upper_bound
+from .problem import DesignProblem
+
+__all__ = [
+    "Rule",
+    "AutoPolicy",
+    "AUTO",
+    "Candidate",
+    "margins",
+    "GENERAL_AUTO_MAX_CELLS",
+    "BLOCKS_AUTO_MAX_CELLS",
+    "BLOCKS_AUTO_MAX_ROWS",
+    "MARGIN_FLOOR",
+]
+
+#: Above this many cells auto mode tries only the replacement and block designs: on the 5,577-cell
+#: Zipf register the replacement design (9 s) has a smaller loss than the general one (177 s); on
+#: the 2,610-cell census sample phase one alone takes minutes, and on the rare-heavy scaling
+#: series it does not finish in 300 s from 800 cells on.
+GENERAL_AUTO_MAX_CELLS = 600
+
+#: Above this many cells auto mode makes a block design only when no replacement design is found:
+#: on the 6,505-cell census sample the block design takes 500 s and loses to the replacement design
+#: (loss 1.55e-4, 16 s), as it does on every rare-heavy data set of the benchmarks.
+BLOCKS_AUTO_MAX_CELLS = 4000
+
+#: ... and only up to this many rows of the reduced C1 (rare cells x combinations): with 12
+#: identifying variables (220 triples) and 2,000 records the replacement design takes 6 s and each
+#: block size minutes (440,000 rows).
+BLOCKS_AUTO_MAX_ROWS = 100_000
+
+#: The margin grows from at least this when the verification fails (a margin of 0 would stay 0).
+MARGIN_FLOOR = 1e-5
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One structure auto mode makes, and the sizes up to which it makes it.
+
+    ``alone``: it is made above those sizes too when no structure before it in its list was
+    found.
+    """
+
+    structure: str
+    max_cells: int | None = None
+    max_rows: int | None = None
+    alone: bool = False
+
+    def admits(self, problem: DesignProblem, found: bool) -> bool:
+        """Whether auto mode makes this structure on ``problem`` (``found``: an earlier one was)."""
+        small = (self.max_cells is None or problem.K <= self.max_cells) and (
+            self.max_rows is None or problem.rare_rows <= self.max_rows
+        )
+        return small or (self.alone and not found)
+
+
+@dataclass(frozen=True)
+class AutoPolicy:
+    """Auto mode's candidates.
+
+    Attributes
+    ----------
+    general : Rule
+        The structure with a diagonal floor above 1/2, tried first where one can exist.
+    beside : tuple of Rule
+        Also made beside a verified general design (with ``refine_loss``: without it the general
+        design minimises expected changes, not the loss).
+    without : tuple of Rule
+        Made where there is no general design.
+    last_resort : tuple of Rule
+        Tried in turn when none of ``without`` is found.
+    """
+
+    general: Rule
+    beside: tuple
+    without: tuple
+    last_resort: tuple
+
+    def skips_general(self, problem: DesignProblem) -> str | None:
+        """Why auto mode makes no general design on ``problem`` before trying one (None: it tries):
+        the counting bound rules out every floor above 1/2, or the table is too large."""
+        g_low = max(GAMMA_LADDER[-1], problem.params.min_diagonal or 0.0)
+        bound = floor_upper_bound(problem.table, problem.groups, problem.alpha)
+        if bound < g_low:
+            return (
+                f"No design with a diagonal floor >= {g_low:g} exists: C1 caps every floor at "
+                f"alpha * n / (largest number of groups of one combination) = {bound:.4g}."
+            )
+        if not self.general.admits(problem, found=False):
+            return (
+                f"With {problem.K} cells (more than {self.general.max_cells}), auto mode makes "
+                "the structures found in seconds and skips the general design, which takes many "
+                "minutes at this size (structure='general' asks for it)."
+            )
+        return None
+
+    def structures(self) -> set:
+        """Every structure the policy can make."""
+        rules = (self.general, *self.beside, *self.without, *self.last_resort)
+        return {r.structure for r in rules}
+
+
+AUTO = AutoPolicy(
+    general=Rule("general", max_cells=GENERAL_AUTO_MAX_CELLS),
+    beside=(Rule("replacement"), Rule("blocks", BLOCKS_AUTO_MAX_CELLS, BLOCKS_AUTO_MAX_ROWS)),
+    without=(
+        Rule("replacement"),
+        Rule("blocks", BLOCKS_AUTO_MAX_CELLS, BLOCKS_AUTO_MAX_ROWS, alone=True),
+    ),
+    last_resort=(Rule("uniform"),),
+)
+
+
+def margins(margin: float) -> list[float]:
+    """The margins tried in turn: the requested one, then tenfold twice (from MARGIN_FLOOR at
+    least)."""
+    out = [margin]
+    for _ in range(2):
+        nxt = min(max(10 * out[-1], MARGIN_FLOOR), 0.1)
+        if nxt > out[-1]:
+            out.append(nxt)
+    return out
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A design the designer may return: its matrix and what the result reports about it.
+
+    ``report`` is the full C1 check of ``P`` when made (None: the result makes it); ``loss`` and
+    ``condition`` are closed forms when known (None: computed from ``P``); ``describe`` is the
+    sentence on the design in the result's message.
+    """
+
+    name: str
+    P: object
+    report: object = None
+    loss: float | None = None
+    condition: float | None = None
+    reduction: object = None
+    solver: str | None = None
+    gamma: float | None = None
+    describe: str = ""
+
+    @staticmethod
+    def identity(K: int, gamma: float | None = None, reduction=None) -> "Candidate":
+        """P = I: what a design that found no matrix returns."""
+        return Candidate("identity", sp.identity(K, format="csr"), gamma=gamma, reduction=reduction)
