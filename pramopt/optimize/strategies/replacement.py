@@ -186,7 +186,7 @@ def _retentions(problem: DesignProblem, trace: Trace, verify, o, w, pools, P, re
     obj = problem.objective
 
     def score(P_, f_):  # change_weights: the designer ranks by the whole objective
-        return f_ + obj.term(P_, counts) if hasattr(obj, "term") else f_
+        return obj.value(P_, counts, loss=f_)
 
     base = score(P, f)
     # the requested margin first (the solver's working level, as for the other structures), then
