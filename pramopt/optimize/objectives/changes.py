@@ -80,3 +80,14 @@ class WeightedChangesL2(L2Loss):
                 return gcols(cols) + scale * counts[:, None] * h
             return f + float(lin @ x), g + lin, (None if gcols is None else columns)
         return evaluate
+
+    def curvature_on_support(self, support, counts, sparse: bool):
+        """The L2 loss's (the added term is linear), at the L2 loss's part of the gradient."""
+        counts = np.asarray(counts, dtype=float)
+        base = super().curvature_on_support(support, counts, sparse)
+        h = self.linear_cost(support.rows, support.cols)
+        lin = 2.0 / counts.sum() ** 2 * counts[support.rows] * h
+
+        def curvature(x, g=None):
+            return base(x, None if g is None else g - lin)
+        return curvature

@@ -21,6 +21,7 @@ from ...params import DENSE_SUPPORT_MAX
 from ...result import Reduction
 from ..backends import chain, gives_duals
 from ..constraints.c1 import WorkingSet, membership, protected_groups, reduce_constraints
+from ..constraints.invariance import Invariance
 from ..objectives.l2 import SparseL2
 from ..pricing import Pricer
 from ..problem import DesignProblem, Trace
@@ -171,14 +172,14 @@ class ColumnGeneration:
         return lo, np.ones(sup.size)
 
     def load(self, sup: Support, *, phase_one: bool = False):
-        prog = build_program(sup, self.counts, self.ws.block(sup), self.a_solve,
-                             invariant=self.problem.params.invariant, max_floor=phase_one,
+        inv = [Invariance(self.counts)] if self.problem.params.invariant else []
+        prog = build_program(sup, [self.ws.rows(sup, self.mem), *inv], max_floor=phase_one,
                              elastic=PHASE1_ELASTIC if phase_one else None)
         return chain(prog, self.problem.params.solver)
 
     def price(self, lp, duals, cost_fn=None, tol: float = 1e-7, max_add: int | None = None):
-        return Pricer(lp.program.support, self.problem.groups, self.counts, lp.program.block, duals,
-                      self.problem.allowed, self.mem).candidates(
+        return Pricer(lp.program.support, self.counts, lp.program.constraints, duals,
+                      self.problem.allowed).candidates(
             cost_fn=cost_fn, tol=tol, max_add=max_add or max(REFINE_MAX_ADD, 2 * self.problem.K))
 
     # -- the restricted linear programs ---------------------------------------------------------
