@@ -91,19 +91,21 @@ def test_value_with_known_loss(objective, problem):
 
 
 def test_linear_cost_is_what_value_adds_to_the_loss(objective, problem):
+    """An objective with a linear part is the L2 loss plus that part (the linear stage's model)."""
     rng = np.random.default_rng(2)
     K, counts = problem.K, problem.counts
     rows, cols = np.meshgrid(np.arange(K), np.arange(K), indexing="ij")
     lin = objective.linear_cost(rows, cols)
+    if lin is None:
+        assert objective.linear_cost(rows[2], cols[2]) is None
+        return
+    assert lin.shape == (K, K) and np.all(lin >= 0) and np.all(np.diag(lin) == 0)
+    assert np.array_equal(objective.linear_cost(rows[2], cols[2]), lin[2])  # any shape
     for keep in (0.9, 0.5):
         P = _stochastic(rng, K, keep)
         added = objective.value(P, counts) - l2_loss(P, counts)
-        want = 0.0 if lin is None else 2.0 / counts.sum() ** 2 * float(
-            np.sum(counts[:, None] * P * lin))
-        assert added == pytest.approx(want, rel=1e-9, abs=1e-15)
-    if lin is not None:
-        assert lin.shape == (K, K) and np.all(lin >= 0) and np.all(np.diag(lin) == 0)
-        assert np.array_equal(objective.linear_cost(rows[2], cols[2]), lin[2])  # any shape
+        want = 2.0 / counts.sum() ** 2 * float(np.sum(counts[:, None] * P * lin))
+        assert added == pytest.approx(want, rel=1e-9)
 
 
 @pytest.mark.parametrize("sparse", [False, True])

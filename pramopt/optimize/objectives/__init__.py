@@ -38,7 +38,8 @@ class Objective(Protocol):
         """Cost per moved record of the transitions ``(rows, cols)`` (any shape) in the linear
         part of the objective, in units of the L2 loss's first-order charge ``2/n^2`` per changed
         record: the linear part is ``(2/n^2) sum_m U0(m) sum_k P_mk linear_cost(m, k)``.  None
-        when there is none (the L2 loss)."""
+        when there is none (the L2 loss).  An objective with a linear part is the L2 loss plus
+        that part: the linear stage models it by the L2 loss's first-order charge plus these."""
 
     def on_support(self, support, counts, sparse: bool) -> Evaluator:
         """Value and gradient of x -> objective(P(x)) for P on ``support``."""
