@@ -102,10 +102,12 @@ def point(case: str, model: str) -> dict:
     import pramopt
     import pramopt.optimize.strategies.general as G
     import pramopt.optimize.strategies.refine as R
+    from pramopt.optimize.objectives.l2 import L2Loss
 
     table = _table(case)
     if model == "column":
-        G.l2_curvature_on_support = lambda sup, counts, sparse: l2_column_curvature_on_support(sup, counts)
+        L2Loss.curvature_on_support = (lambda self, sup, counts, sparse:
+                                       l2_column_curvature_on_support(sup, counts))
     if model != "pairs":
         R.MEMORY = 0
     steps = []

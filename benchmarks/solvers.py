@@ -32,7 +32,7 @@ import scipy.sparse as sp
 import pramopt
 from pramopt.optimize.backends.cvx import CvxpyProgram, _options as _solver_options
 from pramopt.optimize.backends.highs import load as load_highs
-from pramopt.optimize.constraints.c1 import c1_block, reduce_constraints
+from pramopt.optimize.constraints.c1 import C1Rows, c1_block, reduce_constraints
 from pramopt.params import DENSE_SUPPORT_MAX, GAMMA_LADDER
 from pramopt.optimize.problem import DesignProblem
 from pramopt.optimize.program import build_program, row_sum_matrix
@@ -70,7 +70,7 @@ def find_gamma(table, alpha):
     """First floor of the designer's ladder at which the reduced LP is feasible (HiGHS)."""
     for g in GAMMA_LADDER:
         pr = build_problem(table, alpha, g)
-        out = load_highs(build_program(pr["sup"], pr["counts"], pr["blk"], pr["a_solve"])).solve(
+        out = load_highs(build_program(pr["sup"], [C1Rows(pr["blk"], pr["a_solve"])])).solve(
             pr["c"], pr["lo"], pr["hi"])
         if out.x is not None:
             return g
@@ -101,7 +101,7 @@ def one(dname, alpha, gamma, solver, repeats, quick) -> dict:
     times, x, status = [], None, "?"
     if solver in LP_SOLVERS:
         t0 = time.perf_counter()
-        lp = CvxpyProgram(build_program(sup, counts, blk, pr["a_solve"]), solver)
+        lp = CvxpyProgram(build_program(sup, [C1Rows(blk, pr["a_solve"])]), solver)
         lp.c.value, lp.lo.value, lp.hi.value = pr["c"] / scale, pr["lo"], pr["hi"]
         out["build_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
@@ -157,13 +157,13 @@ def one(dname, alpha, gamma, solver, repeats, quick) -> dict:
         out["options"] = "defaults"
     elif solver == "highspy (direct)":
         t0 = time.perf_counter()
-        lp = load_highs(build_program(sup, counts, blk, pr["a_solve"]))
+        lp = load_highs(build_program(sup, [C1Rows(blk, pr["a_solve"])]))
         out["build_s"] = time.perf_counter() - t0
         out["compile_s"] = 0.0
         for _ in range(repeats):
             # a fresh model each time, so the median is not a warm re-solve
             if times:
-                lp = load_highs(build_program(sup, counts, blk, pr["a_solve"]))
+                lp = load_highs(build_program(sup, [C1Rows(blk, pr["a_solve"])]))
             t0 = time.perf_counter()
             o = lp.solve(pr["c"], pr["lo"], pr["hi"])
             times.append(time.perf_counter() - t0)

@@ -107,7 +107,7 @@ def hybrid_design(table, alpha: float, block_records: float, senders: int | None
         return z
 
     def load():
-        return chain(build_program(sup, U, ws.block(sup), a_solve, param=T), None)
+        return chain(build_program(sup, [ws.rows(sup)], param=T), None)
 
     def pending(z):
         return ws.missing(sup.to_matrix(T @ z))

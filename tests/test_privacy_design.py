@@ -18,8 +18,8 @@ import pramopt
 from pramopt.baselines.retention_meeting import retention_meeting
 from pramopt.errors import InvalidParameterError
 from pramopt.frequency.table import frequency_table
-from pramopt.optimize.constraints.privacy import (RatioBound, balancing_weights, dense_support, ratio_rows,
-                                                  ratio_slack)
+from pramopt.optimize.constraints.column_ratio import (RatioBound, balancing_weights, dense_support, ratio_rows,
+                                                       ratio_slack)
 
 from test_contract import brute_force_risk
 from test_privacy import _brute_k

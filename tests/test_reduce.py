@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import pramopt
-from pramopt.optimize.constraints.c1 import build_groups, c1_block
+from pramopt.optimize.constraints.c1 import C1Rows, build_groups, c1_block
 from pramopt.optimize.support import Support
 from pramopt.optimize.constraints.c1 import reduce_constraints
 from pramopt.optimize.backends import chain
@@ -46,7 +46,7 @@ def test_reduced_optimum_satisfies_full_c1(df, gamma, alpha):
     # the reduced problem may be infeasible at a high floor: step down as the designer does
     for floor in [g for g in (0.95, 0.8, 0.6, 0.51) if g <= gamma]:
         red = reduce_constraints(table, groups, alpha, floor, lazy_outside=False)
-        lp = chain(build_program(sup, counts, c1_block(sup, groups, counts, red.m, red.g), alpha * (1 - 1e-6)),
+        lp = chain(build_program(sup, [C1Rows(c1_block(sup, groups, counts, red.m, red.g), alpha * (1 - 1e-6))]),
                    "HIGHS")
         lo = np.zeros(sup.size)
         lo[sup.diag] = floor

@@ -182,7 +182,7 @@ def test_curved_refinement_beats_long_slp_in_few_iterations(example, monkeypatch
     # the same design with the curved model off (linear steps only) and 300 iterations allowed
     new = pramopt.design(example, QI, alpha=0.1, structure="general", support=support)
     with monkeypatch.context() as m:
-        m.setattr(general, "l2_curvature_on_support", lambda *a, **k: None)
+        m.setattr(general, "REFINE_QP_MAX", -1)  # no support is small enough for curved steps
         old = pramopt.design(example, QI, alpha=0.1, structure="general", support=support, max_iter=300)
     assert old.success and new.success
     assert _refine_stage(new).iterations <= 20
@@ -243,8 +243,8 @@ def test_qp_multipliers_price_a_transition_as_the_derivative_of_the_step(example
     assert gcols(np.array([k]))[m, 0] == pytest.approx(g[j], rel=1e-9)  # the gradient pricing uses
     less = Support.from_pairs(np.delete(sup.rows, j), np.delete(sup.cols, j), K)
     v0, out, _ = step(less)
-    d = Pricer(less, cg.problem.groups, cg.counts, cg.load(less).program.block, out.duals, cg.problem.allowed,
-               cg.mem).reduced_costs(np.array([k]), gcols(np.array([k])))[m, 0]
+    d = Pricer(less, cg.counts, cg.load(less).program.constraints, out.duals,
+               cg.problem.allowed).reduced_costs(np.array([k]), gcols(np.array([k])))[m, 0]
     assert d < 0  # priced as attractive
     eps = 1e-4
     v1, _, _ = step(less.union([m], [k]), hi_j=eps)

@@ -22,7 +22,7 @@ from pramopt.optimize.strategies.general import LP_GAP_RTOL
 from pramopt.example import EXAMPLE_QI
 from pramopt.loss import l2_loss
 from pramopt.optimize.objectives.l2 import l2_loss_and_grad
-from pramopt.optimize.constraints.c1 import build_groups, c1_block
+from pramopt.optimize.constraints.c1 import C1Rows, build_groups, c1_block
 from pramopt.optimize.support import Support
 from pramopt.optimize.constraints.c1 import reduce_constraints
 from pramopt.optimize.backends.highs import load as load_highs
@@ -54,13 +54,13 @@ def test_pricing_matches_highs_reduced_costs(example):
     red = reduce_constraints(t, G, 0.1, 0.95)
     sup = Support.from_pairs(np.repeat(np.arange(K), K), np.tile(np.arange(K), K), K)
     blk = c1_block(sup, G, counts, red.m, red.g)
-    lp = load_highs(build_program(sup, counts, blk, 0.1 * (1 - 1e-5)))
+    lp = load_highs(build_program(sup, [C1Rows(blk, 0.1 * (1 - 1e-5))]))
     c = np.zeros(sup.size)
     c[sup.diag] = -counts
     lo = np.zeros(sup.size)
     lo[sup.diag] = 0.95
     assert lp.solve(c, lo, np.ones(sup.size)).x is not None
-    d = Pricer(sup, G, counts, blk, lp.duals()).reduced_costs(np.arange(K))[sup.rows, sup.cols]
+    d = Pricer(sup, counts, [C1Rows(blk, 0.1, G)], lp.duals()).reduced_costs(np.arange(K))[sup.rows, sup.cols]
     d[sup.diag] += c[sup.diag]
     col_dual = np.asarray(lp.h.getSolution().col_dual)[: sup.size] * lp.scale
     assert np.allclose(d, col_dual, atol=1e-9 * np.abs(col_dual).max())

@@ -7,14 +7,14 @@ pricing uses the gradient of the exact loss.
 
 Pricing a candidate (m, k), m != k, in a program of :mod:`pramopt.optimize.program`
 (reduced cost = c - A^T y): the column has coefficient 1 in row-sum row m, U0(m) in invariance
-row k, and what C1's rows charge it (:func:`pramopt.optimize.constraints.c1.c1_prices`).
+row k, and what C1's rows charge it (:func:`pramopt.optimize.constraints.c1.c1_prices`): every
+constraint of the program gives its part (:meth:`pramopt.optimize.constraints.Constraint.prices`).
 """
 from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
 
-from .constraints.c1 import C1Block, Groups, c1_prices
 from .program import Duals
 from .support import Support
 
@@ -26,8 +26,8 @@ class Pricer:
 
     Parameters
     ----------
-    support, groups, counts, block
-        The program that was solved.
+    support, counts, constraints
+        The program that was solved (its support and constraints, e.g. ``program.constraints``).
     duals : Duals
         Row duals of the last optimal solve (:meth:`pramopt.optimize.backends.Loaded.duals`).
     allowed : callable, optional
@@ -35,15 +35,24 @@ class Pricer:
         cells, strata of fixed variables).
     """
 
-    def __init__(self, support: Support, groups: Groups, counts, block: C1Block, duals: Duals,
-                 allowed=None, mem: sp.csr_matrix | None = None):
+    def __init__(self, support: Support, counts, constraints, duals: Duals, allowed=None):
         self.support = support
         self.counts = np.asarray(counts, dtype=float)
         self.y_rows = duals.rows
-        # per column k: C1's denominator duals (and the invariance dual, with the same U0(m))
-        self.sB, self.NT = c1_prices(groups, block, duals.B, duals.N, mem)
-        if duals.inv is not None:
-            self.sB = self.sB + duals.inv
+        # per column k: the duals charged U0(m) (C1's denominators, invariance); per pair (m, k)
+        self.sB, self.NT = None, None
+        for c in constraints:
+            pr = c.prices(duals)
+            if pr is None:
+                raise ValueError(f"the {c.name!r} rows cannot price transitions outside the "
+                                 "support (they need a dense one)")
+            if pr.per_column is not None:
+                self.sB = pr.per_column if self.sB is None else self.sB + pr.per_column
+            if pr.per_pair is not None:
+                self.NT = pr.per_pair if self.NT is None else self.NT + pr.per_pair
+        K = support.K
+        self.sB = np.zeros(K) if self.sB is None else self.sB
+        self.NT = sp.csc_matrix((K, K)) if self.NT is None else sp.csc_matrix(self.NT)
         self.allowed = allowed
 
     def reduced_costs(self, cols: np.ndarray, cost: np.ndarray | None = None) -> np.ndarray:

@@ -21,7 +21,7 @@ from ..frequency.table import FrequencyTable, cells_of
 from ..params import DesignParams
 from ..result import Stage
 from .constraints.c1 import Groups, build_groups
-from .objectives import Objective, default_objective
+from .objectives import Objective, default_objective, objective_for
 
 __all__ = ["DesignProblem", "Trace", "ProgressFn"]
 
@@ -50,7 +50,7 @@ class DesignProblem:
     keep_rows : ndarray of int
         Cells whose records stay as they are.
     objective : Objective
-        What the design minimises (the exact L2 loss).
+        What the design minimises (:func:`~pramopt.optimize.objectives.objective_for`).
     """
 
     table: FrequencyTable
@@ -71,15 +71,11 @@ class DesignProblem:
             raise InvalidParameterError(
                 f"The 'fixed' parameter of {owner} must name identifying variables {qi!r}; got {bad!r}.")
         keep = _keep_rows(table, params.keep_cells, owner)
-        weights = params.change_weights
-        objective = default_objective()
-        if weights:
-            bad = [v for v in weights if v not in qi]
-            if bad:
-                raise InvalidParameterError(
-                    f"The 'change_weights' parameter of {owner} must name identifying variables {qi!r}; got {bad!r}.")
-            from .objectives.changes import WeightedChangesL2
-            objective = WeightedChangesL2(table.codes, np.array([float(weights.get(v, 0.0)) for v in qi]))
+        bad = [v for v in (params.change_weights or ()) if v not in qi]
+        if bad:
+            raise InvalidParameterError(
+                f"The 'change_weights' parameter of {owner} must name identifying variables {qi!r}; got {bad!r}.")
+        objective = objective_for(params, table)
         return DesignProblem(table=table, combos=tuple(tuple(c) for c in combos), params=params,
                              groups=build_groups(table, combos), fixed_idx=tuple(qi.index(f) for f in fixed),
                              keep_rows=keep, objective=objective)

@@ -4,10 +4,9 @@ Every stage solves linear programs of one shape over the support of P::
 
     minimise  c . x  (+ fixed costs of the auxiliary columns)
     subject to  R x = 1                     (rows of P sum to one)
-                C1's rows                   (:func:`pramopt.optimize.constraints.c1.c1_rows`)
+                risk constraints' rows      (C1, column ratios: :mod:`.constraints`)
                 x_mm - t >= 0               (phase one only: t is the common diagonal floor)
-                column ratio rows           (ε-DP and Pk-anonymity, :mod:`.constraints.privacy`)
-                C x = U0                    (only for an invariant design)
+                other constraints' rows     (C x = U0 for an invariant design)
                 lo <= x <= hi               (floor, kept cells, trust region)
 
 Only ``c``, ``lo`` and ``hi`` of the ``x`` columns change between the solves of one stage, so
@@ -21,8 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from .constraints.c1 import C1Block, c1_rows
-from .constraints.privacy import RatioBound, dense_support, ratio_rows
+from .constraints import AUX_BLOCKS, Constraint
+from .constraints.column_ratio import dense_support
+from .constraints.invariance import column_mass_matrix
 from .support import Support
 
 __all__ = ["LinearProgram", "Duals", "build_program", "row_sum_matrix", "column_mass_matrix", "pk_log_program"]
@@ -34,20 +34,14 @@ def row_sum_matrix(support: Support) -> sp.csr_matrix:
                          shape=(support.K, support.size))
 
 
-def column_mass_matrix(support: Support, counts) -> sp.csr_matrix:
-    """C with (C x)_k = (U0^T P)_k, for the invariance constraint U0^T P = U0^T."""
-    counts = np.asarray(counts, dtype=float)
-    return sp.csr_matrix((counts[support.rows], (support.cols, np.arange(support.size))),
-                         shape=(support.K, support.size))
-
-
 @dataclass(frozen=True)
 class LinearProgram:
     """A program ``min cost . y  s.t.  row_lo <= A y <= row_hi, col_lo <= y <= col_hi``.
 
     The first ``n_x`` columns are the ``x`` (or ``z``) columns whose costs and bounds each
     solve sets; ``cols`` and ``rows`` name the slices of the other column and row blocks
-    (``D``, ``s``, ``t``; ``rows``, ``B``, ``N``, ``floor``, ``inv``).  ``scale_costs`` says
+    (``D``, ``L``, ``t``, ``s``; ``rows``, ``B``, ``N``, ``floor``, ``inv``, ...); ``constraints``
+    are the constraints whose rows it holds, in order.  ``scale_costs`` says
     whether a backend may rescale the ``x`` costs (not when fixed costs of other columns set
     the scale, as in phase one).
     """
@@ -62,7 +56,7 @@ class LinearProgram:
     cols: dict
     rows: dict
     support: Support
-    block: C1Block
+    constraints: tuple = ()
     scale_costs: bool = True
 
     @property
@@ -70,38 +64,41 @@ class LinearProgram:
         return int(self.A.shape[1])
 
 
-def build_program(support: Support, counts, block: C1Block, a_solve: float, *, invariant: bool = False,
-                  max_floor: bool = False, elastic: float | None = None,
-                  param: sp.spmatrix | None = None, ratios: tuple[RatioBound, ...] = ()) -> LinearProgram:
-    """Assemble the program over ``support`` with the C1 rows of ``block`` at level ``a_solve``.
+def build_program(support: Support, constraints=(), *, max_floor: bool = False,
+                  elastic: float | None = None, param: sp.spmatrix | None = None) -> LinearProgram:
+    """Assemble the program over ``support`` with the rows of ``constraints``.
 
     Parameters
     ----------
+    constraints : sequence of Constraint
+        Their rows, in this order: the risk constraints' right after the row sums, the others
+        after the floor rows; their auxiliary columns by block (:data:`~.constraints.AUX_BLOCKS`).
     max_floor : bool
         Phase one: maximise a common lower bound t on the diagonal (cost -1 on t).
     elastic : float, optional
-        Give every C1 row a slack s >= 0 with this cost per unit, so that a restricted support
-        is never infeasible and column generation can price what it lacks.
+        Give every row that has one (C1's) a slack s >= 0 with this cost per unit, so that a
+        restricted support is never infeasible and column generation can price what it lacks.
     param : sparse matrix, optional
-        ``x = param @ z``: the columns are the parameters ``z``.
-    ratios : sequence of RatioBound
-        Bounds on every column's (row-scaled) max/min ratio, each with a column ``L`` per cell
-        (ε-DP, Pk-anonymity); not with ``param``.
+        ``x = param @ z``: the columns are the parameters ``z`` (not with column ratios).
     """
     K = support.K
     T = None if param is None else sp.csr_matrix(param)
     n_x = support.size if T is None else T.shape[1]
-    counts = np.asarray(counts, dtype=float)
-    c1, aux = c1_rows(block, a_solve, elastic is not None)
-    rr, n_l = ratio_rows(support, ratios)
-    widths = {"x": n_x, "D": aux["D"], "L": n_l, "s": aux["s"], "t": 1 if max_floor else 0}
+    constraints = tuple(constraints)
+    soft = elastic is not None
+    aux = [_aux_widths(c, support, soft) for c in constraints]
+    widths = {"x": n_x, "t": 1 if max_floor else 0}
+    widths.update({k: sum(a.get(k, 0) for a in aux) for k in AUX_BLOCKS})
     order = ("x", "D", "L", "t", "s")
     starts = np.cumsum([0] + [widths[k] for k in order])
     cols = {k: slice(int(starts[i]), int(starts[i + 1])) for i, k in enumerate(order)}
+    # where each constraint's own auxiliary columns start within each block
+    offsets = np.cumsum([[0] * len(AUX_BLOCKS)] + [[a.get(k, 0) for k in AUX_BLOCKS] for a in aux],
+                        axis=0)
 
     blocks, lower, upper, rows = [], [], [], {}
 
-    def add(name, mats, lo, hi):
+    def add(name, mats, lo, hi, at=None):
         nrow = len(lo)
         parts = []
         for k in order:
@@ -110,9 +107,16 @@ def build_program(support: Support, counts, block: C1Block, a_solve: float, *, i
             m = mats.get(k)
             if m is None:
                 parts.append(sp.csr_matrix((nrow, widths[k])))
-            else:
+            elif k == "x":
                 m = sp.csr_matrix(m)
-                parts.append(m @ T if (k == "x" and T is not None) else m)
+                parts.append(m @ T if T is not None else m)
+            elif k == "t":
+                parts.append(sp.csr_matrix(m))
+            else:  # the constraint's own columns within the block
+                off = int(offsets[at][AUX_BLOCKS.index(k)])
+                m = sp.csr_matrix(m)
+                pad = (sp.csr_matrix((nrow, off)), m, sp.csr_matrix((nrow, widths[k] - off - m.shape[1])))
+                parts.extend(p for p in pad if p.shape[1])
         start = sum(b.shape[0] for b in blocks)
         blocks.append(sp.hstack(parts, format="csr"))
         rows[name] = slice(start, start + nrow)
@@ -120,35 +124,47 @@ def build_program(support: Support, counts, block: C1Block, a_solve: float, *, i
         upper.append(np.asarray(hi, dtype=float))
 
     add("rows", {"x": row_sum_matrix(support)}, np.ones(K), np.ones(K))
-    for name, mats, lo, hi in c1 + rr:
-        add(name, mats, lo, hi)
+    for i in (i for i, c in enumerate(constraints) if c.risk):
+        for blk in constraints[i].rows(support, soft):
+            add(blk.name, blk.mats, blk.lo, blk.hi, i)
     if max_floor:
         dsel = sp.csr_matrix((np.ones(K), (np.arange(K), support.diag)), shape=(K, support.size))
         add("floor", {"x": dsel, "t": -np.ones((K, 1))}, np.zeros(K), np.full(K, np.inf))
-    if invariant:
-        add("inv", {"x": column_mass_matrix(support, counts)}, counts, counts)
+    for i in (i for i, c in enumerate(constraints) if not c.risk):
+        for blk in constraints[i].rows(support, soft):
+            add(blk.name, blk.mats, blk.lo, blk.hi, i)
     A = sp.vstack(blocks, format="csc")
     cost = np.zeros(A.shape[1])
     col_lo = np.zeros(A.shape[1])
     col_hi = np.ones(A.shape[1])
-    col_hi[cols["D"]] = np.inf
-    col_hi[cols["L"]] = np.inf
+    for k in AUX_BLOCKS:
+        col_hi[cols[k]] = np.inf
     col_lo[cols["t"]], col_hi[cols["t"]] = -np.inf, 1.0
-    col_hi[cols["s"]] = np.inf
     if max_floor:
         cost[cols["t"]] = -1.0
     if elastic is not None:
         cost[cols["s"]] = float(elastic)
-    return LinearProgram(A=A, row_lo=np.concatenate(lower), row_hi=np.concatenate(upper), col_lo=col_lo,
-                         col_hi=col_hi, cost=cost, n_x=n_x, cols=cols, rows=rows, support=support, block=block,
-                         scale_costs=not max_floor)
+    return LinearProgram(A=A, row_lo=np.concatenate(lower), row_hi=np.concatenate(upper),
+                         col_lo=col_lo, col_hi=col_hi, cost=cost, n_x=n_x, cols=cols, rows=rows,
+                         support=support, constraints=constraints, scale_costs=not max_floor)
+
+
+def _aux_widths(constraint: Constraint, support: Support, elastic: bool) -> dict:
+    widths = constraint.columns(support, elastic)
+    bad = [k for k in widths if k not in AUX_BLOCKS]
+    if bad:
+        raise ValueError(f"constraint {constraint.name!r} asks for column blocks {bad!r}; "
+                         f"allowed: {AUX_BLOCKS!r}")
+    return widths
 
 
 @dataclass(frozen=True)
 class Duals:
     """Row duals (reduced cost = c - A^T y) by row block, and the reduced costs of the x columns.
 
-    All on the scale of the costs passed to a backend's ``solve``.
+    All on the scale of the costs passed to a backend's ``solve``.  ``named`` holds the duals of
+    any row block by name where the backend gives them (a constraint's own rows, for its
+    :meth:`~pramopt.optimize.constraints.Constraint.prices`).
     """
 
     rows: np.ndarray
@@ -156,6 +172,16 @@ class Duals:
     N: np.ndarray
     inv: np.ndarray | None
     cols: np.ndarray
+    named: dict | None = None
+
+    def of(self, name: str) -> np.ndarray:
+        """The duals of the row block ``name``."""
+        if self.named is not None and name in self.named:
+            return self.named[name]
+        if name in ("rows", "B", "N", "inv") and getattr(self, name) is not None:
+            return getattr(self, name)
+        raise KeyError(f"no duals of the row block {name!r}: the solver gave those of rows, B, N, inv"
+                       f"{'' if not self.named else ', ' + ', '.join(self.named)}")
 
 
 def pk_log_program(K: int, log_a: float):
@@ -189,4 +215,4 @@ def pk_log_program(K: int, log_a: float):
     return LinearProgram(A=A, row_lo=np.concatenate([np.full(R, -np.inf), np.full(npair, float(log_a))]),
                          row_hi=np.concatenate([np.zeros(R), np.full(npair, np.inf)]),
                          col_lo=np.full(n, -np.inf), col_hi=np.full(n, np.inf), cost=np.zeros(n), n_x=KK,
-                         cols=cols, rows={"rows": slice(0, 0)}, support=dense_support(K), block=None)
+                         cols=cols, rows={"rows": slice(0, 0)}, support=dense_support(K))

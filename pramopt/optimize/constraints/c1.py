@@ -18,6 +18,8 @@ This module holds C1's whole row layout, in one place:
 * :func:`c1_block` and :func:`c1_rows` -- the rows over a support, as linear-program blocks;
 * :func:`c1_prices` -- what a transition outside the support would add to those rows, for
   column generation;
+* :class:`C1Rows` -- the three together as a program constraint
+  (:class:`pramopt.optimize.constraints.Constraint`);
 * :func:`floor_upper_bound` -- the counting bound on any diagonal floor.
 
 The independent check of a finished design is :mod:`pramopt.verify`, which shares none of this.
@@ -38,8 +40,8 @@ from ... import verify as _verify
 from ...frequency.table import FrequencyTable
 from ..support import Support
 
-__all__ = ["Groups", "build_groups", "membership", "C1Block", "c1_block", "c1_rows", "c1_prices", "RowReduction",
-           "protected_groups", "reduce_constraints", "WorkingSet", "floor_upper_bound"]
+__all__ = ["Groups", "build_groups", "membership", "C1Block", "C1Rows", "c1_block", "c1_rows", "c1_prices",
+           "RowReduction", "protected_groups", "reduce_constraints", "WorkingSet", "floor_upper_bound"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -290,13 +292,20 @@ class WorkingSet:
         self.counts = table.counts.astype(float)
         self.added = 0
 
-    def missing(self, P) -> list:
+    def violated(self, P) -> np.ndarray:
+        """Keys m * G + g of every row of the full C1 that ``P`` violates at the solve level."""
         v = _verify.violated_rows(P, self.table.codes, self.counts, self.combos, self.a_solve)
         if not v:
-            return []
+            return np.empty(0, dtype=np.int64)
         v = np.asarray(v)
         G = self.groups.n_groups
-        key = np.unique(v[:, 0] * G + self.groups.member[v[:, 2], v[:, 1]])
+        return np.unique(v[:, 0] * G + self.groups.member[v[:, 2], v[:, 1]])
+
+    def missing(self, P) -> list:
+        key = self.violated(P)
+        if not key.size:
+            return []
+        G = self.groups.n_groups
         return key[~np.isin(key, self.m * G + self.g)].tolist()
 
     def add(self, keys) -> None:
@@ -308,6 +317,11 @@ class WorkingSet:
 
     def block(self, support: Support) -> "C1Block":
         return c1_block(support, self.groups, self.counts, self.m, self.g)
+
+    def rows(self, support: Support, mem: sp.csr_matrix | None = None) -> "C1Rows":
+        """The imposed rows over ``support`` as a program constraint (``mem``: the groups'
+        membership, :func:`membership`, when the caller keeps one for pricing)."""
+        return C1Rows(self.block(support), self.a_solve, self.groups, mem, self)
 
 
 def c1_rows(block: "C1Block", a_solve: float, elastic: bool):
@@ -358,3 +372,45 @@ def c1_prices(groups: Groups, block: "C1Block", duals_B, duals_N, mem: sp.csr_ma
     else:
         per_pair = sp.csc_matrix((K, K))
     return per_column, per_pair
+
+
+@dataclass(frozen=True)
+class C1Rows:
+    """C1's rows over one support as a :class:`~pramopt.optimize.constraints.Constraint`.
+
+    ``block`` holds the imposed rows at level ``a_solve``; ``groups`` (and their ``mem``bership,
+    built when missing) price transitions outside the support; ``working``, the working set the
+    block came from, finds the rows of the full C1 a matrix violates.
+    """
+
+    block: C1Block
+    a_solve: float
+    groups: Groups | None = None
+    mem: sp.csr_matrix | None = None
+    working: WorkingSet | None = None
+    name = "c1"
+    risk = True
+
+    def columns(self, support: Support, elastic: bool = False) -> dict:
+        return c1_rows(self.block, self.a_solve, elastic)[1]
+
+    def rows(self, support: Support, elastic: bool = False) -> list:
+        """``B x - D = 0`` (rows ``B``) and ``N x - a_solve D[gpos] (- s) <= 0`` (rows ``N``)."""
+        from . import RowBlock
+
+        return [RowBlock(*r) for r in c1_rows(self.block, self.a_solve, elastic)[0]]
+
+    def prices(self, duals):
+        from . import Prices
+
+        if self.groups is None:
+            raise ValueError("C1Rows.prices needs the groups: build the rows with WorkingSet.rows")
+        per_column, per_pair = c1_prices(self.groups, self.block, duals.of("B"), duals.of("N"),
+                                         self.mem)
+        return Prices(per_column=per_column, per_pair=per_pair)
+
+    def violated(self, P) -> np.ndarray:
+        if self.working is None:
+            raise ValueError("C1Rows.violated needs the working set: build the rows with "
+                             "WorkingSet.rows")
+        return self.working.violated(P)

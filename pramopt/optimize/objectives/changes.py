@@ -43,29 +43,30 @@ class WeightedChangesL2(L2Loss):
         ``w_j >= 0`` per identifying variable.
     """
 
-    name = "l2+weighted changes"
+    name = "l2+changes"
 
     def __init__(self, codes: np.ndarray, weights: np.ndarray):
         self.codes = np.asarray(codes)
         self.weights = np.asarray(weights, dtype=float)
 
-    def cost(self, rows, cols) -> np.ndarray:
+    def linear_cost(self, rows, cols) -> np.ndarray:
+        """``h_w(rows, cols)``: the weighted number of values a transition changes."""
         return change_cost(self.codes, self.weights, rows, cols)
 
     def term(self, P, counts) -> float:
         """The added term ``(2/n^2) sum_m U0(m) sum_k P_mk h_w(m, k)`` of a whole matrix."""
         counts = np.asarray(counts, dtype=float)
         Pm = sp.coo_matrix(P)
-        return float(2.0 / counts.sum() ** 2 * np.sum(counts[Pm.row] * Pm.data * self.cost(Pm.row, Pm.col)))
+        return float(2.0 / counts.sum() ** 2 * np.sum(counts[Pm.row] * Pm.data * self.linear_cost(Pm.row, Pm.col)))
 
-    def value(self, P, counts, loss=None) -> float:
+    def value(self, P, counts, loss: float | None = None) -> float:
         return super().value(P, counts, loss) + self.term(P, counts)
 
     def on_support(self, support, counts, sparse: bool):
         counts = np.asarray(counts, dtype=float)
         base = super().on_support(support, counts, sparse)
         scale = 2.0 / counts.sum() ** 2
-        lin = scale * counts[support.rows] * self.cost(support.rows, support.cols)
+        lin = scale * counts[support.rows] * self.linear_cost(support.rows, support.cols)
         all_rows = np.arange(self.codes.shape[0])
 
         def evaluate(x):
@@ -75,7 +76,18 @@ class WeightedChangesL2(L2Loss):
 
             def columns(cols):
                 cols = np.asarray(cols)
-                h = self.cost(all_rows[:, None], cols[None, :])
+                h = self.linear_cost(all_rows[:, None], cols[None, :])
                 return gcols(cols) + scale * counts[:, None] * h
             return f + float(lin @ x), g + lin, (None if gcols is None else columns)
         return evaluate
+
+    def curvature_on_support(self, support, counts, sparse: bool):
+        """The L2 loss's (the added term is linear), at the L2 loss's part of the gradient."""
+        counts = np.asarray(counts, dtype=float)
+        base = super().curvature_on_support(support, counts, sparse)
+        h = self.linear_cost(support.rows, support.cols)
+        lin = 2.0 / counts.sum() ** 2 * counts[support.rows] * h
+
+        def curvature(x, g=None):
+            return base(x, None if g is None else g - lin)
+        return curvature

@@ -365,8 +365,11 @@ class L2Loss:
 
     name = "l2"
 
-    def value(self, P, counts, loss=None) -> float:
+    def value(self, P, counts, loss: float | None = None) -> float:
         return l2_loss(P, counts) if loss is None else float(loss)
+
+    def linear_cost(self, rows, cols) -> None:
+        return None
 
     def on_support(self, support, counts, sparse: bool):
         counts = np.asarray(counts, dtype=float)
@@ -382,6 +385,11 @@ class L2Loss:
                 return float("inf"), None, None
             return s.loss, s.grad_at(support.rows, support.cols), s.grad_columns
         return woodbury
+
+    def curvature_on_support(self, support, counts, sparse: bool):
+        from .l2_curvature import l2_curvature_on_support
+
+        return l2_curvature_on_support(support, counts, sparse)
 
     def on_blocks(self, model, counts):
         counts = np.asarray(counts, dtype=float)

@@ -28,6 +28,7 @@ from ...frequency.table import FrequencyTable
 from ...result import Reduction
 from ..backends import chain
 from ..constraints.c1 import WorkingSet
+from ..constraints.invariance import Invariance
 from ...loss import expected_changes, l2_loss
 from ..problem import DesignProblem, Trace
 from ..program import build_program
@@ -167,7 +168,8 @@ def _solve_at_size(problem: DesignProblem, target: float, a_solve: float, trace:
     def load():
         # always the default chain (HiGHS first): block programs reach millions of support
         # entries, beyond what the interior-point solvers behind cvxpy handle in reasonable time
-        return chain(build_program(sup, counts, ws.block(sup), a_solve, invariant=p.invariant, param=bm.T), None)
+        inv = [Invariance(counts)] if p.invariant else []
+        return chain(build_program(sup, [ws.rows(sup), *inv], param=bm.T), None)
 
     t_lin = time.perf_counter()
     out, z, lp, rounds = solve_lazy(

@@ -2,7 +2,7 @@
 
 Both notions need every entry of a column of P positive together, so the support is dense over
 the present cells and the program has K^2 entries of P, one auxiliary column per cell and bound,
-and 2 K^2 ratio rows per bound (:mod:`..constraints.privacy`), plus C1's rows when alpha applies
+and 2 K^2 ratio rows per bound (:mod:`..constraints.column_ratio`), plus C1's rows when alpha applies
 (the rare rows of each cell's own groups first, rows outside them lazily, as the block designs do).
 
 The steps:
@@ -13,7 +13,7 @@ The steps:
 2. the linear stage (minimum expected number of changed records);
 3. the trust-region refinement of the exact L2 loss (:func:`.refine.refine`) from the better of the two;
 4. with k: the row weights of the k rows are re-chosen at the current P
-   (:func:`..constraints.privacy.balancing_weights`), which keeps P feasible and enlarges the
+   (:func:`..constraints.column_ratio.balancing_weights`), which keeps P feasible and enlarges the
    linear set around it, and the refinement continues, until a round gains less than ``rtol``.
 
 The caller checks the result exactly (C1, ε, k) and repairs the solver's tolerance by mixing with
@@ -31,7 +31,7 @@ import scipy.sparse as sp
 from ...loss import expected_changes
 from ..backends import chain
 from ..constraints.c1 import WorkingSet
-from ..constraints.privacy import RatioBound, balancing_weights, dense_support, pk_ratio_target, softmax_rows
+from ..constraints.column_ratio import RatioBound, balancing_weights, dense_support, pk_ratio_target, softmax_rows
 from ...risk.dp_pk_anonymity import dp_epsilon
 from ..problem import DesignProblem, Trace
 from ..program import build_program, pk_log_program
@@ -127,7 +127,7 @@ def solve_privacy(problem: DesignProblem, starts_given, eps_solve: float | None,
         return tuple(out)
 
     def load():
-        return chain(build_program(sup, counts, ws.block(sup), ws.a_solve, ratios=bounds()), p.solver)
+        return chain(build_program(sup, [ws.rows(sup), *bounds()]), p.solver)
 
     def pending(x):
         return ws.missing(sup.to_matrix(x)) if a_solve is not None else []

@@ -22,9 +22,8 @@ from ...params import DENSE_SUPPORT_MAX, GAMMA_LADDER
 from ...result import Reduction
 from ..backends import chain, gives_duals
 from ..constraints.c1 import WorkingSet, membership, protected_groups, reduce_constraints
-from ..objectives.changes import WeightedChangesL2
-from ..objectives.l2 import L2Loss, SparseL2
-from ..objectives.l2_curvature import l2_curvature_on_support
+from ..constraints.invariance import Invariance
+from ..objectives.l2 import SparseL2
 from ..pricing import Pricer
 from ..problem import DesignProblem, Trace
 from ..program import build_program
@@ -177,14 +176,14 @@ class ColumnGeneration:
         return lo, np.ones(sup.size)
 
     def load(self, sup: Support, *, phase_one: bool = False):
-        prog = build_program(sup, self.counts, self.ws.block(sup), self.a_solve,
-                             invariant=self.problem.params.invariant, max_floor=phase_one,
+        inv = [Invariance(self.counts)] if self.problem.params.invariant else []
+        prog = build_program(sup, [self.ws.rows(sup, self.mem), *inv], max_floor=phase_one,
                              elastic=PHASE1_ELASTIC if phase_one else None)
         return chain(prog, self.problem.params.solver)
 
     def price(self, lp, duals, cost_fn=None, tol: float = 1e-7, max_add: int | None = None):
-        return Pricer(lp.program.support, self.problem.groups, self.counts, lp.program.block, duals,
-                      self.problem.allowed, self.mem).candidates(
+        return Pricer(lp.program.support, self.counts, lp.program.constraints, duals,
+                      self.problem.allowed).candidates(
             cost_fn=cost_fn, tol=tol, max_add=max_add or max(REFINE_MAX_ADD, 2 * self.problem.K))
 
     # -- the restricted linear programs ---------------------------------------------------------
@@ -283,20 +282,19 @@ class ColumnGeneration:
             cost = np.where(diag, -PHASE1_TIEBREAK * counts[sup.rows] / counts.sum(), 0.0)
         else:
             cost = np.where(diag, -counts[sup.rows], 0.0)  # minimise sum U0 (1 - P_mm)
-            if isinstance(self.problem.objective, WeightedChangesL2):
-                # ... plus U0(m) h_w(m, k) per moved record: the weighted objective's first-order model
-                cost = cost + counts[sup.rows] * self.problem.objective.cost(sup.rows, sup.cols)
+            lin = self.problem.objective.linear_cost(sup.rows, sup.cols)
+            if lin is not None:
+                # ... plus U0(m) h_w(m, k) per moved record: the objective's linear part
+                cost = cost + counts[sup.rows] * lin
         lo, hi = self.bounds(sup)
         return cost, lo, hi
 
     def _change_costs(self, cols):
         """The linear stage's costs of P[:, cols] outside the diagonal: 0, or U0(m) h_w(m, k) with
         ``change_weights`` (None when there are none, as pricing expects)."""
-        obj = self.problem.objective
-        if not isinstance(obj, WeightedChangesL2):
-            return None
         cols = np.asarray(cols)
-        return self.counts[:, None] * obj.cost(np.arange(self.problem.K)[:, None], cols[None, :])
+        lin = self.problem.objective.linear_cost(np.arange(self.problem.K)[:, None], cols[None, :])
+        return None if lin is None else self.counts[:, None] * lin
 
     # -- the refinement ---------------------------------------------------------------------------
     def refine(self, x, trace: Trace):
@@ -325,11 +323,11 @@ class ColumnGeneration:
                 lp = self.load(sup)
             lo, hi = self.bounds(sup)
             evaluate = problem.objective.on_support(sup, counts, sparse=self.mode != "dense")
-            # the curved model needs the loss's Hessian diagonal: known for the L2 loss only
-            curvature = (l2_curvature_on_support(sup, counts, sparse=self.mode != "dense")
-                         if isinstance(problem.objective, L2Loss) and sup.size <= REFINE_QP_MAX else None)
+            # the curved model needs the objective's curvature (None: linear steps only)
+            model = problem.objective.curvature_on_support(sup, counts, sparse=self.mode != "dense")
+            curvature = model if sup.size <= REFINE_QP_MAX else None
             chunk = (REFINE_QP_CHUNK if curvature is not None
-                     else REFINE_LINEAR_CHUNK if isinstance(problem.objective, L2Loss) else REFINE_CHUNK)
+                     else REFINE_LINEAR_CHUNK if model is not None else REFINE_CHUNK)
             # in chunks, so that pricing can widen the support while the refinement runs
             x, info = refine(lp, x, lo, hi, evaluate, check=lambda z: self.pending(sup, z), rtol=p.rtol,
                              max_iter=min(chunk if self.widen else p.max_iter, p.max_iter - its),

@@ -1,4 +1,4 @@
-"""ε-DP and Pk-anonymity (Ikarashi et al.) as linear rows over a dense support of P.
+"""Column-ratio rows: ε-DP and Pk-anonymity (Ikarashi et al.) as linear rows over a dense support.
 
 Both notions bound ratios of entries of a column of P:
 
@@ -34,17 +34,59 @@ import scipy.sparse as sp
 
 from ..support import Support
 
-__all__ = ["RatioBound", "ratio_rows", "dense_support", "pk_ratio_target", "balancing_weights",
-           "ratio_slack", "softmax_rows"]
+__all__ = ["RatioBound", "balancing_weights", "dense_support", "epsilon_bound", "pk_ratio_target",
+           "ratio_rows", "ratio_slack", "softmax_rows"]
 
 
 @dataclass(frozen=True)
 class RatioBound:
-    """``L_j <= scale[m] * P[m, j] <= r * L_j`` for every entry (m, j) of the support."""
+    """``L_j <= scale[m] * P[m, j] <= r * L_j`` for every entry (m, j) of the support.
+
+    A :class:`~pramopt.optimize.constraints.Constraint` with one auxiliary column ``L_j`` per
+    cell (block ``"L"``) and two rows per support entry, named ``{name}_hi`` and ``{name}_lo``.
+    """
 
     r: float
     scale: np.ndarray | None = None  # None: every weight is 1 (ε-DP)
     name: str = "ratio"
+    risk = True
+
+    def columns(self, support: Support, elastic: bool = False) -> dict:
+        return {"L": support.K}
+
+    def rows(self, support: Support, elastic: bool = False) -> list:
+        """``scale_m x_s - r L_j <= 0`` and ``scale_m x_s - L_j >= 0`` for every entry s = (m, j).
+
+        A column whose ``L_j`` is 0 is entirely zero (that cell is never released), which
+        Theorem 1 and 3 allow.
+        """
+        from . import RowBlock
+
+        K, S = support.K, support.size
+        scale = np.ones(K) if self.scale is None else np.asarray(self.scale, dtype=float)
+        ar = np.arange(S)
+        X = sp.csr_matrix((scale[support.rows], (ar, ar)), shape=(S, S))
+        up = sp.csr_matrix((np.full(S, -float(self.r)), (ar, support.cols)), shape=(S, K))
+        low = sp.csr_matrix((np.full(S, -1.0), (ar, support.cols)), shape=(S, K))
+        return [RowBlock(f"{self.name}_hi", {"x": X, "L": up}, np.full(S, -np.inf), np.zeros(S)),
+                RowBlock(f"{self.name}_lo", {"x": X, "L": low}, np.zeros(S), np.full(S, np.inf))]
+
+    def prices(self, duals):
+        """None: an entry outside the support brings two rows of its own, which force its column
+        to zero at ``x = 0``, so these rows need a dense support."""
+
+    def violated(self, P) -> np.ndarray:
+        """The columns j whose row-scaled ``max_m / min_m`` over the rows exceeds ``r`` (a column
+        with every entry zero holds, with ``L_j = 0``)."""
+        P = np.asarray(P.toarray() if sp.issparse(P) else P, dtype=float)
+        Q = P if self.scale is None else P * np.asarray(self.scale, dtype=float)[:, None]
+        hi, lo = Q.max(axis=0), Q.min(axis=0)
+        return np.flatnonzero((hi > 0) & (hi > self.r * lo))
+
+
+def epsilon_bound(epsilon: float) -> RatioBound:
+    """ε-DP (Theorem 1): every column's ``max / min <= e^ε``."""
+    return RatioBound(math.exp(epsilon), None, "eps")
 
 
 def dense_support(K: int) -> Support:
@@ -54,29 +96,18 @@ def dense_support(K: int) -> Support:
 
 
 def ratio_rows(support: Support, bounds) -> tuple[list, int]:
-    """The rows of the bounds in a program whose columns are ``[x, D, L, ...]``.
-
-    Returns ``(rows, width of L)``; each bound has a block of ``K`` columns ``L`` (one per cell)
-    and two rows per support entry: ``scale_m x_s - r L_j <= 0`` and ``scale_m x_s - L_j >= 0``.
-    A column whose ``L_j`` is 0 is entirely zero (that cell is never released), which Theorem 1
-    and 3 allow.
-    """
+    """The rows of the bounds in a program whose columns are ``[x, L]``: ``(rows, width of L)``,
+    each row block ``(name, mats, lo, hi)``, bound i's ``L`` in columns ``i K .. (i + 1) K``."""
+    K = support.K
     bounds = tuple(bounds)
-    if not bounds:
-        return [], 0
-    K, S = support.K, support.size
-    nb = len(bounds)
-    rows = []
-    ar = np.arange(S)
+    out = []
     for i, b in enumerate(bounds):
-        scale = np.ones(K) if b.scale is None else np.asarray(b.scale, dtype=float)
-        X = sp.csr_matrix((scale[support.rows], (ar, ar)), shape=(S, S))
-        Lcol = support.cols + i * K
-        up = sp.csr_matrix((np.full(S, -float(b.r)), (ar, Lcol)), shape=(S, nb * K))
-        low = sp.csr_matrix((np.full(S, -1.0), (ar, Lcol)), shape=(S, nb * K))
-        rows.append((f"{b.name}_hi", {"x": X, "L": up}, np.full(S, -np.inf), np.zeros(S)))
-        rows.append((f"{b.name}_lo", {"x": X, "L": low}, np.zeros(S), np.full(S, np.inf)))
-    return rows, nb * K
+        for blk in b.rows(support):
+            L = blk.mats["L"]
+            pad = [sp.csr_matrix((L.shape[0], w)) for w in (i * K, (len(bounds) - i - 1) * K)]
+            mats = {"x": blk.mats["x"], "L": sp.hstack([pad[0], L, pad[1]], format="csr")}
+            out.append((blk.name, mats, blk.lo, blk.hi))
+    return out, len(bounds) * K
 
 
 def pk_ratio_target(k: float, n: int) -> float:
