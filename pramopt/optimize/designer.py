@@ -37,7 +37,7 @@ from ..outcome import finish, verify_stage
 from ..params import GAMMA_LADDER, PRIVACY_MAX_CELLS, DesignParams, parameters_doc, signature
 from ..loss import l2_loss
 from ..result import DesignResult, Status
-from .backends import gives_duals
+from .backends import supports
 from .constraints.c1 import floor_upper_bound
 from .problem import DesignProblem, ProgressFn, Trace
 from .strategies import AttemptStatus
@@ -774,7 +774,7 @@ class _Designer:
             ladder = [g for g in _gamma_ladder(p.gamma, floor) if g <= ph.t + PHASE1_TIEBREAK] or [g_low]
             tried = []
             for gam in ladder:
-                init = ph.support if gives_duals(p.solver) else None  # a priced support
+                init = ph.support if supports(p.solver, "duals") else None  # a priced support
                 att = solve_general(pb, gam, max(gam, floor), a_solve, trace, init=init)
                 tried.append(gam)
                 if att.status is AttemptStatus.INFEASIBLE:

@@ -19,7 +19,7 @@ import scipy.sparse as sp
 from ...loss import expected_changes
 from ...params import DENSE_SUPPORT_MAX
 from ...result import Reduction
-from ..backends import chain, gives_duals
+from ..backends import chain, supports
 from ..constraints.c1 import WorkingSet, membership, protected_groups, reduce_constraints
 from ..objectives.changes import WeightedChangesL2
 from ..objectives.l2 import L2Loss, SparseL2
@@ -137,7 +137,7 @@ class ColumnGeneration:
         self.problem, self.gamma, self.floor, self.a_solve, self.phase_one = problem, gamma, floor, a_solve, phase_one
         self.counts = problem.counts
         K = problem.K
-        duals = gives_duals(p.solver)  # column generation needs them
+        duals = supports(p.solver, "duals")  # column generation needs them
         mode = p.support if p.support != "auto" else (
             "dense" if K <= DENSE_SUPPORT_MAX else ("cover" if duals else "targets"))
         if mode == "cover" and not duals:  # a cover needs pricing to be widened
