@@ -1,4 +1,5 @@
-"""The retentions of a replacement design optimised against the exact C1 (strategies/retention.py).
+"""The retentions of a replacement design optimised against the exact C1
+(strategies/replacement_retentions.py).
 
 Every optimum is compared with an independent computation: the dense linear program written from
 C1's definition (tests/full_c1.py, loops over combinations, groups and rows) on the K x K entries
@@ -14,7 +15,8 @@ import pramopt
 from pramopt.frequency.combinations import resolve_combinations
 from pramopt.optimize.problem import DesignProblem
 from pramopt.optimize.strategies.replacement import replacement_loss, replacement_matrix
-from pramopt.optimize.strategies.retention import optimise_retentions, replacement_loss_grad
+from pramopt.optimize.strategies.replacement_retentions import (optimise_retentions,
+                                                                 replacement_loss_grad)
 from pramopt.params import DesignParams
 from pramopt.verify import c1_risk
 
@@ -120,7 +122,7 @@ def test_any_cost_optimum_equals_the_dense_program_with_several_pools(seed):
     # rare cells outside a group are implied (the module's argument); the dense program has them all.
     # From no imposed row, the first solutions violate inside rows and with them outside ones
     # (seeds 12 to 25): the lazy rounds must add the inside rows, not give up.
-    from pramopt.optimize.strategies.retention import RetentionProgram
+    from pramopt.optimize.strategies.replacement_retentions import RetentionProgram
 
     pb, alpha, pools, w = _several_pools(seed)
     cost = pb.counts * np.random.default_rng(seed).uniform(-1.0, 1.0, pb.K)
@@ -139,7 +141,7 @@ def test_an_infeasible_program_is_reported_infeasible(seed):
     # C1): the lazy program must end on the solver's infeasibility, after adding the inside rows
     from scipy.optimize import linprog
 
-    from pramopt.optimize.strategies.retention import RetentionProgram
+    from pramopt.optimize.strategies.replacement_retentions import RetentionProgram
 
     pb, alpha, pools, w = _several_pools(seed)
     K = pb.K
@@ -151,7 +153,7 @@ def test_an_infeasible_program_is_reported_infeasible(seed):
     prog = RetentionProgram(pb, w, pools, alpha, FLOOR)
     cost = pb.counts * np.random.default_rng(seed).uniform(-1.0, 1.0, K)
     o, _, status = prog.solve(cost, np.zeros(K), prog.hi, np.zeros(prog.in_m.size, dtype=bool))
-    assert o is None and status.startswith("status 2")
+    assert o is None and status.startswith("infeasible")
 
 
 def test_kept_cells_keep_their_records_and_the_optimum_follows():

@@ -21,10 +21,12 @@ invertible (diagonal >= floor > 1/2 on the others).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import scipy.sparse as sp
-from scipy.optimize import linprog
 
+from ..optimize.backends import Outcome, solve_lp
 from .model import Layout, same_missing
 
 __all__ = ["solve_person_by_household", "CONDITIONAL_MAX_ENTRIES"]
@@ -103,7 +105,7 @@ class _Combination:
 
 
 def solve_person_by_household(lay: Layout, Ph, combos, alpha: float, floor: float = 0.15, keep_missing: bool = True,
-                              max_rounds: int = 25):
+                              max_rounds: int = 25, solver: str | None = None):
     """The stacked person matrices ``Pp^(h)`` meeting C1 with ``Ph`` fixed, by one LP with lazy rows.
 
     The objective is a convex stand-in for the loss: the records of each cell m times a
@@ -136,40 +138,96 @@ def solve_person_by_household(lay: Layout, Ph, combos, alpha: float, floor: floa
     pset = {j: i for i, j in enumerate(lay.ppos)}
     blocks = [_Combination(lay, Ph, pi, hset, pset, alpha, floor, vm, vp, U0) for pi in combos
               if any(j in pset for j in pi)]
-    diag = np.flatnonzero(vp == lay.p_of[vm])  # one per record cell, in order of m
-    # t_m >= penalty(d0) + slope(d0) (d_m - d0) for every tangent point d0 >= floor
-    d0 = np.array([d for d in _TANGENTS if d >= floor] or [1.0])
-    slope, pen = _penalty_slope(d0), _penalty(d0)
-    tr = np.repeat(np.arange(K), d0.size)
-    A_t = sp.csr_array((np.concatenate([np.tile(slope, K), -np.ones(tr.size)]),
-                        (np.concatenate([np.arange(tr.size)] * 2), np.concatenate([diag[tr], nx + tr]))),
-                       shape=(tr.size, nx + K))
-    b_t = np.tile(slope * d0 - pen, K)
-    A_sum = sp.csr_array((np.ones(nx), (vm, np.arange(nx))), shape=(K, nx + K))
-    # dominance: sum of the other present columns - diagonal <= -DOMINANCE, one row per record cell
-    present = np.zeros((Kh, Kp), dtype=bool)
-    present[lay.h_of, lay.p_of] = True
-    other = present[lay.h_of[vm], vp] & (vp != lay.p_of[vm])
-    dv = np.where(vp == lay.p_of[vm], -1.0, 1.0)
-    dsel = np.flatnonzero(other | (vp == lay.p_of[vm]))
-    A_dom = sp.csr_array((dv[dsel], (vm[dsel], dsel)), shape=(K, nx + K))
-    A_t = sp.vstack([A_t, A_dom]).tocsr()
-    b_t = np.concatenate([b_t, np.full(K, -DOMINANCE)])
-    # Z[pp](h, b) = sum_{m: h_m = h} U0(m) Pp^(h)[p_m, B_b]: the records of household cell h
-    # released with person value b, so that D(a, b) = sum_h Nh(h, a) Z(h, b) has at most Kh terms
-    z_off, z_eq, nz = {}, [], 0
-    for c in blocks:
-        if c.pp in z_off:
-            continue
-        z_off[c.pp] = nz
-        zi = nz + lay.h_of[vm] * c.nb + c.vb
-        z_eq.append((zi, np.arange(nx), U0[vm]))
-        nz += Kh * c.nb
-    zr = np.concatenate([np.arange(nz)] + [r for r, _, _ in z_eq])
-    zc = np.concatenate([nx + K + np.arange(nz)] + [c_ for _, c_, _ in z_eq])
-    zv = np.concatenate([-np.ones(nz)] + [v for _, _, v in z_eq])
+    fixed = _FixedRows.build(lay, vm, vp, floor, blocks, U0)
     x = None
     for _ in range(max_rounds):
+        cost, A_ub, b_ub, A_eq, b_eq, bounds = fixed.program(blocks, alpha, U0, floor)
+        res = solve_lp(cost, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=b_eq, bounds=bounds,
+                       solver=solver, method="highs-ipm")
+        if res.outcome is not Outcome.OPTIMAL:
+            return None
+        x = np.clip(res.x[:nx], 0.0, None)
+        new = 0
+        for c in blocks:
+            v = c.violated(x, alpha)
+            c.active |= v
+            new += int(v.sum())
+        if not new:
+            break
+    else:
+        return None  # rows still violated after max_rounds: no design (the caller tries another)
+    x[x < 1e-12] = 0.0  # solver dust
+    out = np.zeros((Kh * Kp, Kp))
+    out[np.arange(Kh * Kp), np.tile(np.arange(Kp), Kh)] = 1.0  # rows no record uses: the identity
+    rows = lay.h_of * Kp + lay.p_of
+    out[rows] = 0.0
+    out[rows[vm], vp] = x
+    return out / out.sum(axis=1, keepdims=True)
+
+
+@dataclass(frozen=True)
+class _FixedRows:
+    """The rows of the LP that stay the same from round to round: the penalty's tangents and the
+    dominance rows (``A_t x <= b_t`` over the entries and the penalties), the row sums ``A_sum``
+    and the equalities ``(zr, zc, zv)`` that define the ``nz`` variables Z, with each block's
+    offset among them (``z_off``); columns: the ``nx`` entries, K penalties, Z, then auxiliaries."""
+
+    nx: int
+    K: int
+    diag: np.ndarray
+    A_t: sp.csr_array
+    b_t: np.ndarray
+    A_sum: sp.csr_array
+    z_off: dict
+    zr: np.ndarray
+    zc: np.ndarray
+    zv: np.ndarray
+    nz: int
+
+    @classmethod
+    def build(cls, lay: Layout, vm, vp, floor: float, blocks, U0) -> _FixedRows:
+        Kh, Kp, K = lay.household_table.n_cells, lay.person_table.n_cells, lay.table.n_cells
+        nx = vm.size
+        diag = np.flatnonzero(vp == lay.p_of[vm])  # one per record cell, in order of m
+        # t_m >= penalty(d0) + slope(d0) (d_m - d0) for every tangent point d0 >= floor
+        d0 = np.array([d for d in _TANGENTS if d >= floor] or [1.0])
+        slope, pen = _penalty_slope(d0), _penalty(d0)
+        tr = np.repeat(np.arange(K), d0.size)
+        A_t = sp.csr_array((np.concatenate([np.tile(slope, K), -np.ones(tr.size)]),
+                            (np.concatenate([np.arange(tr.size)] * 2),
+                             np.concatenate([diag[tr], nx + tr]))),
+                           shape=(tr.size, nx + K))
+        b_t = np.tile(slope * d0 - pen, K)
+        A_sum = sp.csr_array((np.ones(nx), (vm, np.arange(nx))), shape=(K, nx + K))
+        # dominance: sum of the other present columns - diagonal <= -DOMINANCE, one row per
+        # record cell
+        present = np.zeros((Kh, Kp), dtype=bool)
+        present[lay.h_of, lay.p_of] = True
+        other = present[lay.h_of[vm], vp] & (vp != lay.p_of[vm])
+        dv = np.where(vp == lay.p_of[vm], -1.0, 1.0)
+        dsel = np.flatnonzero(other | (vp == lay.p_of[vm]))
+        A_dom = sp.csr_array((dv[dsel], (vm[dsel], dsel)), shape=(K, nx + K))
+        A_t = sp.vstack([A_t, A_dom]).tocsr()
+        b_t = np.concatenate([b_t, np.full(K, -DOMINANCE)])
+        # Z[pp](h, b) = sum_{m: h_m = h} U0(m) Pp^(h)[p_m, B_b]: the records of household cell
+        # h released with person value b, so that D(a, b) = sum_h Nh(h, a) Z(h, b) has at most
+        # Kh terms
+        z_off, z_eq, nz = {}, [], 0
+        for c in blocks:
+            if c.pp in z_off:
+                continue
+            z_off[c.pp] = nz
+            zi = nz + lay.h_of[vm] * c.nb + c.vb
+            z_eq.append((zi, np.arange(nx), U0[vm]))
+            nz += Kh * c.nb
+        zr = np.concatenate([np.arange(nz)] + [r for r, _, _ in z_eq])
+        zc = np.concatenate([nx + K + np.arange(nz)] + [c_ for _, c_, _ in z_eq])
+        zv = np.concatenate([-np.ones(nz)] + [v for _, _, v in z_eq])
+        return cls(nx, K, diag, A_t, b_t, A_sum, z_off, zr, zc, zv, nz)
+
+    def program(self, blocks, alpha: float, U0, floor: float):
+        """The LP with the blocks' active rows: ``(cost, A_ub, b_ub, A_eq, b_eq, bounds)``."""
+        nx, K, nz, z_off = self.nx, self.K, self.nz, self.z_off
         ub_rows, aux_eq = [], []
         n_aux = 0
         base = nx + K + nz
@@ -197,38 +255,19 @@ def solve_person_by_household(lay: Layout, Ph, combos, alpha: float, floor: floa
         A_c1 = sp.csr_array((np.concatenate([A.data, np.full(n_ub, -alpha)]),
                              (np.concatenate([A.row, np.arange(n_ub)]), np.concatenate([A.col, base + ids]))),
                             shape=(n_ub, nv))
-        A_ub = sp.vstack([A_c1, sp.hstack([A_t, sp.csr_array((A_t.shape[0], nz + n_aux))])]).tocsr()
-        b_ub = np.concatenate([np.zeros(n_ub), b_t])
+        A_rest = sp.hstack([self.A_t, sp.csr_array((self.A_t.shape[0], nz + n_aux))])
+        A_ub = sp.vstack([A_c1, A_rest]).tocsr()
+        b_ub = np.concatenate([np.zeros(n_ub), self.b_t])
         er = np.concatenate([np.arange(n_aux)] + [r for r, _, _ in aux_eq])
         ec = np.concatenate([base + np.arange(n_aux)] + [c_ for _, c_, _ in aux_eq])
         ev = np.concatenate([np.ones(n_aux)] + [v for _, _, v in aux_eq])
         A_eq = sp.vstack([sp.csr_array((ev, (er, ec)), shape=(n_aux, nv)),
-                          sp.csr_array((zv, (zr, zc)), shape=(nz, nv)),
-                          sp.hstack([A_sum, sp.csr_array((K, nz + n_aux))])]).tocsr()
+                          sp.csr_array((self.zv, (self.zr, self.zc)), shape=(nz, nv)),
+                          sp.hstack([self.A_sum, sp.csr_array((K, nz + n_aux))])]).tocsr()
         b_eq = np.concatenate([np.zeros(n_aux + nz), np.ones(K)])
         cost = np.zeros(nv)
         cost[nx:nx + K] = U0 / U0.sum()
         lo_b = np.zeros(nv)
-        lo_b[diag] = floor
+        lo_b[self.diag] = floor
         up = np.concatenate([np.ones(nx), np.full(K + nz + n_aux, np.inf)])
-        res = linprog(cost, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=b_eq, bounds=np.column_stack([lo_b, up]),
-                      method="highs-ipm")
-        if res.status != 0:
-            return None
-        x = np.clip(res.x[:nx], 0.0, None)
-        new = 0
-        for c in blocks:
-            v = c.violated(x, alpha)
-            c.active |= v
-            new += int(v.sum())
-        if not new:
-            break
-    else:
-        return None  # rows still violated after max_rounds: no design (the caller tries another)
-    x[x < 1e-12] = 0.0  # solver dust
-    out = np.zeros((Kh * Kp, Kp))
-    out[np.arange(Kh * Kp), np.tile(np.arange(Kp), Kh)] = 1.0  # rows no record uses: the identity
-    rows = lay.h_of * Kp + lay.p_of
-    out[rows] = 0.0
-    out[rows[vm], vp] = x
-    return out / out.sum(axis=1, keepdims=True)
+        return cost, A_ub, b_ub, A_eq, b_eq, np.column_stack([lo_b, up])

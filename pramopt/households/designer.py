@@ -109,12 +109,13 @@ def design_households(data, qi, params: DesignParams, design, progress=None, cli
                 t1 = time.perf_counter()
                 a_s = alpha * (1 - margin)
                 if kind == "general":
-                    Pp = solve_person(lay, rh.matrix, combos, a_s, floor, keep)
+                    Pp = solve_person(lay, rh.matrix, combos, a_s, floor, keep, solver=params.solver)
                 elif kind == "replacement":
-                    Pp = solve_person_replacement(lay, rh.matrix, combos, a_s, max(1e-3, params.min_diagonal or 0.0), keep)
+                    Pp = solve_person_replacement(lay, rh.matrix, combos, a_s, max(1e-3, params.min_diagonal or 0.0), keep,
+                                                  solver=params.solver)
                 else:
                     Pp = solve_person_by_household(lay, rh.matrix, combos, a_s, max(0.15, params.min_diagonal or 0.0),
-                                                   keep)
+                                                   keep, solver=params.solver)
                 name = f"person {kind}@{frac:g}"
                 if Pp is None:
                     stages.append(Stage(name, time.perf_counter() - t1, 0, "infeasible"))

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.optimize import linprog
 
+from ..optimize.backends import Outcome, solve_lp
 from .model import Layout, same_missing
 
 __all__ = ["solve_person", "solve_person_replacement", "PERSON_MAX_CELLS"]
@@ -33,7 +33,8 @@ def _indicator(inv: np.ndarray, n: int) -> sp.csr_array:
     return sp.csr_array((np.ones(inv.size), (np.arange(inv.size), inv)), shape=(inv.size, n))
 
 
-def solve_person(lay: Layout, Ph, combos, alpha: float, floor: float, keep_missing: bool = True):
+def solve_person(lay: Layout, Ph, combos, alpha: float, floor: float, keep_missing: bool = True,
+                 solver: str | None = None):
     """The person matrix of fewest expected changes meeting C1 with ``Ph`` fixed.
 
     Parameters
@@ -48,18 +49,18 @@ def solve_person(lay: Layout, Ph, combos, alpha: float, floor: float, keep_missi
         Lower bound of every diagonal entry.
     keep_missing : bool
         A person cell with a missing value moves only among cells with the same missing pattern.
+    solver : str, optional
+        ``solver=`` of the design: the LP's solver.
 
     Returns
     -------
     ndarray of shape (Kp, Kp) or None
         None when the LP is infeasible (or fails).
     """
-    tp, t = lay.person_table, lay.table
+    tp = lay.person_table
     Kp = tp.n_cells
     if not lay.ppos:
         return np.ones((1, 1))
-    Ph = sp.csr_array(Ph, dtype=float)
-    U0 = t.counts.astype(float)
     # support: every pair of person cells (with the same missing pattern under missing='keep')
     pr, pc = np.meshgrid(np.arange(Kp), np.arange(Kp), indexing="ij")
     pr, pc = pr.ravel(), pc.ravel()
@@ -67,33 +68,47 @@ def solve_person(lay: Layout, Ph, combos, alpha: float, floor: float, keep_missi
         same = same_missing(tp, pr, pc)
         pr, pc = pr[same], pc[same]
     nx = pr.size
-    hset = {j: i for i, j in enumerate(lay.hpos)}
-    pset = {j: i for i, j in enumerate(lay.ppos)}
+    ineq, eq = _c1_rows(lay, Ph, combos, alpha, pr, pc)
+    (rows, cols, vals, n_ub), (erows, ecols, evals, n_aux) = ineq, eq
+    nv = nx + n_aux
+    # row sums: sum_p' Pp[p, p'] = 1
+    srow = pr
+    A_eq = sp.vstack([sp.csr_array((evals, (erows, ecols)), shape=(n_aux, nv)),
+                      sp.csr_array((np.ones(nx), (srow, np.arange(nx))), shape=(Kp, nv))]).tocsr()
+    b_eq = np.concatenate([np.zeros(n_aux), np.ones(Kp)])
+    A_ub = sp.csr_array((vals, (rows, cols)), shape=(n_ub, nv)) if n_ub else None
+    b_ub = np.zeros(n_ub) if n_ub else None
+    c = np.zeros(nv)
+    w = tp.counts.astype(float)
+    diag = pr == pc
+    c[np.flatnonzero(diag)] = -w[pr[diag]] / w.sum()  # fewest expected changes
+    lo = np.zeros(nv)
+    lo[np.flatnonzero(diag)] = floor
+    bounds = np.column_stack([lo, np.concatenate([np.ones(nx), np.full(n_aux, np.inf)])])
+    # the interior point method: HiGHS' dual simplex stalls on these rows
+    res = solve_lp(c, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=b_eq, bounds=bounds, solver=solver,
+                   method="highs-ipm")
+    if res.outcome is not Outcome.OPTIMAL:
+        return None
+    x = np.clip(res.x[:nx], 0.0, None)
+    Pp = np.zeros((Kp, Kp))
+    Pp[pr, pc] = x
+    Pp[Pp < 1e-12] = 0.0  # solver dust
+    return Pp / Pp.sum(axis=1, keepdims=True)
+
+
+def _c1_rows(lay: Layout, Ph, combos, alpha: float, pr: np.ndarray, pc: np.ndarray):
+    """C1's rows over the person matrix's entries ``(pr, pc)``, with one auxiliary variable per
+    (π, a, b) after them: ``(rows, cols, vals, n_ub)`` of the inequalities and ``(rows, cols, vals,
+    n_aux)`` of the equalities that define the auxiliaries."""
+    nx = pr.size
     rows, cols, vals = [], [], []  # inequality rows
     erows, ecols, evals = [], [], []  # equalities defining the auxiliary variables
     n_ub = n_aux = 0
-    for pi in combos:
-        ph = [hset[j] for j in pi if j in hset]
-        pp = [pset[j] for j in pi if j in pset]
-        if not pp:
-            continue  # no Pp in these rows: the household design's C1
-        _, b_of = np.unique(tp.codes[:, pp], axis=0, return_inverse=True)
-        b_of = np.asarray(b_of).ravel()
+    for b_of, C, W in _groups(lay, Ph, combos):
         nb = int(b_of.max()) + 1
-        if ph:
-            _, a_of = np.unique(lay.household_table.codes[:, ph], axis=0, return_inverse=True)
-            a_of = np.asarray(a_of).ravel()
-            Nh = (Ph @ _indicator(a_of, int(a_of.max()) + 1)).toarray()  # Kh x nA
-        else:
-            Nh = np.ones((lay.household_table.n_cells, 1))
-        nA = Nh.shape[1]
-        M = Nh[lay.h_of]  # K x nA
-        C = np.zeros((Kp, nA))
-        np.maximum.at(C, lay.p_of, M)
-        W = np.zeros((Kp, nA))
-        np.add.at(W, lay.p_of, U0[:, None] * M)
         bx = b_of[pc]  # the b of each variable's released person cell
-        for a in range(nA):
+        for a in range(C.shape[1]):
             for b in range(nb):
                 sel = np.flatnonzero(bx == b)
                 if not sel.size:
@@ -114,30 +129,7 @@ def solve_person(lay: Layout, Ph, combos, alpha: float, floor: float, keep_missi
                     cols += mine.tolist() + [aux]
                     vals += [C[p, a]] * mine.size + [-alpha]
                     n_ub += 1
-    nv = nx + n_aux
-    # row sums: sum_p' Pp[p, p'] = 1
-    srow = pr
-    A_eq = sp.vstack([sp.csr_array((evals, (erows, ecols)), shape=(n_aux, nv)),
-                      sp.csr_array((np.ones(nx), (srow, np.arange(nx))), shape=(Kp, nv))]).tocsr()
-    b_eq = np.concatenate([np.zeros(n_aux), np.ones(Kp)])
-    A_ub = sp.csr_array((vals, (rows, cols)), shape=(n_ub, nv)) if n_ub else None
-    b_ub = np.zeros(n_ub) if n_ub else None
-    c = np.zeros(nv)
-    w = tp.counts.astype(float)
-    diag = pr == pc
-    c[np.flatnonzero(diag)] = -w[pr[diag]] / w.sum()  # fewest expected changes
-    lo = np.zeros(nv)
-    lo[np.flatnonzero(diag)] = floor
-    bounds = np.column_stack([lo, np.concatenate([np.ones(nx), np.full(n_aux, np.inf)])])
-    # the interior point method: HiGHS' dual simplex stalls on these rows (minutes on testdata)
-    res = linprog(c, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=b_eq, bounds=bounds, method="highs-ipm")
-    if res.status != 0:
-        return None
-    x = np.clip(res.x[:nx], 0.0, None)
-    Pp = np.zeros((Kp, Kp))
-    Pp[pr, pc] = x
-    Pp[Pp < 1e-12] = 0.0  # solver dust
-    return Pp / Pp.sum(axis=1, keepdims=True)
+    return (rows, cols, vals, n_ub), (erows, ecols, evals, n_aux)
 
 
 def _groups(lay: Layout, Ph, combos):
@@ -168,7 +160,8 @@ def _groups(lay: Layout, Ph, combos):
         yield b_of, C, W
 
 
-def solve_person_replacement(lay: Layout, Ph, combos, alpha: float, lam_min: float = 1e-3, keep_missing: bool = True):
+def solve_person_replacement(lay: Layout, Ph, combos, alpha: float, lam_min: float = 1e-3,
+                             keep_missing: bool = True, solver: str | None = None):
     """A replacement person matrix ``Pp = diag(lam) + (1 - lam) v^T`` (v: the person cells' frequencies
     among records of their missing pattern) of fewest expected changes meeting C1 with ``Ph`` fixed.
 
@@ -177,6 +170,7 @@ def solve_person_replacement(lay: Layout, Ph, combos, alpha: float, lam_min: flo
     lam = 0 is feasible whenever the household part meets C1 at alpha (the ratio is then Nh(h,a) /
     sum_h U_h(h) Nh(h,a)), and any lam > 0 keeps Pp invertible (the matrix determinant lemma:
     det = prod lam * (1 + sum_p (1 - lam_p) v_p / lam_p) > 0).  Returns None when infeasible.
+    ``solver`` is ``solver=`` of the design.
     """
     tp = lay.person_table
     Kp = tp.n_cells
@@ -215,13 +209,16 @@ def solve_person_replacement(lay: Layout, Ph, combos, alpha: float, lam_min: flo
     if A_ub is not None:
         A1 = np.hstack([A_ub, np.zeros((A_ub.shape[0], 1))])
         T = np.hstack([-np.eye(Kp), np.ones((Kp, 1))])  # t - lam_p <= 0
-        first = linprog(np.r_[np.zeros(Kp), -1.0], A_ub=np.vstack([A1, T]), b_ub=np.r_[b_ub, np.zeros(Kp)],
-                        bounds=[(lam_min, 1.0)] * Kp + [(lam_min, 1.0)], method="highs-ipm")
-        if first.status != 0:
+        first = solve_lp(np.r_[np.zeros(Kp), -1.0], A_ub=np.vstack([A1, T]),
+                         b_ub=np.r_[b_ub, np.zeros(Kp)],
+                         bounds=[(lam_min, 1.0)] * Kp + [(lam_min, 1.0)], solver=solver,
+                         method="highs-ipm")
+        if first.outcome is not Outcome.OPTIMAL:
             return None
         lam_min = max(lam_min, 0.9 * float(first.x[-1]))
-    res = linprog(c, A_ub=A_ub, b_ub=b_ub, bounds=[(lam_min, 1.0)] * Kp, method="highs-ipm")
-    if res.status != 0:
+    res = solve_lp(c, A_ub=A_ub, b_ub=b_ub, bounds=[(lam_min, 1.0)] * Kp, solver=solver,
+                   method="highs-ipm")
+    if res.outcome is not Outcome.OPTIMAL:
         return None
     lam = np.clip(res.x, lam_min, 1.0)
     Pp = (1.0 - lam)[:, None] * (same * v[None, :])

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from .backends import Outcome, solve_lp
 from .constraints.c1 import build_groups
 from .problem import DesignProblem
 
@@ -75,6 +76,7 @@ def flow_relaxation(problem: DesignProblem, alpha: float | None = None, pools: n
     Parameters
     ----------
     problem : DesignProblem
+        Its ``params.solver`` solves the program.
     alpha : float, optional
         The level of C1 (default: the problem's).
     pools : ndarray of int, optional
@@ -86,102 +88,133 @@ def flow_relaxation(problem: DesignProblem, alpha: float | None = None, pools: n
     out_max : ndarray, optional
         Upper bound on each ``out_k`` besides ``(1 - t) U0(k)``.
     """
-    from scipy.optimize import linprog
-
     alpha = problem.alpha if alpha is None else float(alpha)
-    groups, K = problem.groups, problem.K
-    U = problem.counts
-    rare = np.flatnonzero(U < 1.0 / alpha)
-    nP = groups.member.shape[1]
-    used, gpos = np.unique(groups.member[rare].ravel(), return_inverse=True)
-    nG = used.size
-    upos = np.full(groups.n_groups, -1, dtype=np.int64)
-    upos[used] = np.arange(nG)
-    # columns: out (K), in (K), D (nG), t, and with max_changed_variables the flow of every permitted
-    # transition (E): records may then only go where a design may send them
-    edges = problem.allowed_pairs(EDGE_LIMIT) if problem.max_changed is not None else None
-    E = 0 if edges is None else edges[0].size
-    o_in, o_D, o_t = K, 2 * K, 2 * K + nG
-    o_f = o_t + 1
-    nv = o_f + E
-    kk = np.repeat(np.arange(K), nP)
-    gg = upos[groups.member.ravel()]
-    ok = gg >= 0
-    kk, gg = kk[ok], gg[ok]
-    # D_g + sum_{k in g} (out_k - in_k) = sum_{k in g} U0(k)
-    A_D = sp.csr_matrix((np.concatenate([np.ones(nG), np.ones(kk.size), -np.ones(kk.size)]),
-                         (np.concatenate([np.arange(nG), gg, gg]),
-                          np.concatenate([o_D + np.arange(nG), kk, o_in + kk]))), shape=(nG, nv))
-    b_D = np.bincount(gg, weights=U[kk], minlength=nG)
-    # conservation per pool (per cell when invariant)
-    if problem.params.invariant:
-        pools = np.arange(K)
-    elif pools is None:
-        pools = problem.strata
-    pools = np.unique(np.asarray(pools), return_inverse=True)[1].ravel()
-    S = int(pools.max()) + 1 if K else 0
-    A_S = sp.csr_matrix((np.concatenate([np.ones(K), -np.ones(K)]),
-                         (np.concatenate([pools, pools]), np.concatenate([np.arange(K), o_in + np.arange(K)]))),
-                        shape=(S, nv))
-    # -alpha D_g - out_m / U0(m) <= -1 for every rare m and group g of m
-    W = rare.size * nP
-    rm = np.repeat(rare, nP)
-    A_C = sp.csr_matrix((np.concatenate([np.full(W, -alpha), -1.0 / U[rm]]),
-                         (np.tile(np.arange(W), 2), np.concatenate([o_D + gpos.ravel(), rm]))), shape=(W, nv))
-    # out_k + U0(k) t <= U0(k)
-    A_T = sp.csr_matrix((np.concatenate([np.ones(K), U]),
-                         (np.tile(np.arange(K), 2), np.concatenate([np.arange(K), np.full(K, o_t)]))), shape=(K, nv))
-    hi = np.full(nv, np.inf)
-    if out_max is not None:
-        hi[:K] = out_max
-    hi[problem.keep_rows] = 0.0
-    hi[o_t] = t_max
-    lo = np.zeros(nv)
-    lo[o_t] = t_min
-    c = np.zeros(nv)
-    if objective == "changes":
-        c[:K] = 1.0
-    else:
-        c[o_t] = -1.0
-    A_T = A_T.tocsr()
-    A_eq = sp.vstack([A_D, A_S], format="csr")
-    b_eq = np.concatenate([b_D, np.zeros(S)])
-    if edges is not None:
-        # out_k = sum of the flows leaving k, in_k = sum of those entering k
-        er, ec = edges
-        A_F = sp.csr_matrix((np.concatenate([np.ones(2 * K), -np.ones(2 * E)]),
-                             (np.concatenate([np.arange(2 * K), er, K + ec]),
-                              np.concatenate([np.arange(2 * K), o_f + np.arange(E), o_f + np.arange(E)]))),
-                            shape=(2 * K, nv))
-        A_eq = sp.vstack([A_eq, A_F], format="csr")
-        b_eq = np.concatenate([b_eq, np.zeros(2 * K)])
-    bounds = np.column_stack([lo, hi])
+    prog = _FlowProgram.build(problem, alpha, pools, t_max, out_max, t_min, objective)
     # Lazy rows on large tables: start with the rows of small groups (a group of U_g >= 1/(alpha t)
     # records meets its rows by itself once every cell keeps a share t), add the rows the solution
     # violates, and solve again; the answer is that of the full program, which it satisfies.
+    W = prog.A_C.shape[0]
     active = np.ones(W, dtype=bool)
     if W > LAZY_ROWS_ABOVE and objective == "floor":
-        active = groups.size[used][gpos.ravel()] < LAZY_GROUP_RECORDS / alpha
+        active = problem.groups.size[prog.used][prog.gpos.ravel()] < LAZY_GROUP_RECORDS / alpha
     for round_ in range(LAZY_ROUNDS + 1):
-        rows = np.flatnonzero(active)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            # interior point: 5x faster than the simplex on the 6,500-cell census sample
-            res = linprog(c, A_ub=sp.vstack([A_C[rows], A_T], format="csr"),
-                          b_ub=np.concatenate([-np.ones(rows.size), U]), A_eq=A_eq, b_eq=b_eq, bounds=bounds,
-                          method="highs-ipm")
-        if res.status != 0 or res.x is None or active.all():
+        res = prog.solve(np.flatnonzero(active), problem.params.solver)
+        if res.outcome is not Outcome.OPTIMAL or active.all():
             break
-        viol = (A_C @ res.x > -1.0 + 1e-9) & ~active
+        viol = (prog.A_C @ res.x > -1.0 + 1e-9) & ~active
         if not viol.any():
             break
         active |= viol if round_ < LAZY_ROUNDS - 1 else True  # the last round imposes every row
-    if res.status == 2:
+    if res.outcome is Outcome.INFEASIBLE:
         return FlowSolution("infeasible")
-    if res.status != 0 or res.x is None:
-        return FlowSolution(f"solver failed: {res.message}")
-    x = res.x
-    return FlowSolution("ok", t=float(x[o_t]), out=np.clip(x[:K], 0.0, U), inflow=np.maximum(x[o_in:o_in + K], 0.0))
+    if res.outcome is not Outcome.OPTIMAL:
+        return FlowSolution(f"solver failed: {res.detail}")
+    x, K, o_in = res.x, problem.K, problem.K
+    return FlowSolution("ok", t=float(x[prog.o_t]), out=np.clip(x[:K], 0.0, problem.counts),
+                        inflow=np.maximum(x[o_in:o_in + K], 0.0))
+
+
+@dataclass(frozen=True)
+class _FlowProgram:
+    """The relaxation's rows: C1's (``A_C``, one per rare cell and group, ``<= -1``), the floor's
+    (``A_T``, ``<= U``) and the equalities; columns out (K), in (K), D (the groups of rare cells),
+    t, and the flows of the permitted transitions."""
+
+    c: np.ndarray
+    A_C: sp.csr_matrix
+    A_T: sp.csr_matrix
+    U: np.ndarray
+    A_eq: sp.csr_matrix
+    b_eq: np.ndarray
+    bounds: np.ndarray
+    o_t: int
+    used: np.ndarray
+    gpos: np.ndarray
+
+    def solve(self, rows: np.ndarray, solver: str | None):
+        """The program with C1's ``rows`` only."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            # the interior point: faster than the simplex on large tables (benchmarks/README.md)
+            return solve_lp(self.c, A_ub=sp.vstack([self.A_C[rows], self.A_T], format="csr"),
+                            b_ub=np.concatenate([-np.ones(rows.size), self.U]), A_eq=self.A_eq,
+                            b_eq=self.b_eq, bounds=self.bounds, solver=solver, method="highs-ipm")
+
+    @classmethod
+    def build(cls, problem: DesignProblem, alpha: float, pools, t_max: float, out_max, t_min: float,
+              objective: str) -> _FlowProgram:
+        groups, K = problem.groups, problem.K
+        U = problem.counts
+        rare = np.flatnonzero(U < 1.0 / alpha)
+        nP = groups.member.shape[1]
+        used, gpos = np.unique(groups.member[rare].ravel(), return_inverse=True)
+        nG = used.size
+        upos = np.full(groups.n_groups, -1, dtype=np.int64)
+        upos[used] = np.arange(nG)
+        # columns: out (K), in (K), D (nG), t, and with max_changed_variables the flow of every
+        # permitted transition (E): records may then only go where a design may send them
+        edges = problem.allowed_pairs(EDGE_LIMIT) if problem.max_changed is not None else None
+        E = 0 if edges is None else edges[0].size
+        o_in, o_D, o_t = K, 2 * K, 2 * K + nG
+        o_f = o_t + 1
+        nv = o_f + E
+        kk = np.repeat(np.arange(K), nP)
+        gg = upos[groups.member.ravel()]
+        ok = gg >= 0
+        kk, gg = kk[ok], gg[ok]
+        # D_g + sum_{k in g} (out_k - in_k) = sum_{k in g} U0(k)
+        A_D = sp.csr_matrix((np.concatenate([np.ones(nG), np.ones(kk.size), -np.ones(kk.size)]),
+                             (np.concatenate([np.arange(nG), gg, gg]),
+                              np.concatenate([o_D + np.arange(nG), kk, o_in + kk]))),
+                            shape=(nG, nv))
+        b_D = np.bincount(gg, weights=U[kk], minlength=nG)
+        # conservation per pool (per cell when invariant)
+        if problem.params.invariant:
+            pools = np.arange(K)
+        elif pools is None:
+            pools = problem.strata
+        pools = np.unique(np.asarray(pools), return_inverse=True)[1].ravel()
+        S = int(pools.max()) + 1 if K else 0
+        A_S = sp.csr_matrix((np.concatenate([np.ones(K), -np.ones(K)]),
+                             (np.concatenate([pools, pools]),
+                              np.concatenate([np.arange(K), o_in + np.arange(K)]))),
+                            shape=(S, nv))
+        # -alpha D_g - out_m / U0(m) <= -1 for every rare m and group g of m
+        W = rare.size * nP
+        rm = np.repeat(rare, nP)
+        A_C = sp.csr_matrix((np.concatenate([np.full(W, -alpha), -1.0 / U[rm]]),
+                             (np.tile(np.arange(W), 2), np.concatenate([o_D + gpos.ravel(), rm]))),
+                            shape=(W, nv))
+        # out_k + U0(k) t <= U0(k)
+        A_T = sp.csr_matrix((np.concatenate([np.ones(K), U]),
+                             (np.tile(np.arange(K), 2),
+                              np.concatenate([np.arange(K), np.full(K, o_t)]))),
+                            shape=(K, nv))
+        hi = np.full(nv, np.inf)
+        if out_max is not None:
+            hi[:K] = out_max
+        hi[problem.keep_rows] = 0.0
+        hi[o_t] = t_max
+        lo = np.zeros(nv)
+        lo[o_t] = t_min
+        c = np.zeros(nv)
+        if objective == "changes":
+            c[:K] = 1.0
+        else:
+            c[o_t] = -1.0
+        A_eq = sp.vstack([A_D, A_S], format="csr")
+        b_eq = np.concatenate([b_D, np.zeros(S)])
+        if edges is not None:
+            # out_k = sum of the flows leaving k, in_k = sum of those entering k
+            er, ec = edges
+            A_F = sp.csr_matrix((np.concatenate([np.ones(2 * K), -np.ones(2 * E)]),
+                                 (np.concatenate([np.arange(2 * K), er, K + ec]),
+                                  np.concatenate([np.arange(2 * K), o_f + np.arange(E),
+                                                  o_f + np.arange(E)]))),
+                                shape=(2 * K, nv))
+            A_eq = sp.vstack([A_eq, A_F], format="csr")
+            b_eq = np.concatenate([b_eq, np.zeros(2 * K)])
+        return cls(c, A_C, A_T.tocsr(), U, A_eq, b_eq, np.column_stack([lo, hi]), o_t, used, gpos)
 
 
 def floor_bound(problem: DesignProblem) -> float | None:

@@ -1,12 +1,13 @@
 """Convex QPs over a loaded program's constraints, by Clarabel's interior-point method.
 
 The refinement's curved model ``min g . d + 1/2 d' B d`` (``B`` diagonal, positive) lives on
-the same rows and box as its linear programs.  HiGHS's active-set QP solver was tried first:
-its reduced Hessian grows with the number of entries strictly inside their bounds (774 of
-2,209 on sdcMicro's testdata with 4 keys, 3 s per solve) and it ended in a solve error there;
-Clarabel (a dependency already) solves the same QP in about 25 interior-point iterations and
-0.06 s.  Its point lies strictly inside the box, so entries below :data:`ZERO` are set to zero
-(the caller renormalises the rows).
+the same rows and box as its linear programs.  Clarabel's interior-point method solves it
+directly (HiGHS's active-set QP solver works on a reduced Hessian that grows with the entries
+strictly inside their bounds, and failed on these QPs).  Its point lies strictly inside the box,
+so entries below :data:`ZERO` are set to zero (the caller renormalises the rows).
+
+Registered as ``CLARABEL_QP`` (:mod:`.registry`), reached through
+:func:`pramopt.optimize.backends.solve_qp`.
 
 The model may carry curvature pairs ``(s_i, y_i)`` (``y_i`` the loss's Hessian times ``s_i``): its
 matrix is then the BFGS update ``B_m`` of ``H`` by them, applied oldest first.  ``B_m`` is dense,
@@ -25,9 +26,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..program import Duals, LinearProgram
-from . import LPSolution, Outcome
+from .results import LPSolution, Outcome
 
-__all__ = ["solve_qp", "NAME", "ZERO"]
+__all__ = ["solve_qp", "installed", "NAME", "ZERO"]
 
 NAME = "CLARABEL(qp)"
 #: Entries of the interior-point solution below this are zeros (Clarabel stops 1e-8 short of
@@ -131,6 +132,15 @@ def solve_qp(program: LinearProgram, cost, hdiag, lo, hi, *, tol: float = 1e-8, 
     duals = Duals(rows=u[r["rows"]], B=u[r["B"]] if "B" in r else empty, N=u[r["N"]] if "N" in r else empty,
                   inv=u[r["inv"]] if "inv" in r else None, cols=red)
     return LPSolution(Outcome.OPTIMAL, x, NAME, secs, objective=float(sol.obj_val), duals=duals)
+
+
+def installed(name: str = "CLARABEL_QP") -> bool:
+    """Whether Clarabel loads here."""
+    try:
+        import clarabel  # noqa: F401
+    except ImportError:  # pragma: no cover - a dependency
+        return False
+    return True
 
 
 def _lift_pairs(H, c, A, row_lo, row_hi, col_lo, col_hi, nx, hdiag, pairs, center, scale):

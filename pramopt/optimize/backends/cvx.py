@@ -1,8 +1,9 @@
 """Any LP solver that cvxpy can call (CLARABEL, ECOS, SCS, ...), imported only when used.
 
-The program is compiled once with the ``x`` costs and bounds as cvxpy Parameters and re-solved
+A loaded program is compiled once with the ``x`` costs and bounds as cvxpy Parameters and re-solved
 by the refinement.  This backend gives no duals, so column generation does not run on it (the
-designer then starts from a support that needs none).
+designer then starts from a support that needs none); a one-shot LP (:func:`solve_lp`) is
+compiled for its one solve.
 """
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import time
 import warnings
 
 import numpy as np
+import scipy.sparse as sp
 
 from ..program import LinearProgram
-from . import LPSolution, Outcome
+from .results import LPResult, LPSolution, Outcome
 
-__all__ = ["load"]
+__all__ = ["load", "solve_lp", "installed"]
 
 
 def _options(name: str) -> dict:
@@ -100,3 +102,64 @@ class CvxpyProgram:
 
 def load(program: LinearProgram, solver: str) -> CvxpyProgram:
     return CvxpyProgram(program, solver)
+
+
+def installed(name: str) -> bool:
+    """Whether cvxpy loads here and can call the solver ``name``."""
+    try:
+        import cvxpy as cp
+    except ImportError:
+        return False
+    return name in cp.installed_solvers()
+
+
+def _bounds(bounds, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``linprog``'s ``bounds`` as two arrays (``None`` entries: no bound)."""
+    if bounds is None:
+        return np.zeros(n), np.full(n, np.inf)
+    b = np.array(bounds, dtype=float)  # None -> nan
+    if b.ndim == 1:  # one (lo, hi) pair for every variable
+        b = np.broadcast_to(b, (n, 2))
+    lo, hi = b[:, 0].copy(), b[:, 1].copy()
+    lo[np.isnan(lo)], hi[np.isnan(hi)] = -np.inf, np.inf
+    return lo, hi
+
+
+def solve_lp(c, A_ub, b_ub, A_eq, b_eq, bounds, *, name: str, method: str = "",
+             options: dict | None = None) -> LPResult:
+    """One LP (``linprog``'s form) by the cvxpy solver ``name``; no marginals (``method`` and
+    ``options`` are HiGHS's and not used)."""
+    import cvxpy as cp
+
+    if name not in cp.installed_solvers():
+        raise ImportError(f"cvxpy cannot load the solver {name!r} here")
+    c = np.asarray(c, dtype=float)
+    x = cp.Variable(c.size)
+    lo, hi = _bounds(bounds, c.size)
+    cons = []
+    for A, b, eq in ((A_ub, b_ub, False), (A_eq, b_eq, True)):
+        if A is not None and np.shape(A)[0]:
+            Ax = sp.csr_matrix(A) @ x
+            b = np.asarray(b, dtype=float)
+            cons.append(Ax == b if eq else Ax <= b)
+    for idx, con in ((np.flatnonzero(np.isfinite(lo)), lambda i: x[i] >= lo[i]),
+                     (np.flatnonzero(np.isfinite(hi)), lambda i: x[i] <= hi[i])):
+        if idx.size:
+            cons.append(con(idx))
+    problem = cp.Problem(cp.Minimize(c @ x), cons)
+    t0 = time.perf_counter()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            problem.solve(solver=name, **_options(name))
+    except (cp.error.SolverError, ValueError, ArithmeticError) as exc:
+        detail = f"{name}: {exc}".splitlines()[0]
+        return LPResult(Outcome.ERROR, None, name, time.perf_counter() - t0, detail)
+    secs = time.perf_counter() - t0
+    st = problem.status
+    if st in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE) and x.value is not None:
+        return LPResult(Outcome.OPTIMAL, np.asarray(x.value).ravel(), name, secs, f"{name}: {st}",
+                        objective=float(problem.value))
+    ends = {cp.INFEASIBLE: Outcome.INFEASIBLE, cp.INFEASIBLE_INACCURATE: Outcome.INFEASIBLE,
+            cp.UNBOUNDED: Outcome.UNBOUNDED, cp.UNBOUNDED_INACCURATE: Outcome.UNBOUNDED}
+    return LPResult(ends.get(st, Outcome.ERROR), None, name, secs, f"{name}: {st}")

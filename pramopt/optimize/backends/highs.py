@@ -1,4 +1,6 @@
-"""HiGHS through ``highspy``: one model per program, re-solved with a warm start.
+"""HiGHS: through ``highspy`` for loaded programs, through scipy's ``linprog`` for one-shot LPs.
+
+A loaded program is one model, re-solved with a warm start.
 
 The refinement changes only costs and bounds between its linear programs; keeping the model
 (and its simplex basis) alive makes each re-solve a few pivots instead of a fresh solve.  Going
@@ -18,11 +20,10 @@ import time
 
 import numpy as np
 
-from ..program import LinearProgram
-from ..program import Duals
-from . import LPSolution, Outcome
+from ..program import Duals, LinearProgram
+from .results import LPResult, LPSolution, Marginals, Outcome
 
-__all__ = ["load"]
+__all__ = ["load", "solve_lp", "installed"]
 
 NAME = "HIGHS(highspy)"
 
@@ -109,5 +110,39 @@ class HighsProgram:
                      cols=np.asarray(sol.col_dual)[: self.program.n_x] * self.scale)
 
 
-def load(program: LinearProgram) -> HighsProgram:
+def load(program: LinearProgram, name: str = "HIGHS") -> HighsProgram:
     return HighsProgram(program)
+
+
+def installed(name: str = "HIGHS") -> bool:
+    """Whether highspy (loaded programs) and scipy's HiGHS (one-shot LPs) load here."""
+    try:
+        import highspy  # noqa: F401
+        from scipy.optimize import linprog  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+#: scipy's ``linprog`` status codes (0 optimal, 1 iteration limit, 2 infeasible, 3 unbounded,
+#: 4 numerical difficulties).
+_LINPROG_OUTCOMES = {0: Outcome.OPTIMAL, 2: Outcome.INFEASIBLE, 3: Outcome.UNBOUNDED}
+
+
+def solve_lp(c, A_ub, b_ub, A_eq, b_eq, bounds, *, name: str = "HIGHS", method: str = "highs",
+             options: dict | None = None) -> LPResult:
+    """One LP by scipy's ``linprog`` with the HiGHS ``method`` (its marginals when optimal)."""
+    from scipy.optimize import linprog
+
+    t0 = time.perf_counter()
+    kw = {} if options is None else {"options": options}
+    res = linprog(c, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=b_eq, bounds=bounds, method=method, **kw)
+    secs = time.perf_counter() - t0
+    outcome = _LINPROG_OUTCOMES.get(int(res.status), Outcome.ERROR)
+    if outcome is not Outcome.OPTIMAL or res.x is None:
+        outcome = Outcome.ERROR if outcome is Outcome.OPTIMAL else outcome
+        return LPResult(outcome, None, f"HIGHS({method})", secs, str(res.message))
+    marg = Marginals(*(np.asarray(res[k].marginals, dtype=float) if res.get(k) is not None
+                       else np.zeros(0) for k in ("ineqlin", "eqlin", "lower", "upper")))
+    return LPResult(Outcome.OPTIMAL, np.asarray(res.x), f"HIGHS({method})", secs, str(res.message),
+                    objective=float(res.fun), marginals=marg)

@@ -129,14 +129,14 @@ def _log_ratios(P: np.ndarray) -> np.ndarray:
     return W
 
 
-def balancing_weights(P, iterations: int = 60) -> np.ndarray:
+def balancing_weights(P, iterations: int = 60, solver: str | None = None) -> np.ndarray:
     """Row weights s that make the row-scaled column ratios of P small.
 
     Minimises ``max_{u,v} (σ_u - σ_v + W[u,v])`` over σ = ln s (W from :func:`_log_ratios`); its
     minimum is the largest mean of a cycle of W, at least Theorem 3's ``-ln(AR)/2`` (the largest
     2-cycle).  Solved as a small linear program (K + 1 columns, K^2 rows) when highspy is there,
     else by ``iterations`` rounds of the averaging σ_u <- (σ_u + max_v(...) ...) heuristic.
-    Every entry of P must be positive on the columns in use.
+    Every entry of P must be positive on the columns in use; ``solver`` is the design's ``solver=``.
     """
     P = np.asarray(P.toarray() if sp.issparse(P) else P, dtype=float)
     K = P.shape[0]
@@ -146,7 +146,7 @@ def balancing_weights(P, iterations: int = 60) -> np.ndarray:
     u, v = np.nonzero(~np.eye(K, dtype=bool))
     # variables (σ_0..σ_{K-1}, λ): minimise λ s.t. σ_u - σ_v - λ <= -W[u, v], σ_0 = 0
     try:
-        from scipy.optimize import linprog
+        from ..backends import Outcome, solve_lp  # imported here: the backends import this module
         n_pairs = u.size
         A = sp.csr_matrix((np.concatenate([np.ones(n_pairs), -np.ones(n_pairs), -np.ones(n_pairs)]),
                            (np.tile(np.arange(n_pairs), 3), np.concatenate([u, v, np.full(n_pairs, K)]))),
@@ -154,8 +154,8 @@ def balancing_weights(P, iterations: int = 60) -> np.ndarray:
         c = np.zeros(K + 1)
         c[K] = 1.0
         bounds = [(0.0, 0.0)] + [(None, None)] * (K - 1) + [(None, None)]
-        res = linprog(c, A_ub=A, b_ub=-W[u, v], bounds=bounds, method="highs")
-        if res.status == 0:
+        res = solve_lp(c, A_ub=A, b_ub=-W[u, v], bounds=bounds, solver=solver, method="highs")
+        if res.outcome is Outcome.OPTIMAL:
             sigma = res.x[:K]
             return np.exp(sigma - sigma.mean())
     except (ValueError, FloatingPointError, np.linalg.LinAlgError):  # pragma: no cover

@@ -233,7 +233,7 @@ def _refine_start(problem: DesignProblem, sup, name: str, x, f: float, load, lo,
         # re-choose the k rows' weights at the current P: it stays feasible, the linear set grows
         k_round += 1
         f_prev = info.loss_end
-        scale[:] = balancing_weights(sup.to_matrix(x).toarray())
+        scale[:] = balancing_weights(sup.to_matrix(x).toarray(), solver=p.solver)
         lp = load()
     trace.add(f"privacy(refine {name})", time.perf_counter() - t_ref, its,
               f"loss {f:.4g} -> {info.loss_end:.4g}, stop: {info.stop_reason}"

@@ -20,7 +20,7 @@ import scipy.sparse as sp
 from ...loss import expected_changes
 from ...params import DENSE_SUPPORT_MAX, GAMMA_LADDER
 from ...result import Reduction
-from ..backends import chain, gives_duals
+from ..backends import chain, supports
 from ..constraints.c1 import WorkingSet, membership, protected_groups, reduce_constraints
 from ..constraints.invariance import Invariance
 from ..objectives.l2 import SparseL2
@@ -140,7 +140,7 @@ class ColumnGeneration:
         self.problem, self.gamma, self.floor, self.a_solve, self.phase_one = problem, gamma, floor, a_solve, phase_one
         self.counts = problem.counts
         K = problem.K
-        duals = gives_duals(p.solver)  # column generation needs them
+        duals = supports(p.solver, "duals")  # column generation needs them
         mode = p.support if p.support != "auto" else (
             "dense" if K <= DENSE_SUPPORT_MAX else ("cover" if duals else "targets"))
         if mode == "cover" and not duals:  # a cover needs pricing to be widened
@@ -494,7 +494,7 @@ def _ladder(problem: DesignProblem, level: float, trace: Trace, ph, floor: float
     ladder = [g for g in gamma_ladder(p.gamma, floor) if g <= ph.t + PHASE1_TIEBREAK] or [g_low]
     tried = []
     for gam in ladder:
-        init = ph.support if gives_duals(p.solver) else None  # a priced support
+        init = ph.support if supports(p.solver, "duals") else None  # a priced support
         att = solve_general(problem, gam, max(gam, floor), level, trace, init=init)
         tried.append(gam)
         if att.status is AttemptStatus.INFEASIBLE:

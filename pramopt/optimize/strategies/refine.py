@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from ..backends.clarabel_qp import solve_qp
+from ..backends import solve_qp
 from ..support import clean
 
 __all__ = ["refine", "RefineInfo"]

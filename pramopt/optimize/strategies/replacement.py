@@ -12,7 +12,7 @@ relaxation (:mod:`pramopt.optimize.relaxation`) chooses ``out_k = U0(k) o_k`` an
 exactly and misses C1 only by the terms o_m w(g) the relaxation leaves out, so it is solved at a
 level below alpha that drops until the full C1 check passes.  The relaxation maximises the
 smallest retention and never sees the loss: with ``w`` fixed, the retentions are then
-re-optimised on the exact loss under the exact C1 (:mod:`.retention`), and the result replaces
+re-optimised on the exact loss under the exact C1 (:mod:`.replacement_retentions`), and the result replaces
 the relaxation's only when it passes the full check with a smaller loss.
 
 P is invertible whatever its retentions: by the matrix determinant lemma
@@ -36,7 +36,7 @@ from . import Attempt, AttemptStatus, beyond_distance
 from .blocks import LAMBDA_MIN, make_blocks
 from .checks import check
 from .replacement_form import replacement_condition, replacement_loss, replacement_matrix
-from .retention import optimise_retentions
+from .replacement_retentions import optimise_retentions
 
 __all__ = ["solve", "solve_replacement", "replacement_matrix", "replacement_loss",
            "replacement_condition",

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from ..backends import Outcome, solve_lp
 from ..constraints.c1 import membership
 from ..problem import DesignProblem
 from .replacement_form import _pool_parts, replacement_loss
@@ -58,9 +59,8 @@ LAZY_ROUNDS = 30
 #: (relative); imposed rows hold to the LP solver's own feasibility tolerance, which the margin
 #: below alpha absorbs.
 VIOLATION_TOL = 1e-9
-#: scipy's HiGHS method for the programs.  The interior point was faster on the 5-key census sample
-#: (16 s against 22 s for the same 12 solves) but slower per solve on the 6-key one (7.1 s against
-#: 6.6 s); the default (simplex) ends on a vertex, exact to HiGHS's tolerance.
+#: HiGHS's method for the programs (with the default ``solver=``): the simplex, which ends on a
+#: vertex, exact to HiGHS's tolerance (the interior point was no faster on the census samples).
 LP_METHOD = "highs"
 #: Trust-region steps of the loss minimisation, and the smallest radius tried.
 MAX_STEPS = 40
@@ -188,8 +188,7 @@ class RetentionProgram:
     def program(self, act_in: np.ndarray):
         """The program with the imposed inside rows ``act_in``: ``(A_ub, b_ub, A_eq, b_eq, n_cols)``
         over the columns ``o`` (K), ``T`` (pools) and ``D`` of the groups those rows use only
-        (the others' denominators play no part: on the 7-key census sample, 35 combinations, all
-        of them made each solve minutes long)."""
+        (the others' denominators play no part, and would only make each solve longer)."""
         K, nP = self.K, self.nP
         i = np.flatnonzero(act_in)
         used, gpos = np.unique(self.in_g[i], return_inverse=True)
@@ -230,8 +229,6 @@ def _lazy_solve(prog, cost, lo, hi, act_in, max_solves=None):
     the equalities and the imposed inside rows (``prog.program``); the rows the solution violates
     (``prog.excess``) are added and the program solved again.  After ``max_solves`` solves
     without an answer the solve fails."""
-    from scipy.optimize import linprog
-
     nx = prog.nx
     solves = 0
     for _ in range(LAZY_ROUNDS):
@@ -245,11 +242,13 @@ def _lazy_solve(prog, cost, lo, hi, act_in, max_solves=None):
             return None, solves, "out of LP solves"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            res = linprog(c, A_ub=A_c if A_c.shape[0] else None, b_ub=b_c if A_c.shape[0] else None,
-                          A_eq=A_eq, b_eq=b_eq, bounds=bounds, method=LP_METHOD)
+            imposed = bool(A_c.shape[0])
+            res = solve_lp(c, A_ub=A_c if imposed else None, b_ub=b_c if imposed else None,
+                           A_eq=A_eq, b_eq=b_eq, bounds=bounds, solver=prog.problem.params.solver,
+                           method=LP_METHOD)
         solves += 1
-        if res.status != 0 or res.x is None:
-            return None, solves, f"status {res.status}: {res.message}"
+        if res.outcome is not Outcome.OPTIMAL:
+            return None, solves, f"{res.outcome.value}: {res.detail}"
         x = np.clip(res.x[:nx], lo, hi)
         e_in, e_out = prog.excess(x)
         new = (e_in > VIOLATION_TOL) & ~act_in
