@@ -4,6 +4,7 @@ Studies: optimal_vs_closed, peers, solvers, scaling, records, figures, cells, ce
 privacy_design, changed_variables, frontier, households, optimality (default: all, in that order).
 ``--quick`` runs tiny cases (what the smoke test uses); results go to benchmarks/results/ by default.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,17 +15,44 @@ from pathlib import Path
 
 from ._common import RESULTS
 
-STUDIES = ("optimal_vs_closed", "peers", "solvers", "scaling", "records", "figures", "cells", "census", "structures", "refine",
-           "refine_models", "strata", "privacy_design", "changed_variables", "frontier", "households", "optimality")
+STUDIES = (
+    "optimal_vs_closed",
+    "peers",
+    "solvers",
+    "scaling",
+    "records",
+    "figures",
+    "cells",
+    "census",
+    "structures",
+    "refine",
+    "refine_models",
+    "strata",
+    "privacy_design",
+    "changed_variables",
+    "frontier",
+    "households",
+    "optimality",
+)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("studies", nargs="*", choices=[*STUDIES, []], metavar="study",
-                    help=f"any of {', '.join(STUDIES)} (default: all)")
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument(
+        "studies",
+        nargs="*",
+        choices=[*STUDIES, []],
+        metavar="study",
+        help=f"any of {', '.join(STUDIES)} (default: all)",
+    )
     ap.add_argument("--quick", action="store_true", help="tiny cases only")
-    ap.add_argument("--out", type=Path, default=None, help="output folder (default benchmarks/results)")
+    ap.add_argument(
+        "--out", type=Path, default=None, help="output folder (default benchmarks/results)"
+    )
     a = ap.parse_args(argv)
     out = a.out or RESULTS
     out.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,5 @@
 """Shared helpers: data sets, environment header, tables (CSV + Markdown), timing."""
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -22,8 +23,19 @@ TESTDATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "tes
 TESTDATA_KEYS7 = ["urbrur", "roof", "walls", "water", "electcon", "relat", "sex"]
 TESTDATA_KEYS4 = ["urbrur", "roof", "walls", "sex"]
 
-_PACKAGES = ("pramopt", "numpy", "scipy", "pandas", "cvxpy", "highspy", "clarabel", "scs", "ecos", "osqp",
-             "matplotlib")
+_PACKAGES = (
+    "pramopt",
+    "numpy",
+    "scipy",
+    "pandas",
+    "cvxpy",
+    "highspy",
+    "clarabel",
+    "scs",
+    "ecos",
+    "osqp",
+    "matplotlib",
+)
 
 
 def versions() -> dict:
@@ -34,6 +46,7 @@ def versions() -> dict:
         except metadata.PackageNotFoundError:
             if p == "pramopt":
                 import pramopt
+
                 out[p] = getattr(pramopt, "__version__", "?") + " (source tree)"
             else:
                 out[p] = "not installed"
@@ -42,8 +55,15 @@ def versions() -> dict:
 
 def git_commit() -> str:
     try:
-        return subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=10).stdout.strip() or "?"
+        return (
+            subprocess.run(
+                ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
+            or "?"
+        )
     except Exception:  # pragma: no cover
         return "?"
 
@@ -58,8 +78,14 @@ def header_lines() -> list[str]:
     ]
 
 
-def write_table(df: pd.DataFrame, out: Path, name: str, title: str, notes: list[str] | None = None,
-                floatfmt: str = ".4g") -> None:
+def write_table(
+    df: pd.DataFrame,
+    out: Path,
+    name: str,
+    title: str,
+    notes: list[str] | None = None,
+    floatfmt: str = ".4g",
+) -> None:
     """Write ``name.csv`` (with a '#' header) and ``name.md``."""
     out.mkdir(parents=True, exist_ok=True)
     head = header_lines()
@@ -96,7 +122,9 @@ def _markdown(df: pd.DataFrame, floatfmt: str = ".4g") -> str:
     cols = list(df.columns)
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for _, row in df.iterrows():
-        lines.append("| " + " | ".join(_fmt(row[c], floatfmt).replace("|", "/") for c in cols) + " |")
+        lines.append(
+            "| " + " | ".join(_fmt(row[c], floatfmt).replace("|", "/") for c in cols) + " |"
+        )
     return "\n".join(lines)
 
 
@@ -148,6 +176,7 @@ def max_rss_mb() -> float:
     except OSError:
         pass
     import resource
+
     r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return r / 1024.0 if sys.platform != "darwin" else r / 2**20
 
@@ -156,8 +185,16 @@ def max_rss_mb() -> float:
 # Data sets
 # ---------------------------------------------------------------------------------------------
 
-def zipf_cells(n_cells: int, *, n_vars: int = 6, levels: int | None = None, s: float = 1.1,
-               top: int = 500, seed: int = 0) -> pd.DataFrame:
+
+def zipf_cells(
+    n_cells: int,
+    *,
+    n_vars: int = 6,
+    levels: int | None = None,
+    s: float = 1.1,
+    top: int = 500,
+    seed: int = 0,
+) -> pd.DataFrame:
     """Seeded microdata with exactly ``n_cells`` present cells and Zipf-like cell counts.
 
     ``n_cells`` distinct cells are drawn from a product space of ``n_vars`` variables (each with
@@ -167,7 +204,7 @@ def zipf_cells(n_cells: int, *, n_vars: int = 6, levels: int | None = None, s: f
     rng = np.random.default_rng(seed)
     if levels is None:
         levels = max(2, int(np.ceil((4 * n_cells) ** (1.0 / n_vars))))
-    space = levels ** n_vars
+    space = levels**n_vars
     if space < n_cells:
         raise ValueError("product space smaller than the number of cells asked for")
     keys = rng.choice(space, size=n_cells, replace=False)
@@ -203,8 +240,10 @@ def records_data(n: int, *, seed: int = 0) -> pd.DataFrame:
         cols.append(rng.choice(L, size=n, p=p / p.sum()).astype(np.int8))
     X = np.column_stack(cols)
     k = min(6, n)
-    X[:k] = np.array([[2, 2, 3, 5], [2, 2, 3, 5], [2, 2, 3, 4], [2, 2, 3, 4], [2, 2, 2, 5], [2, 2, 2, 5]],
-                     dtype=np.int8)[:k]
+    X[:k] = np.array(
+        [[2, 2, 3, 5], [2, 2, 3, 5], [2, 2, 3, 4], [2, 2, 3, 4], [2, 2, 2, 5], [2, 2, 2, 5]],
+        dtype=np.int8,
+    )[:k]
     # no other record in that corner (x1 = 2 and x2 = 2 and x3 >= 2)
     bad = (X[k:, 0] == 2) & (X[k:, 1] == 2) & (X[k:, 2] >= 2)
     X[k:][bad, 1] = 0
@@ -215,7 +254,13 @@ def datasets(quick: bool = False) -> dict:
     """name -> (DataFrame, qi, note)."""
     import pramopt
 
-    out = {"example": (pramopt.example_data(), list(pramopt.example.EXAMPLE_QI), "built-in, seed 3, n 2500")}
+    out = {
+        "example": (
+            pramopt.example_data(),
+            list(pramopt.example.EXAMPLE_QI),
+            "built-in, seed 3, n 2500",
+        )
+    }
     if quick:
         z = zipf_cells(30, n_vars=4, top=300, seed=1)
         out["zipf-30"] = (z, list(z.columns), "synthetic Zipf s=1.1, seed 1")

@@ -7,6 +7,7 @@ peak resident memory is its own.
 * ``gap-*``: the restricted (cover + column generation) design against the dense-support design
   on cases where both can be solved: loss and expected changes of both, and their ratio.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,25 +32,53 @@ def _data(case: str):
         df = pd.read_csv(TESTDATA)
         return df, (TD7 if case != "gap-testdata4" else ["urbrur", "roof", "walls", "water"])
     if case == "zipf5000":
-        return zipf_data(n=40000, seed=11, levels=[16, 12, 8, 6], exponent=1.1), ["z1", "z2", "z3", "z4"]
+        return zipf_data(n=40000, seed=11, levels=[16, 12, 8, 6], exponent=1.1), [
+            "z1",
+            "z2",
+            "z3",
+            "z4",
+        ]
     if case == "hard":
-        return zipf_data(n=4000, seed=1, levels=[182, 2, 60, 4], exponent=0.0), ["z1", "z2", "z3", "z4"]
+        return zipf_data(n=4000, seed=1, levels=[182, 2, 60, 4], exponent=0.0), [
+            "z1",
+            "z2",
+            "z3",
+            "z4",
+        ]
     if case == "gap-example":
         return example_data(), list(EXAMPLE_QI[:5])
     if case == "gap-zipf":
-        return zipf_data(n=3000, seed=7, levels=[6, 5, 4, 3], exponent=1.2), ["z1", "z2", "z3", "z4"]
+        return zipf_data(n=3000, seed=7, levels=[6, 5, 4, 3], exponent=1.2), [
+            "z1",
+            "z2",
+            "z3",
+            "z4",
+        ]
     if case == "quick":
-        return zipf_data(n=800, seed=3, levels=[30, 2, 12, 3], exponent=0.0), ["z1", "z2", "z3", "z4"]
+        return zipf_data(n=800, seed=3, levels=[30, 2, 12, 3], exponent=0.0), [
+            "z1",
+            "z2",
+            "z3",
+            "z4",
+        ]
     raise ValueError(case)
 
 
 def _summary(res) -> dict:
-    return dict(status=res.status.value, success=bool(res.success), loss=res.loss,
-                expected_changes=res.expected_changes, max_risk=res.max_risk, min_diagonal=res.min_diagonal,
-                gamma=res.gamma, condition_number=res.condition_number,
-                structure=reduction_of(res).get("structure", "general"),
-                support=reduction_of(res).get("support"), priced=reduction_of(res).get("priced_transitions"),
-                stages="; ".join(f"{s.name} {s.seconds:.1f}s" for s in res.stages))
+    return dict(
+        status=res.status.value,
+        success=bool(res.success),
+        loss=res.loss,
+        expected_changes=res.expected_changes,
+        max_risk=res.max_risk,
+        min_diagonal=res.min_diagonal,
+        gamma=res.gamma,
+        condition_number=res.condition_number,
+        structure=reduction_of(res).get("structure", "general"),
+        support=reduction_of(res).get("support"),
+        priced=reduction_of(res).get("priced_transitions"),
+        stages="; ".join(f"{s.name} {s.seconds:.1f}s" for s in res.stages),
+    )
 
 
 def point(case: str) -> dict:
@@ -79,12 +108,20 @@ def point(case: str) -> dict:
     return out
 
 
-CASES = ("testdata7", "zipf5000", "hard", "gap-example", "gap-zipf", "gap-testdata4", "gap-testdata7")
+CASES = (
+    "testdata7",
+    "zipf5000",
+    "hard",
+    "gap-example",
+    "gap-zipf",
+    "gap-testdata4",
+    "gap-testdata7",
+)
 
 
 def run(out: Path, quick: bool = False, log=print):
     rows = []
-    for case in (("quick",) if quick else CASES):
+    for case in ("quick",) if quick else CASES:
         if case.startswith("gap-testdata") or case == "testdata7":
             if not TESTDATA.exists():
                 log(f"cells: {case} skipped ({TESTDATA} missing)")
@@ -95,23 +132,62 @@ def run(out: Path, quick: bool = False, log=print):
         rows.append(r)
         log(f"cells: {case} -> {r.get('design_s', r.get('cover_s'))} s, {r.get('status', '')}")
     df = pd.DataFrame(rows)
-    notes = [f"alpha = {ALPHA}, combinations of 3 variables, defaults otherwise; each case in a fresh process.",
-             "peak_rss_mb: VmHWM of the case's process (import alone: rss_after_import_mb)."]
+    notes = [
+        f"alpha = {ALPHA}, combinations of 3 variables, defaults otherwise; each case in a fresh process.",
+        "peak_rss_mb: VmHWM of the case's process (import alone: rss_after_import_mb).",
+    ]
     gap = df["case"].str.startswith("gap-") if "case" in df else pd.Series(False, index=df.index)
-    design_cols = ["case", "K", "n", "unique_cells", "design_s", "status", "loss", "expected_changes", "max_risk",
-                   "min_diagonal", "gamma", "condition_number", "structure", "support", "priced", "peak_rss_mb",
-                   "rss_after_import_mb", "stages"]
-    write_table(df.loc[~gap, [c for c in design_cols if c in df]], out, "cells_quick" if quick else "cells",
-                "Many cells", notes=notes + [
-                    "design_s: pramopt.design on the frequency table (wall clock, one run); stages: where it went."])
+    design_cols = [
+        "case",
+        "K",
+        "n",
+        "unique_cells",
+        "design_s",
+        "status",
+        "loss",
+        "expected_changes",
+        "max_risk",
+        "min_diagonal",
+        "gamma",
+        "condition_number",
+        "structure",
+        "support",
+        "priced",
+        "peak_rss_mb",
+        "rss_after_import_mb",
+        "stages",
+    ]
+    write_table(
+        df.loc[~gap, [c for c in design_cols if c in df]],
+        out,
+        "cells_quick" if quick else "cells",
+        "Many cells",
+        notes=notes
+        + [
+            "design_s: pramopt.design on the frequency table (wall clock, one run); stages: where it went."
+        ],
+    )
     if gap.any():
-        gap_cols = ["case", "K", "n"] + [f"{s}_{f}" for s in ("dense", "cover")
-                                         for f in ("s", "loss", "changes", "success", "support")]
-        write_table(df.loc[gap, [c for c in gap_cols + ["loss_ratio_cover_over_dense", "peak_rss_mb"] if c in df]],
-                    out, "cells_gap", "Restricted (cover) against full (dense) support", notes=notes + [
-                        "support='dense': every pair of cells; support='cover': the diagonal plus the greedy cover "
-                        "of the problem groups, widened by column generation on the LP duals and on the exact "
-                        "loss's gradient. *_s: wall clock of each design, one run."])
+        gap_cols = ["case", "K", "n"] + [
+            f"{s}_{f}"
+            for s in ("dense", "cover")
+            for f in ("s", "loss", "changes", "success", "support")
+        ]
+        write_table(
+            df.loc[
+                gap,
+                [c for c in gap_cols + ["loss_ratio_cover_over_dense", "peak_rss_mb"] if c in df],
+            ],
+            out,
+            "cells_gap",
+            "Restricted (cover) against full (dense) support",
+            notes=notes
+            + [
+                "support='dense': every pair of cells; support='cover': the diagonal plus the greedy cover "
+                "of the problem groups, widened by column generation on the LP duals and on the exact "
+                "loss's gradient. *_s: wall clock of each design, one run."
+            ],
+        )
     return df
 
 

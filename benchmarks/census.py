@@ -4,6 +4,7 @@ Every point runs ``pramopt.design(df, qi, alpha=0.1)`` with the defaults, as a n
 a fresh process (``--point NAME``) with a time limit, and reports K, the rare cells, the time of
 each stage, the peak memory, the loss, the expected changes and the structure chosen.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,17 +58,36 @@ def point(name: str) -> dict:
     rss_design = max_rss_mb()
     outputs = _outputs(res, df)
     lb = res.details.get("expected_changes_lower_bound")
-    return dict(case=name, keys=len(qi), n=table.n, K=table.n_cells,
-                rare_cells=int((table.counts < 1 / ALPHA).sum()), unique_cells=int((table.counts == 1).sum()),
-                count_s=t_count, design_s=t_design, status=res.status.value, structure=red.get("structure"),
-                loss=res.loss, expected_changes=res.expected_changes, max_risk=res.max_risk,
-                min_diagonal=res.min_diagonal, condition_number=res.condition_number, entries=int(res.matrix.nnz),
-                changes_lower_bound=lb, bound_combinations=res.details.get("lower_bound_combinations"),
-                changes_over_bound=(res.expected_changes / lb) if lb else None,
-                loss_lower_bound=res.details.get("loss_lower_bound"),
-                loss_over_bound=(res.loss / res.details["loss_lower_bound"]) if res.details.get("loss_lower_bound") else None,
-                rss_after_import_mb=rss0, peak_rss_design_mb=rss_design, **outputs, peak_rss_mb=max_rss_mb(),
-                stages=_stages(res.stages))
+    return dict(
+        case=name,
+        keys=len(qi),
+        n=table.n,
+        K=table.n_cells,
+        rare_cells=int((table.counts < 1 / ALPHA).sum()),
+        unique_cells=int((table.counts == 1).sum()),
+        count_s=t_count,
+        design_s=t_design,
+        status=res.status.value,
+        structure=red.get("structure"),
+        loss=res.loss,
+        expected_changes=res.expected_changes,
+        max_risk=res.max_risk,
+        min_diagonal=res.min_diagonal,
+        condition_number=res.condition_number,
+        entries=int(res.matrix.nnz),
+        changes_lower_bound=lb,
+        bound_combinations=res.details.get("lower_bound_combinations"),
+        changes_over_bound=(res.expected_changes / lb) if lb else None,
+        loss_lower_bound=res.details.get("loss_lower_bound"),
+        loss_over_bound=(res.loss / res.details["loss_lower_bound"])
+        if res.details.get("loss_lower_bound")
+        else None,
+        rss_after_import_mb=rss0,
+        peak_rss_design_mb=rss_design,
+        **outputs,
+        peak_rss_mb=max_rss_mb(),
+        stages=_stages(res.stages),
+    )
 
 
 def _outputs(res, df: pd.DataFrame) -> dict:
@@ -99,7 +119,9 @@ def _outputs(res, df: pd.DataFrame) -> dict:
     return t
 
 
-def run(out: Path, quick: bool = False, points=None, timeout: float | None = None, log=print) -> pd.DataFrame:
+def run(
+    out: Path, quick: bool = False, points=None, timeout: float | None = None, log=print
+) -> pd.DataFrame:
     points = points or (tuple(QUICK) if quick else tuple(POINTS))
     timeout = timeout or (120.0 if quick else 1800.0)
     rows = []

@@ -21,6 +21,7 @@ more keys are rare or unique while a few are large.  Every draw comes from one
 ``numpy.random.Generator`` seeded with ``seed``, variable after variable, so a sample is fully
 determined by ``(n, seed)`` and its first ``k`` columns do not depend on how many keys are asked for.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,7 +29,16 @@ import pandas as pd
 
 __all__ = ["CENSUS_KEYS", "census_data", "register_data"]
 
-CENSUS_KEYS = ("age", "sex", "region", "marital", "education", "employment", "citizenship", "household_size")
+CENSUS_KEYS = (
+    "age",
+    "sex",
+    "region",
+    "marital",
+    "education",
+    "employment",
+    "citizenship",
+    "household_size",
+)
 
 
 def _draw(rng: np.random.Generator, probs: np.ndarray) -> np.ndarray:
@@ -48,23 +58,27 @@ def census_data(n: int, keys: int = 8, seed: int = 0) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     # age: 18 five-year bands with a gently shrinking pyramid and a steep old-age tail
     band = np.arange(18)
-    age = rng.choice(18, size=n, p=_norm(np.where(band < 13, 1.0 - 0.015 * band, 0.8 * 0.62 ** (band - 12))))
+    age = rng.choice(
+        18, size=n, p=_norm(np.where(band < 13, 1.0 - 0.015 * band, 0.8 * 0.62 ** (band - 12)))
+    )
     # sex: women outlive men
     p_f = 0.49 + 0.02 * np.clip(age - 12, 0, None)
     sex = (rng.random(n) < p_f).astype(np.int16)
     # region: Zipf-sized
     r = np.arange(1, 41)
-    region = rng.choice(40, size=n, p=_norm(1.0 / r ** 1.05))
+    region = rng.choice(40, size=n, p=_norm(1.0 / r**1.05))
     # marital: single, married, divorced, widowed, registered partnership
     a = age[:, None].astype(float)
     married = np.clip((a - 3) / 4, 0, 1) * np.where(a > 13, 0.8, 1.0)
-    m_probs = np.hstack([
-        np.where(a < 4, 1.0, 0.25 + 0.6 * np.exp(-(a - 4) / 2)),    # single
-        2.2 * married,                                               # married
-        0.35 * np.clip((a - 6) / 6, 0, 1),                           # divorced
-        0.02 + 0.9 * np.clip((a - 11) / 6, 0, 1) * (1 + sex[:, None]),  # widowed, more women
-        0.06 * np.clip((a - 4) / 4, 0, 1) * np.exp(-a / 14),         # partnership
-    ])
+    m_probs = np.hstack(
+        [
+            np.where(a < 4, 1.0, 0.25 + 0.6 * np.exp(-(a - 4) / 2)),  # single
+            2.2 * married,  # married
+            0.35 * np.clip((a - 6) / 6, 0, 1),  # divorced
+            0.02 + 0.9 * np.clip((a - 11) / 6, 0, 1) * (1 + sex[:, None]),  # widowed, more women
+            0.06 * np.clip((a - 4) / 4, 0, 1) * np.exp(-a / 14),  # partnership
+        ]
+    )
     marital = _draw(rng, m_probs)
     # education: 8 levels; children are capped, older cohorts and rural regions have less
     level = np.arange(8)[None, :].astype(float)
@@ -78,12 +92,14 @@ def census_data(n: int, keys: int = 8, seed: int = 0) -> pd.DataFrame:
         # employment: employed, unemployed, inactive, retired
         e = education[:, None].astype(float)
         working = (a >= 3) & (a < 13)
-        emp = np.hstack([
-            np.where(working, 2.0 + 0.3 * e - 0.6 * sex[:, None], 0.05),
-            np.where(working, 0.3 + 0.1 * (7 - e), 0.01),
-            np.where(a < 3, 5.0, 0.8 + 0.4 * sex[:, None]),
-            np.where(a >= 12, 1.5 * (a - 11), 0.01),
-        ])
+        emp = np.hstack(
+            [
+                np.where(working, 2.0 + 0.3 * e - 0.6 * sex[:, None], 0.05),
+                np.where(working, 0.3 + 0.1 * (7 - e), 0.01),
+                np.where(a < 3, 5.0, 0.8 + 0.4 * sex[:, None]),
+                np.where(a >= 12, 1.5 * (a - 11), 0.01),
+            ]
+        )
         cols["employment"] = _draw(rng, emp)
     if keys > 6:
         foreign = 0.04 + 0.10 * (region < 3) + 0.04 * ((age >= 4) & (age < 9))
@@ -111,7 +127,9 @@ def register_data(n: int = 4000, seed: int = 0) -> pd.DataFrame:
     sex = rng.integers(0, 2, size=n)
     mun = rng.choice(60, size=n, p=_norm(1.0 / np.arange(1, 61) ** 0.6))
     contract = rng.choice(4, size=n, p=[0.6, 0.2, 0.15, 0.05])
-    return pd.DataFrame({"occupation": occ, "sex": sex, "municipality": mun, "contract": contract}).astype(np.int16)
+    return pd.DataFrame(
+        {"occupation": occ, "sex": sex, "municipality": mun, "contract": contract}
+    ).astype(np.int16)
 
 
 def _norm(p) -> np.ndarray:

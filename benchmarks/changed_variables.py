@@ -9,6 +9,7 @@ points give the smallest max_changed_variables the flow relaxation allows.  Save
 ``changed_variables.csv/.md`` and ``changed_variables.png`` (loss and mean changed variables
 against d).
 """
+
 from __future__ import annotations
 
 import time
@@ -42,39 +43,57 @@ def run(out: Path, quick: bool = False, log=print, limits=LIMITS) -> pd.DataFram
             points.append((2, {heavy: 5.0}))
         for d, weights in points:
             t0 = time.perf_counter()
-            res = pramopt.design(table, alpha=ALPHA, max_changed_variables=d, change_weights=weights)
+            res = pramopt.design(
+                table, alpha=ALPHA, max_changed_variables=d, change_weights=weights
+            )
             secs = time.perf_counter() - t0
             cv = res.details["changed_variables"]
             ok = res.success
-            rows.append({
-                "data": name, "max_changed_variables": "none" if d is None else d,
-                "change_weights": "" if not weights else ",".join(f"{k}={v:g}" for k, v in weights.items()),
-                "status": res.status.value, "loss": res.loss if ok else np.nan,
-                "expected_changes": res.expected_changes if ok else np.nan,
-                "mean_vars_changed": cv["mean"] if ok else np.nan,
-                "largest_vars_changed": cv["max"] if ok else np.nan,
-                "changes_of_weighted_var": cv["per_variable"][heavy] if ok else np.nan,
-                "weighted_var": heavy,
-                "share_1_var": cv["distribution"].get(1, 0.0) if ok else np.nan,
-                "smallest_feasible_d": res.details.get("smallest_max_changed_variables"),
-                "time_s": secs, "structure": res.reduction.structure if res.reduction else "",
-            })
-            log(f"{name} d={d} weights={weights}: {res.status.value}, loss {res.loss:.4g}, "
-                f"changes {res.expected_changes:.4g}, mean vars {cv['mean']:.3g}, {secs:.1f} s")
+            rows.append(
+                {
+                    "data": name,
+                    "max_changed_variables": "none" if d is None else d,
+                    "change_weights": ""
+                    if not weights
+                    else ",".join(f"{k}={v:g}" for k, v in weights.items()),
+                    "status": res.status.value,
+                    "loss": res.loss if ok else np.nan,
+                    "expected_changes": res.expected_changes if ok else np.nan,
+                    "mean_vars_changed": cv["mean"] if ok else np.nan,
+                    "largest_vars_changed": cv["max"] if ok else np.nan,
+                    "changes_of_weighted_var": cv["per_variable"][heavy] if ok else np.nan,
+                    "weighted_var": heavy,
+                    "share_1_var": cv["distribution"].get(1, 0.0) if ok else np.nan,
+                    "smallest_feasible_d": res.details.get("smallest_max_changed_variables"),
+                    "time_s": secs,
+                    "structure": res.reduction.structure if res.reduction else "",
+                }
+            )
+            log(
+                f"{name} d={d} weights={weights}: {res.status.value}, loss {res.loss:.4g}, "
+                f"changes {res.expected_changes:.4g}, mean vars {cv['mean']:.3g}, {secs:.1f} s"
+            )
     table = pd.DataFrame(rows)
-    write_table(table, out, "changed_variables",
-                f"Changed variables per changed record: max_changed_variables and change_weights (alpha = {ALPHA})",
-                notes=["mean_vars_changed: sum_k U0_k sum_{l!=k} P_kl ham(k,l) / sum_k U0_k (1 - P_kk), expected.",
-                       "changes_of_weighted_var: expected records whose value of weighted_var changes.",
-                       "smallest_feasible_d: for an infeasible point, the smallest max_changed_variables the flow "
-                       "relaxation of C1 allows a diagonal floor >= 0.51 with.",
-                       "Times on a shared 2-CPU machine."])
+    write_table(
+        table,
+        out,
+        "changed_variables",
+        f"Changed variables per changed record: max_changed_variables and change_weights (alpha = {ALPHA})",
+        notes=[
+            "mean_vars_changed: sum_k U0_k sum_{l!=k} P_kl ham(k,l) / sum_k U0_k (1 - P_kk), expected.",
+            "changes_of_weighted_var: expected records whose value of weighted_var changes.",
+            "smallest_feasible_d: for an infeasible point, the smallest max_changed_variables the flow "
+            "relaxation of C1 allows a diagonal floor >= 0.51 with.",
+            "Times on a shared 2-CPU machine.",
+        ],
+    )
     _figure(table, out)
     return table
 
 
 def _figure(table: pd.DataFrame, out: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

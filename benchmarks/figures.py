@@ -1,4 +1,5 @@
 """Study 4: figures (PNG) from the saved tables, plus the paper's Figure 1 for the example."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -37,10 +38,14 @@ def figure1(out: Path, alpha: float = 0.1) -> Path:
     right.set_ylabel("probability of change $1 - P_{mm}$")
     right.axvline(1 / alpha, color="grey", ls=":", lw=1)
     right.text(1 / alpha, right.get_ylim()[1] * 0.95, r" $1/\alpha$", color="grey", va="top")
-    right.set_title("probability that one record changes: nearly the same for the senders", fontsize=9)
-    fig.suptitle(f"Optimal design, built-in example (K={res.table.n_cells}, n={res.n}, α={alpha}): "
-                 f"verified max C1 risk {res.max_risk:.4f}, expected changes {res.expected_changes:.2f}",
-                 fontsize=9)
+    right.set_title(
+        "probability that one record changes: nearly the same for the senders", fontsize=9
+    )
+    fig.suptitle(
+        f"Optimal design, built-in example (K={res.table.n_cells}, n={res.n}, α={alpha}): "
+        f"verified max C1 risk {res.max_risk:.4f}, expected changes {res.expected_changes:.2f}",
+        fontsize=9,
+    )
     fig.tight_layout()
     p = out / "figure1_change_vs_frequency.png"
     fig.savefig(p, dpi=130)
@@ -60,7 +65,11 @@ def loss_vs_alpha(out: Path) -> Path | None:
         g = r[r.dataset == d]
         for i, des in enumerate(dict.fromkeys(g.design)):
             h = g[g.design == des].sort_values("alpha")
-            ok = h.meets_c1.astype(str).str.lower().isin(["true", "1"]) & np.isfinite(h.loss) & (h.loss > 0)
+            ok = (
+                h.meets_c1.astype(str).str.lower().isin(["true", "1"])
+                & np.isfinite(h.loss)
+                & (h.loss > 0)
+            )
             style = dict(marker="o", lw=2.2 if des.startswith("optimal") else 1.2, color=f"C{i}")
             ax.plot(h.alpha[ok], h.loss[ok], label=des, **style)
         ax.set_yscale("log")
@@ -69,8 +78,11 @@ def loss_vs_alpha(out: Path) -> Path | None:
         ax.set_xticks(sorted(set(g.alpha)))
     axes[0][0].set_ylabel("exact L2 loss (log)")
     axes[0][-1].legend(fontsize=7, loc="best")
-    fig.suptitle("Loss against α of every design, each calibrated to just meet C1 (points failing C1, singular, "
-                 "or with zero loss because P = I are left out)", fontsize=9)
+    fig.suptitle(
+        "Loss against α of every design, each calibrated to just meet C1 (points failing C1, singular, "
+        "or with zero loss because P = I are left out)",
+        fontsize=9,
+    )
     fig.tight_layout()
     p = out / "loss_vs_alpha.png"
     fig.savefig(p, dpi=130)
@@ -88,9 +100,19 @@ def scaling_curves(out: Path) -> Path | None:
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
     ax = axes[0]
     if len(k):
-        ax.loglog(k.K, k.design_s, "o-", label=f"design (slope {slope(k.K[k.K >= 100], k.design_s[k.K >= 100]):.2f})")
-        for col, lab in (("linear_s", "linear stage"), ("refine_s", "refinement"), ("phase1_s", "phase one"),
-                         ("verify_s", "verification"), ("count_s", "counting")):
+        ax.loglog(
+            k.K,
+            k.design_s,
+            "o-",
+            label=f"design (slope {slope(k.K[k.K >= 100], k.design_s[k.K >= 100]):.2f})",
+        )
+        for col, lab in (
+            ("linear_s", "linear stage"),
+            ("refine_s", "refinement"),
+            ("phase1_s", "phase one"),
+            ("verify_s", "verification"),
+            ("count_s", "counting"),
+        ):
             if col in k and (k[col] > 0).any():
                 ax.loglog(k.K, k[col].where(k[col] > 0), ".--", lw=1, label=lab)
     ax.set_xlabel("present cells K")
@@ -100,8 +122,13 @@ def scaling_curves(out: Path) -> Path | None:
     ax = axes[1]
     if len(k):
         mem = k.peak_rss_mb - k.rss_after_import_mb
-        ax.loglog(k.K, mem.where(mem > 0), "o-", color="C3",
-                  label=f"peak RSS above imports (slope {slope(k.K[k.K >= 100], mem[k.K >= 100]):.2f})")
+        ax.loglog(
+            k.K,
+            mem.where(mem > 0),
+            "o-",
+            color="C3",
+            label=f"peak RSS above imports (slope {slope(k.K[k.K >= 100], mem[k.K >= 100]):.2f})",
+        )
     ax.set_xlabel("present cells K")
     ax.set_ylabel("MiB")
     ax.set_title("peak memory vs K", fontsize=10)
@@ -110,8 +137,12 @@ def scaling_curves(out: Path) -> Path | None:
     if n is not None and "count_s" in n:
         n = n[n.count_s.notna()]
         big = n.n >= 100_000
-        ax.loglog(n.n, n.count_s, "o-", label=f"counting (slope {slope(n.n[big], n.count_s[big]):.2f})")
-        ax.loglog(n.n, n.release_s, "s-", label=f"release (slope {slope(n.n[big], n.release_s[big]):.2f})")
+        ax.loglog(
+            n.n, n.count_s, "o-", label=f"counting (slope {slope(n.n[big], n.count_s[big]):.2f})"
+        )
+        ax.loglog(
+            n.n, n.release_s, "s-", label=f"release (slope {slope(n.n[big], n.release_s[big]):.2f})"
+        )
         ax.loglog(n.n, n.design_s, "^--", lw=1, label="design (from the table)")
     ax.set_xlabel("records n")
     ax.set_ylabel("seconds")

@@ -6,6 +6,7 @@ retention per attribute, IFPR, sdcMicro's per-variable PRAM restricted to the pr
 The peers with their defaults (not calibrated): the risk and loss their matrices imply, each row
 naming what was run (the real package and its version, or a formula; see benchmarks/peers.py).
 """
+
 from __future__ import annotations
 
 import time
@@ -22,7 +23,9 @@ from ._common import datasets, timed, write_table
 ALPHAS = (0.05, 0.1, 0.2)
 BASELINES = {
     "retention": lambda t, c, a: pramopt.calibrate_retention(t, c, a),
-    "retention-per-attribute": lambda t, c, a: pramopt.calibrate_retention(t, c, a, per_attribute=True),
+    "retention-per-attribute": lambda t, c, a: pramopt.calibrate_retention(
+        t, c, a, per_attribute=True
+    ),
     "ifpr": lambda t, c, a: pramopt.calibrate_ifpr(t, c, a),
     "sdcmicro-restricted": lambda t, c, a: pramopt.calibrate_sdcmicro(t, c, a, seed=0),
 }
@@ -33,6 +36,7 @@ def _measures(P, table, combos, alpha):
     risk = c1_risk(P, table.codes, table.counts, combos).max_risk
     with np.errstate(all="ignore"):
         import warnings
+
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             loss = pramopt.l2_loss(P, table.counts)
@@ -56,34 +60,68 @@ def run(out: Path, quick: bool = False, alphas=ALPHAS, log=print) -> pd.DataFram
         reps = 1 if slow else 3
         for alpha in alphas:
             log(f"[optimal_vs_closed] {dname} (K={table.n_cells}) alpha={alpha}")
-            res, sec, nrun = timed(lambda: pramopt.design(table, alpha=alpha), repeats=reps, budget=20)
-            row = dict(dataset=dname, K=table.n_cells, n=table.n, alpha=alpha, design="optimal (pramopt)",
-                       calibrated=True, seconds=sec, runs=nrun, parameters=f"gamma={res.gamma}, solver={res.solver}",
-                       status=res.status.value)
+            res, sec, nrun = timed(
+                lambda: pramopt.design(table, alpha=alpha), repeats=reps, budget=20
+            )
+            row = dict(
+                dataset=dname,
+                K=table.n_cells,
+                n=table.n,
+                alpha=alpha,
+                design="optimal (pramopt)",
+                calibrated=True,
+                seconds=sec,
+                runs=nrun,
+                parameters=f"gamma={res.gamma}, solver={res.solver}",
+                status=res.status.value,
+            )
             row.update(_measures(res.matrix, table, combos, alpha))
             rows.append(row)
             for bname, fn in BASELINES.items():
                 t0 = time.perf_counter()
                 b = fn(table, combos, alpha)
                 sec = time.perf_counter() - t0
-                row = dict(dataset=dname, K=table.n_cells, n=table.n, alpha=alpha, design=bname, calibrated=True,
-                           seconds=sec, runs=1, parameters=_params(b.details),
-                           status="success" if b.success else "fails C1")
+                row = dict(
+                    dataset=dname,
+                    K=table.n_cells,
+                    n=table.n,
+                    alpha=alpha,
+                    design=bname,
+                    calibrated=True,
+                    seconds=sec,
+                    runs=1,
+                    parameters=_params(b.details),
+                    status="success" if b.success else "fails C1",
+                )
                 row.update(_measures(b.matrix, table, combos, alpha))
                 rows.append(row)
         # peers: defaults do not depend on alpha; report them against each alpha
         try:
             from .peers import peers
+
             pe = peers(table, dname)
         except Exception as exc:  # pragma: no cover - optional
             log(f"peers skipped: {exc}")
             pe = {}
         for pname, (P, full, cols, how) in pe.items():
-            t_risk = (c1_risk(full, table.codes, table.counts, combos, col_codes=cols).max_risk
-                      if full is not None else np.nan)
+            t_risk = (
+                c1_risk(full, table.codes, table.counts, combos, col_codes=cols).max_risk
+                if full is not None
+                else np.nan
+            )
             for alpha in alphas:
-                row = dict(dataset=dname, K=table.n_cells, n=table.n, alpha=alpha, design=pname, calibrated=False,
-                           seconds=np.nan, runs=0, parameters=how, status="")
+                row = dict(
+                    dataset=dname,
+                    K=table.n_cells,
+                    n=table.n,
+                    alpha=alpha,
+                    design=pname,
+                    calibrated=False,
+                    seconds=np.nan,
+                    runs=0,
+                    parameters=how,
+                    status="",
+                )
                 row.update(_measures(P, table, combos, alpha))
                 row["status"] = "meets C1" if row["meets_c1"] else "fails C1"
                 row["max_risk_product_space"] = t_risk
@@ -91,22 +129,36 @@ def run(out: Path, quick: bool = False, alphas=ALPHAS, log=print) -> pd.DataFram
     res = pd.DataFrame(rows)
     if "max_risk_product_space" not in res:
         res["max_risk_product_space"] = np.nan
-    write_table(res, out, "optimal_vs_closed", "Optimal vs calibrated closed-form designs at equal C1 security",
-                notes=_notes(data))
+    write_table(
+        res,
+        out,
+        "optimal_vs_closed",
+        "Optimal vs calibrated closed-form designs at equal C1 security",
+        notes=_notes(data),
+    )
     head = headline(res)
-    write_table(head, out, "headline", "Headline: loss of the best calibrated baseline / loss of the optimal design",
-                notes=["Only calibrated baselines that pass the full C1 check (c1_risk <= alpha) compete.",
-                       "ratio = loss(best baseline) / loss(optimal); > 1 means the optimal design loses less."])
+    write_table(
+        head,
+        out,
+        "headline",
+        "Headline: loss of the best calibrated baseline / loss of the optimal design",
+        notes=[
+            "Only calibrated baselines that pass the full C1 check (c1_risk <= alpha) compete.",
+            "ratio = loss(best baseline) / loss(optimal); > 1 means the optimal design loses less.",
+        ],
+    )
     return res
 
 
 def _params(p) -> str:
     d = dict(p)
     keep = {k: d[k] for k in ("rho", "xi", "pd", "alpha") if k in d}
+
     def f(v):
         if isinstance(v, (list, tuple)):
             return "[" + ",".join(f"{x:.3g}" for x in v) + "]"
         return f"{v:.4g}" if isinstance(v, float) else str(v)
+
     return "; ".join(f"{k}={f(v)}" for k, v in keep.items())
 
 
@@ -114,18 +166,31 @@ def headline(res: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (dname, alpha), g in res.groupby(["dataset", "alpha"], sort=False):
         opt = g[g.design == "optimal (pramopt)"].iloc[0]
-        base = g[g.calibrated & (g.design != "optimal (pramopt)") & g.meets_c1 & np.isfinite(g.loss)]
+        base = g[
+            g.calibrated & (g.design != "optimal (pramopt)") & g.meets_c1 & np.isfinite(g.loss)
+        ]
         if base.empty:
             best, bl = "none passes C1", np.nan
         else:
             b = base.loc[base.loss.idxmin()]
             best, bl = b.design, b.loss
-        rows.append(dict(dataset=dname, K=int(opt.K), alpha=alpha, optimal_loss=opt.loss,
-                         optimal_meets_c1=bool(opt.meets_c1), best_baseline=best, best_baseline_loss=bl,
-                         ratio=(bl / opt.loss if opt.loss > 0 else (1.0 if bl == 0 else np.inf)),
-                         optimal_changes=opt.expected_changes,
-                         baseline_changes=(base.loc[base.loss.idxmin()].expected_changes if not base.empty else np.nan),
-                         optimal_seconds=opt.seconds))
+        rows.append(
+            dict(
+                dataset=dname,
+                K=int(opt.K),
+                alpha=alpha,
+                optimal_loss=opt.loss,
+                optimal_meets_c1=bool(opt.meets_c1),
+                best_baseline=best,
+                best_baseline_loss=bl,
+                ratio=(bl / opt.loss if opt.loss > 0 else (1.0 if bl == 0 else np.inf)),
+                optimal_changes=opt.expected_changes,
+                baseline_changes=(
+                    base.loc[base.loss.idxmin()].expected_changes if not base.empty else np.nan
+                ),
+                optimal_seconds=opt.seconds,
+            )
+        )
     return pd.DataFrame(rows)
 
 

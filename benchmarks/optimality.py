@@ -11,6 +11,7 @@ P = I, mixtures with the uniform matrix, random rows -- and the best feasible lo
 is set beside the designer's.  Every matrix counted as feasible passes pramopt's independent
 verifier (``pramopt.verify.c1_risk``) and has rows summing to one and no negative entry.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -24,8 +25,12 @@ import pandas as pd
 from ._common import write_table, zipf_frame
 
 #: (levels of the four variables, records, seed, alpha)
-CASES = [((2, 2, 2, 2), 60, 0, 0.2), ((2, 2, 2, 2), 80, 1, 0.15), ((2, 2, 2, 2), 100, 2, 0.1),
-         ((2, 2, 2, 2), 150, 3, 0.1)]
+CASES = [
+    ((2, 2, 2, 2), 60, 0, 0.2),
+    ((2, 2, 2, 2), 80, 1, 0.15),
+    ((2, 2, 2, 2), 100, 2, 0.1),
+    ((2, 2, 2, 2), 150, 3, 0.1),
+]
 QUICK_CASES = CASES[:1]
 
 
@@ -92,14 +97,24 @@ def end_points(table, alpha: float, starts, maxiter: int = 150):
     # the solver meets its constraints to about 1e-8: solve a hair inside alpha, judge at alpha
     A = c1_rows(table.codes, U, alpha * (1 - 1e-5))
     E = np.kron(np.eye(K), np.ones(K))
-    cons = [{"type": "ineq", "fun": lambda x: A @ x, "jac": lambda x: A},
-            {"type": "eq", "fun": lambda x: E @ x - 1.0, "jac": lambda x: E}]
+    cons = [
+        {"type": "ineq", "fun": lambda x: A @ x, "jac": lambda x: A},
+        {"type": "eq", "fun": lambda x: E @ x - 1.0, "jac": lambda x: E},
+    ]
     combos = [tuple(c) for c in itertools.combinations(range(table.codes.shape[1]), 3)]
     for name, P0 in starts:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            r = so.minimize(loss_and_grad, P0.ravel(), args=(U,), jac=True, method="SLSQP",
-                            bounds=[(0.0, 1.0)] * (K * K), constraints=cons, options={"maxiter": maxiter, "ftol": 1e-12})
+            r = so.minimize(
+                loss_and_grad,
+                P0.ravel(),
+                args=(U,),
+                jac=True,
+                method="SLSQP",
+                bounds=[(0.0, 1.0)] * (K * K),
+                constraints=cons,
+                options={"maxiter": maxiter, "ftol": 1e-12},
+            )
         P = np.clip(r.x.reshape(K, K), 0.0, 1.0)
         P /= P.sum(axis=1, keepdims=True)
         if not np.all(np.isfinite(P)):
@@ -133,50 +148,79 @@ def case(levels, n, seed, alpha, n_random: int = 14, log=print) -> dict:
                 best, best_from, best_P = loss, name, P
     t_multi = time.perf_counter() - t0
     lb = res.details.get("expected_changes_lower_bound")
-    out = dict(levels="x".join(map(str, levels)), n=n, seed=seed, alpha=alpha, K=K,
-               rare_cells=int((U * alpha < 1).sum()), status=res.status.value, design_loss=res.loss,
-               multistart_best=best, best_from=best_from, design_over_best=res.loss / best if best > 0 else np.nan,
-               feasible_starts=len(losses), starts=6 + n_random,
-               multistart_median=float(np.median(losses)) if losses else np.nan,
-               design_min_diagonal=res.min_diagonal,
-               best_min_diagonal=float(np.diag(best_P).min()) if best_P is not None else np.nan,
-               best_condition=float(np.linalg.cond(best_P)) if best_P is not None else np.nan,
-               design_condition=res.condition_number,
-               design_changes=res.expected_changes, changes_lower_bound=lb,
-               loss_lower_bound=res.details.get("loss_lower_bound"),
-               design_over_loss_bound=res.loss / res.details["loss_lower_bound"]
-               if res.details.get("loss_lower_bound") else np.nan,
-               best_over_loss_bound=best / res.details["loss_lower_bound"]
-               if res.details.get("loss_lower_bound") else np.nan,
-               best_inverse_diagonal_min=float(np.diag(np.linalg.inv(best_P)).min()) if best_P is not None else np.nan,
-               ends_in_class=int(sum(in_class)),
-               ends_below_loss_bound=int(sum(v < (res.details.get("loss_lower_bound") or 0) for v in losses)),
-               design_s=t_design, multistart_s=t_multi)
-    log(f"  {out['levels']} n={n} alpha={alpha}: design {res.loss:.4g}, best of {len(losses)} starts {best:.4g} "
-        f"({best_from})")
+    out = dict(
+        levels="x".join(map(str, levels)),
+        n=n,
+        seed=seed,
+        alpha=alpha,
+        K=K,
+        rare_cells=int((U * alpha < 1).sum()),
+        status=res.status.value,
+        design_loss=res.loss,
+        multistart_best=best,
+        best_from=best_from,
+        design_over_best=res.loss / best if best > 0 else np.nan,
+        feasible_starts=len(losses),
+        starts=6 + n_random,
+        multistart_median=float(np.median(losses)) if losses else np.nan,
+        design_min_diagonal=res.min_diagonal,
+        best_min_diagonal=float(np.diag(best_P).min()) if best_P is not None else np.nan,
+        best_condition=float(np.linalg.cond(best_P)) if best_P is not None else np.nan,
+        design_condition=res.condition_number,
+        design_changes=res.expected_changes,
+        changes_lower_bound=lb,
+        loss_lower_bound=res.details.get("loss_lower_bound"),
+        design_over_loss_bound=res.loss / res.details["loss_lower_bound"]
+        if res.details.get("loss_lower_bound")
+        else np.nan,
+        best_over_loss_bound=best / res.details["loss_lower_bound"]
+        if res.details.get("loss_lower_bound")
+        else np.nan,
+        best_inverse_diagonal_min=float(np.diag(np.linalg.inv(best_P)).min())
+        if best_P is not None
+        else np.nan,
+        ends_in_class=int(sum(in_class)),
+        ends_below_loss_bound=int(
+            sum(v < (res.details.get("loss_lower_bound") or 0) for v in losses)
+        ),
+        design_s=t_design,
+        multistart_s=t_multi,
+    )
+    log(
+        f"  {out['levels']} n={n} alpha={alpha}: design {res.loss:.4g}, best of {len(losses)} starts {best:.4g} "
+        f"({best_from})"
+    )
     return out
 
 
 def run(out: Path, quick: bool = False, log=print) -> pd.DataFrame:
-    rows = [case(*c, n_random=1 if quick else 6, log=log) for c in (QUICK_CASES if quick else CASES)]
+    rows = [
+        case(*c, n_random=1 if quick else 6, log=log) for c in (QUICK_CASES if quick else CASES)
+    ]
     df = pd.DataFrame(rows)
-    write_table(df, out, "optimality", "The designer's loss against a multi-start general solver on small cases", [
-        "design_loss: pramopt.design(df, qi, alpha) with every default; multistart_best: the smallest exact L2 loss "
-        "SciPy SLSQP reaches from the starts (the designer's matrix, P = I, three mixtures with the uniform matrix, "
-        "a replacement matrix and random rows), counting only matrices that pass pramopt.verify.c1_risk exactly.",
-        "design_over_best < 1: the designer is better than every start's local optimum; > 1: a start found a "
-        "smaller loss (the designer is that far from the best known).",
-        "changes_lower_bound: the flow relaxation's proven bound on the expected changes of every design meeting C1.",
-        "loss_lower_bound: changes_lower_bound / n^2, a proven bound on the loss of every matrix meeting C1 whose "
-        "inverse has a diagonal >= 1 (general, replacement and block designs; docs/method.md); design_over_loss_bound, "
-        "best_over_loss_bound: the designer's and the best end point's loss over it; best_inverse_diagonal_min: the "
-        "smallest diagonal entry of the best end point's inverse (>= 1: in the bound's class); ends_in_class: feasible "
-        "end points in that class; ends_below_loss_bound: feasible end points (in the class or not) below the bound.",
-        "best_min_diagonal / design_min_diagonal: the smallest diagonal entry of the best multi-start matrix and of "
-        "the design (the general design keeps every diagonal entry >= gamma >= 0.51, which makes P invertible); "
-        "best_condition / design_condition: their 2-norm (numpy) and 1-norm estimate (pramopt) condition numbers.",
-        "Data: four binary variables with Zipf-like frequencies (benchmarks/optimality.py), seeded: up to 16 cells, 256 entries of P, the size at which SLSQP (dense, 16 x 16 = 256 variables) takes about a minute per start on this machine; 24 cells took over 20 minutes per case.",
-    ])
+    write_table(
+        df,
+        out,
+        "optimality",
+        "The designer's loss against a multi-start general solver on small cases",
+        [
+            "design_loss: pramopt.design(df, qi, alpha) with every default; multistart_best: the smallest exact L2 loss "
+            "SciPy SLSQP reaches from the starts (the designer's matrix, P = I, three mixtures with the uniform matrix, "
+            "a replacement matrix and random rows), counting only matrices that pass pramopt.verify.c1_risk exactly.",
+            "design_over_best < 1: the designer is better than every start's local optimum; > 1: a start found a "
+            "smaller loss (the designer is that far from the best known).",
+            "changes_lower_bound: the flow relaxation's proven bound on the expected changes of every design meeting C1.",
+            "loss_lower_bound: changes_lower_bound / n^2, a proven bound on the loss of every matrix meeting C1 whose "
+            "inverse has a diagonal >= 1 (general, replacement and block designs; docs/method.md); design_over_loss_bound, "
+            "best_over_loss_bound: the designer's and the best end point's loss over it; best_inverse_diagonal_min: the "
+            "smallest diagonal entry of the best end point's inverse (>= 1: in the bound's class); ends_in_class: feasible "
+            "end points in that class; ends_below_loss_bound: feasible end points (in the class or not) below the bound.",
+            "best_min_diagonal / design_min_diagonal: the smallest diagonal entry of the best multi-start matrix and of "
+            "the design (the general design keeps every diagonal entry >= gamma >= 0.51, which makes P invertible); "
+            "best_condition / design_condition: their 2-norm (numpy) and 1-norm estimate (pramopt) condition numbers.",
+            "Data: four binary variables with Zipf-like frequencies (benchmarks/optimality.py), seeded: up to 16 cells, 256 entries of P, the size at which SLSQP (dense, 16 x 16 = 256 variables) takes about a minute per start on this machine; 24 cells took over 20 minutes per case.",
+        ],
+    )
     return df
 
 

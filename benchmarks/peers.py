@@ -22,6 +22,7 @@ Each is measured as released (``pramopt.baselines.product_space``: C1 with every
 released cell, the share of records released as combinations absent from the data, the exact loss
 over the product space) and restricted to the present cells (C1 and loss of the renormalised matrix).
 """
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,13 @@ import pandas as pd
 
 import pramopt
 from pramopt.baselines.calibrate import l2_loss, product_matrix_on_cells
-from pramopt.baselines.product_space import PRODUCT_SPACE_MAX, assess_product_space, product_space_codes
-from pramopt.baselines.product_space import released_rows, sdcmicro_matrices
+from pramopt.baselines.product_space import (
+    PRODUCT_SPACE_MAX,
+    assess_product_space,
+    product_space_codes,
+    released_rows,
+    sdcmicro_matrices,
+)
 from pramopt.verify import c1_risk
 
 from ._common import RESULTS, datasets, write_table
@@ -51,8 +57,15 @@ PRAM_M, PRAM_ALPHA = 0.8, 0.5
 # The recorded runs of the real packages
 # ---------------------------------------------------------------------------------------------
 
-def record_real(dname: str, df: pd.DataFrame, qi, python: str | None = None, seed: int = 0,
-                folder: Path = REAL_DIR) -> dict | None:
+
+def record_real(
+    dname: str,
+    df: pd.DataFrame,
+    qi,
+    python: str | None = None,
+    seed: int = 0,
+    folder: Path = REAL_DIR,
+) -> dict | None:
     """Run the real packages with ``python`` (an isolated interpreter) and save the record, or
     read the saved record of ``dname``; None when neither is possible."""
     path = folder / f"{dname}.json"
@@ -62,8 +75,13 @@ def record_real(dname: str, df: pd.DataFrame, qi, python: str | None = None, see
         with tempfile.TemporaryDirectory() as tmp:
             keys = Path(tmp) / "keys.csv"
             df[list(qi)].astype(str).to_csv(keys, index=False)
-            subprocess.run([python, str(SCRIPT), str(keys), str(path), "--seed", str(seed)], check=True,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=1800)
+            subprocess.run(
+                [python, str(SCRIPT), str(keys), str(path), "--seed", str(seed)],
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=1800,
+            )
     if not path.exists():
         return None
     return json.loads(path.read_text())
@@ -101,8 +119,10 @@ def pymasq_diagonals(table, rec: dict | None, seed: int = 0) -> list[np.ndarray]
     """pymasq's random diagonal per variable in table order: the real run's draw, else seeded."""
     if rec is not None and rec["pymasq"].get("ok"):
         mats = {m["column"]: m for m in rec["pymasq"]["matrices"]}
-        return [np.asarray(mats[str(q)]["diagonal_draw"])[_order(table, v, mats[str(q)]["labels"])]
-                for v, q in enumerate(table.qi)]
+        return [
+            np.asarray(mats[str(q)]["diagonal_draw"])[_order(table, v, mats[str(q)]["labels"])]
+            for v, q in enumerate(table.qi)
+        ]
     rng = np.random.default_rng(seed)
     return [rng.uniform(PYMASQ_PROBS, 1.0, len(c)) for c in table.categories]
 
@@ -137,7 +157,9 @@ def pymasq_as_computed(table, diagonals, alpha: float = PYMASQ_ALPHA) -> list[np
         f = _freqs(table, v)
         sorted_labels = sorted(labels)
         by_label = dict(zip(labels, f))
-        counts = sorted((-by_label[l], i) for i, l in enumerate(sorted_labels))  # stable: text order
+        counts = sorted(
+            (-by_label[l], i) for i, l in enumerate(sorted_labels)
+        )  # stable: text order
         f_pos = np.array([-c for c, _ in counts], dtype=float)
         o = _order(table, v, sorted_labels)  # table order -> sorted-text positions
         d_sorted = np.empty_like(d)
@@ -177,35 +199,64 @@ def invariance_error(table, mats) -> float:
 # Rows
 # ---------------------------------------------------------------------------------------------
 
+
 def mechanisms(table, dname: str, rec: dict | None) -> list[tuple[str, str, list[np.ndarray]]]:
     """(name, what was run, per-variable matrices) for every peer row of a data set."""
     out = []
     v = rec["versions"] if rec else {}
-    env = f"pandas {v.get('pandas')}, NumPy {v.get('numpy')}, Python {v.get('python')}" if rec else ""
+    env = (
+        f"pandas {v.get('pandas')}, NumPy {v.get('numpy')}, Python {v.get('python')}" if rec else ""
+    )
     if rec and rec["pymasq"].get("ok"):
-        out.append(("pymasq 0.6.5 (real package)",
-                    f"pymasq {v.get('pymasq')} pram() run, defaults probs={PYMASQ_PROBS}, alpha={PYMASQ_ALPHA}, "
-                    f"string labels, np.random.seed({rec['seed']}); {env}; matrices recorded from the package",
-                    real_pymasq_matrices(table, rec)))
+        out.append(
+            (
+                "pymasq 0.6.5 (real package)",
+                f"pymasq {v.get('pymasq')} pram() run, defaults probs={PYMASQ_PROBS}, alpha={PYMASQ_ALPHA}, "
+                f"string labels, np.random.seed({rec['seed']}); {env}; matrices recorded from the package",
+                real_pymasq_matrices(table, rec),
+            )
+        )
     elif rec:
         out.append(("pymasq 0.6.5 (real package)", f"fails: {rec['pymasq'].get('error')}", []))
     diag = pymasq_diagonals(table, rec)
-    out.append(("idealised formula after pymasq 0.6.5",
-                "NOT the package: invariant formula with each category's own share"
-                + (" (same random diagonal as the real run)" if rec and rec["pymasq"].get("ok") else
-                   " (seeded random diagonal)"),
-                pymasq_idealised_matrices(table, diag)))
+    out.append(
+        (
+            "idealised formula after pymasq 0.6.5",
+            "NOT the package: invariant formula with each category's own share"
+            + (
+                " (same random diagonal as the real run)"
+                if rec and rec["pymasq"].get("ok")
+                else " (seeded random diagonal)"
+            ),
+            pymasq_idealised_matrices(table, diag),
+        )
+    )
     if rec and rec["pram"].get("ok"):
-        out.append(("pram 0.2.0 (real package)",
-                    f"pram {v.get('pram')} pram() run, defaults m={PRAM_M}, alpha={PRAM_ALPHA}, string labels; {env}; "
-                    "matrices recorded from the package", real_pram_matrices(table, rec)))
+        out.append(
+            (
+                "pram 0.2.0 (real package)",
+                f"pram {v.get('pram')} pram() run, defaults m={PRAM_M}, alpha={PRAM_ALPHA}, string labels; {env}; "
+                "matrices recorded from the package",
+                real_pram_matrices(table, rec),
+            )
+        )
     else:
-        out.append(("pram 0.2.0 formula", "the package's matrix formula (equal to its function to 1e-15 under "
-                    "pandas 2.x, tested); the package itself was not run here", pram_formula_matrices(table)))
-    out.append(("sdcMicro 5.8.1 pram() formula, as released",
-                "sdcMicro's per-variable invariant PRAM (pramopt.baselines.sdcmicro, its R formula re-implemented; "
-                "seeded random diagonal, not R's), defaults pd=0.8, alpha=0.5, over the whole product space",
-                sdcmicro_matrices(table, 0.8, 0.5, seed=0)))
+        out.append(
+            (
+                "pram 0.2.0 formula",
+                "the package's matrix formula (equal to its function to 1e-15 under "
+                "pandas 2.x, tested); the package itself was not run here",
+                pram_formula_matrices(table),
+            )
+        )
+    out.append(
+        (
+            "sdcMicro 5.8.1 pram() formula, as released",
+            "sdcMicro's per-variable invariant PRAM (pramopt.baselines.sdcmicro, its R formula re-implemented; "
+            "seeded random diagonal, not R's), defaults pd=0.8, alpha=0.5, over the whole product space",
+            sdcmicro_matrices(table, 0.8, 0.5, seed=0),
+        )
+    )
     return out
 
 
@@ -219,8 +270,13 @@ def measure(table, combos, mats) -> dict:
     }
     if np.prod([len(c) for c in table.categories]) <= PRODUCT_SPACE_MAX:
         a = assess_product_space(table, mats, combos)
-        row.update(max_risk_released=a.max_risk, loss_released=a.loss, mean_leaving=a.mean_leaving,
-                   max_leaving=a.max_leaving, restricted_invariance_error=a.invariance_error_restricted)
+        row.update(
+            max_risk_released=a.max_risk,
+            loss_released=a.loss,
+            mean_leaving=a.mean_leaving,
+            max_leaving=a.max_leaving,
+            restricted_invariance_error=a.invariance_error_restricted,
+        )
     return row
 
 
@@ -246,17 +302,36 @@ def run(out: Path, quick: bool = False, log=print) -> pd.DataFrame:
         if rec is not None and rec["pymasq"].get("ok"):
             real = real_pymasq_matrices(table, rec)
             ideal = pymasq_idealised_matrices(table, pymasq_diagonals(table, rec))
-            rows.append(dict(dataset=dname, K=table.n_cells, n=table.n, peer="pymasq real vs idealised",
-                             what_was_run="largest |entry difference| between the package's matrices and the "
-                             "idealised formula with the same diagonal",
-                             max_abs_difference=max(float(np.abs(a - b).max()) for a, b in zip(real, ideal))))
+            rows.append(
+                dict(
+                    dataset=dname,
+                    K=table.n_cells,
+                    n=table.n,
+                    peer="pymasq real vs idealised",
+                    what_was_run="largest |entry difference| between the package's matrices and the "
+                    "idealised formula with the same diagonal",
+                    max_abs_difference=max(float(np.abs(a - b).max()) for a, b in zip(real, ideal)),
+                )
+            )
             num = rec.get("pymasq_numeric_values", {})
             if not num.get("ok", True):
-                rows.append(dict(dataset=dname, K=table.n_cells, n=table.n, peer="pymasq 0.6.5 on numbers",
-                                 what_was_run=f"the same call with the values read as numbers: {num.get('error')}"))
+                rows.append(
+                    dict(
+                        dataset=dname,
+                        K=table.n_cells,
+                        n=table.n,
+                        peer="pymasq 0.6.5 on numbers",
+                        what_was_run=f"the same call with the values read as numbers: {num.get('error')}",
+                    )
+                )
     res = pd.DataFrame(rows)
-    write_table(res, out, "peers", "Peers as they really behave: real packages, idealised formulas, sdcMicro",
-                notes=_notes())
+    write_table(
+        res,
+        out,
+        "peers",
+        "Peers as they really behave: real packages, idealised formulas, sdcMicro",
+        notes=_notes(),
+    )
     return res
 
 
@@ -278,6 +353,7 @@ def _notes() -> list[str]:
 # ---------------------------------------------------------------------------------------------
 # For the optimal-vs-closed table
 # ---------------------------------------------------------------------------------------------
+
 
 def peers(table, dname: str | None = None):
     """name -> (matrix on present cells, released rows over the product space, product-space codes,

@@ -18,6 +18,7 @@ combination is absent from the input is recorded as a check of what the package 
 call on the values read as numbers is recorded too (pymasq fails there when a
 category 0 is absent).  Everything goes to ``OUT.json``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,7 +35,11 @@ def _versions() -> dict:
     import numpy
     import pandas
 
-    out = {"python": platform.python_version(), "pandas": pandas.__version__, "numpy": numpy.__version__}
+    out = {
+        "python": platform.python_version(),
+        "pandas": pandas.__version__,
+        "numpy": numpy.__version__,
+    }
     for name in ("pymasq", "pram", "tensorflow-cpu", "joblib"):
         try:
             out[name] = version(name)
@@ -51,8 +56,8 @@ def _absent_share(before, after) -> float:
 
 def run_pymasq(keys, seed: int) -> dict:
     import numpy as np
-
     import pymasq.mitigations.pram  # noqa: F401  (the package, as installed)
+
     mod = sys.modules["pymasq.mitigations.pram"]
     name = "__calc_transition_matrix"
     original = getattr(mod, name)
@@ -63,9 +68,15 @@ def run_pymasq(keys, seed: int) -> dict:
         runif = np.random.uniform(low=probs, size=len(cats))  # the draw the original makes first
         np.random.set_state(state)
         out = original(data, cats, probs, alpha)
-        seen.append({"column": str(data.name), "labels": [str(c) for c in out.index],
-                     "matrix": out.to_numpy(dtype=float).tolist(), "diagonal_draw": runif.tolist(),
-                     "value_counts_order": [str(c) for c in data.value_counts().index]})
+        seen.append(
+            {
+                "column": str(data.name),
+                "labels": [str(c) for c in out.index],
+                "matrix": out.to_numpy(dtype=float).tolist(),
+                "diagonal_draw": runif.tolist(),
+                "value_counts_order": [str(c) for c in data.value_counts().index],
+            }
+        )
         return out
 
     setattr(mod, name, recording)
@@ -74,10 +85,18 @@ def run_pymasq(keys, seed: int) -> dict:
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
             released = mod.pram(keys.copy())
-        rec = {"ok": True, "matrices": seen, "absent_share": _absent_share(keys, released),
-               "warnings": sorted({f"{x.category.__name__}: {str(x.message)[:160]}" for x in w})}
+        rec = {
+            "ok": True,
+            "matrices": seen,
+            "absent_share": _absent_share(keys, released),
+            "warnings": sorted({f"{x.category.__name__}: {str(x.message)[:160]}" for x in w}),
+        }
     except Exception as exc:
-        rec = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-1500:]}
+        rec = {
+            "ok": False,
+            "error": f"{type(exc).__name__}: {exc}",
+            "trace": traceback.format_exc()[-1500:],
+        }
     finally:
         setattr(mod, name, original)
     return rec
@@ -95,8 +114,13 @@ def run_pram(keys, seed: int) -> dict:
     def recording(values, m, alpha):
         out = original(values, m, alpha)
         # column = current value, row = released value
-        seen.append({"labels": [str(c) for c in out.index], "columns": [str(c) for c in out.columns],
-                     "matrix_columns_current": out.to_numpy(dtype=float).tolist()})
+        seen.append(
+            {
+                "labels": [str(c) for c in out.index],
+                "columns": [str(c) for c in out.columns],
+                "matrix_columns_current": out.to_numpy(dtype=float).tolist(),
+            }
+        )
         return out
 
     setattr(P, name, staticmethod(recording))
@@ -107,10 +131,18 @@ def run_pram(keys, seed: int) -> dict:
             released = pkg.pram(keys.copy())
         for col, rec in zip(keys.columns, seen):
             rec["column"] = str(col)
-        rec = {"ok": True, "matrices": seen, "absent_share": _absent_share(keys, released),
-               "warnings": sorted({f"{x.category.__name__}: {str(x.message)[:160]}" for x in w})}
+        rec = {
+            "ok": True,
+            "matrices": seen,
+            "absent_share": _absent_share(keys, released),
+            "warnings": sorted({f"{x.category.__name__}: {str(x.message)[:160]}" for x in w}),
+        }
     except Exception as exc:
-        rec = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-1500:]}
+        rec = {
+            "ok": False,
+            "error": f"{type(exc).__name__}: {exc}",
+            "trace": traceback.format_exc()[-1500:],
+        }
     finally:
         setattr(P, name, staticmethod(original))
     return rec
@@ -125,6 +157,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
     keys = pd.read_csv(a.keys, dtype=str, keep_default_na=False)
+
     def as_numbers(s):
         try:
             return pd.to_numeric(s)
@@ -132,9 +165,17 @@ def main(argv=None) -> int:
             return s
 
     codes = keys.apply(as_numbers)  # the same values as numbers (integer-coded categories)
-    out = {"versions": _versions(), "seed": a.seed, "rows": len(keys), "columns": list(keys.columns),
-           "pymasq": run_pymasq(keys, a.seed), "pram": run_pram(keys, a.seed),
-           "pymasq_numeric_values": {k: v for k, v in run_pymasq(codes, a.seed).items() if k != "matrices"}}
+    out = {
+        "versions": _versions(),
+        "seed": a.seed,
+        "rows": len(keys),
+        "columns": list(keys.columns),
+        "pymasq": run_pymasq(keys, a.seed),
+        "pram": run_pram(keys, a.seed),
+        "pymasq_numeric_values": {
+            k: v for k, v in run_pymasq(codes, a.seed).items() if k != "matrices"
+        },
+    }
     with open(a.out, "w") as f:
         json.dump(out, f, indent=1)
     return 0

@@ -21,6 +21,7 @@ linear stage only.
 A last series varies the batch size at the largest n (Parquet) to show what memory does
 depend on.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,14 +67,16 @@ def records_chunk(rng: np.random.Generator, start: int, m: int):
         region[:k] = 12
         age[:k] = [8, 8, 9, 9, 9, 9][:k]
         sex[:k] = [0, 0, 1, 1, 0, 0][:k]
-    return pa.table({
-        "id": pa.array(np.arange(start, start + m, dtype=np.int64)),
-        "region": pa.array(region.astype(np.int64)),
-        "ageband": pa.array(np.array(AGES, dtype=object)[age], type=pa.string()),
-        "sex": pa.array(np.where(sex == 0, "F", "M").astype(object), type=pa.string()),
-        "income": pa.array(np.round(rng.lognormal(10, 0.6, m), 2)),
-        "weight": pa.array(rng.integers(50, 500, m)),
-    })
+    return pa.table(
+        {
+            "id": pa.array(np.arange(start, start + m, dtype=np.int64)),
+            "region": pa.array(region.astype(np.int64)),
+            "ageband": pa.array(np.array(AGES, dtype=object)[age], type=pa.string()),
+            "sex": pa.array(np.where(sex == 0, "F", "M").astype(object), type=pa.string()),
+            "income": pa.array(np.round(rng.lognormal(10, 0.6, m), 2)),
+            "weight": pa.array(rng.integers(50, 500, m)),
+        }
+    )
 
 
 def write_records(folder: Path, n: int, seed: int = 0) -> dict:
@@ -88,7 +91,9 @@ def write_records(folder: Path, n: int, seed: int = 0) -> dict:
         t = records_chunk(rng, s, min(CHUNK, n - s))
         if pw is None:
             pw = pq.ParquetWriter(pq_path, t.schema)
-            cw = pacsv.CSVWriter(csv_path, t.schema, write_options=pacsv.WriteOptions(quoting_style="none"))
+            cw = pacsv.CSVWriter(
+                csv_path, t.schema, write_options=pacsv.WriteOptions(quoting_style="none")
+            )
         pw.write_table(t)
         cw.write_table(t)
     pw.close()
@@ -101,12 +106,15 @@ def records_frame(n: int, seed: int = 0) -> pd.DataFrame:
     import pyarrow as pa
 
     rng = np.random.default_rng(seed)
-    return pa.concat_tables([records_chunk(rng, s, min(CHUNK, n - s)) for s in range(0, n, CHUNK)]).to_pandas()
+    return pa.concat_tables(
+        [records_chunk(rng, s, min(CHUNK, n - s)) for s in range(0, n, CHUNK)]
+    ).to_pandas()
 
 
 # ---------------------------------------------------------------------------------------------
 # Points (each in a fresh process)
 # ---------------------------------------------------------------------------------------------
+
 
 def _best(fn, repeat: int):
     """(last result, fastest time, every time) of ``repeat`` runs of ``fn``."""
@@ -118,7 +126,9 @@ def _best(fn, repeat: int):
     return res, min(times), [round(t, 3) for t in times]
 
 
-def count_point(path: str, design_dir: str, batch_size: int, design_kw: dict, repeat: int = 1) -> dict:
+def count_point(
+    path: str, design_dir: str, batch_size: int, design_kw: dict, repeat: int = 1
+) -> dict:
     import pramopt
     from pramopt import count_file
 
@@ -129,8 +139,17 @@ def count_point(path: str, design_dir: str, batch_size: int, design_kw: dict, re
     res = pramopt.design(table, alpha=ALPHA, **design_kw)
     t_design = time.perf_counter() - t0
     pramopt.save_design(res, design_dir)
-    return dict(n=table.n, K=table.n_cells, count_s=t_count, count_runs=runs, design_s=t_design, success=bool(res.success),
-                expected_changes=res.expected_changes, rss_after_import_mb=rss0, count_peak_rss_mb=peak)
+    return dict(
+        n=table.n,
+        K=table.n_cells,
+        count_s=t_count,
+        count_runs=runs,
+        design_s=t_design,
+        success=bool(res.success),
+        expected_changes=res.expected_changes,
+        rss_after_import_mb=rss0,
+        count_peak_rss_mb=peak,
+    )
 
 
 def release_point(path: str, design_dir: str, out: str, batch_size: int, repeat: int = 1) -> dict:
@@ -139,10 +158,19 @@ def release_point(path: str, design_dir: str, out: str, batch_size: int, repeat:
 
     rss0 = max_rss_mb()
     res = pramopt.load_design(design_dir)
-    rel, t_rel, runs = _best(lambda: release_file(path, out, res, seed=1, batch_size=batch_size), repeat)
-    return dict(n=rel.n, changed=rel.changed, batches=rel.batches, release_s=t_rel, release_runs=runs,
-                rss_after_import_mb=rss0,
-                release_peak_rss_mb=max_rss_mb(), out_mb=os.path.getsize(out) / 2**20)
+    rel, t_rel, runs = _best(
+        lambda: release_file(path, out, res, seed=1, batch_size=batch_size), repeat
+    )
+    return dict(
+        n=rel.n,
+        changed=rel.changed,
+        batches=rel.batches,
+        release_s=t_rel,
+        release_runs=runs,
+        rss_after_import_mb=rss0,
+        release_peak_rss_mb=max_rss_mb(),
+        out_mb=os.path.getsize(out) / 2**20,
+    )
 
 
 def pipeline_point(path: str, design_dir: str, out: str, batch_size: int, repeat: int = 1) -> dict:
@@ -173,7 +201,9 @@ def _old_frequency_table(df: pd.DataFrame, qi):
 
     codes, cats = record_codes(df, qi)
     cells, counts = np.unique(codes, axis=0, return_counts=True)
-    return FrequencyTable(qi=tuple(qi), categories=cats, codes=cells.astype(np.int64), counts=counts.astype(np.int64))
+    return FrequencyTable(
+        qi=tuple(qi), categories=cats, codes=cells.astype(np.int64), counts=counts.astype(np.int64)
+    )
 
 
 def inmemory_point(n: int, old: bool, design_dir: str) -> dict:
@@ -203,6 +233,7 @@ def inmemory_point(n: int, old: bool, design_dir: str) -> dict:
 # The study
 # ---------------------------------------------------------------------------------------------
 
+
 def _load() -> float:
     try:
         return os.getloadavg()[0]
@@ -210,22 +241,37 @@ def _load() -> float:
         return float("nan")
 
 
-def run(out: Path, quick: bool = False, sizes=None, batch_sizes=None, formats=("parquet", "csv"),
-        timeout: float | None = None, log=print) -> dict:
+def run(
+    out: Path,
+    quick: bool = False,
+    sizes=None,
+    batch_sizes=None,
+    formats=("parquet", "csv"),
+    timeout: float | None = None,
+    log=print,
+) -> dict:
     from pramopt.frequency.file_counting import DEFAULT_BATCH_SIZE
 
     sizes = tuple(sizes or ((20_000,) if quick else SIZES))
     # quick: the linear stage only (the refinement of a 239-cell design takes seconds)
     dkw = ["--design-kw", json.dumps({"refine_loss": False} if quick else {})]
-    inprocess = quick  # quick: no process start-ups (the smoke test); memory figures are then the parent's
+    inprocess = (
+        quick  # quick: no process start-ups (the smoke test); memory figures are then the parent's
+    )
     rep = ["--repeat", str(1 if quick else REPEAT)]
 
     def point(args: list[str]) -> dict:
         if not inprocess:
             return run_child(["benchmarks.records"] + args, timeout)
         return json.loads(json.dumps(main(args, echo=False), default=float))
-    batch_sizes = tuple((1_000, 4_000) if quick and batch_sizes is None else
-                        (16_384, 65_536, 262_144) if batch_sizes is None else batch_sizes)
+
+    batch_sizes = tuple(
+        (1_000, 4_000)
+        if quick and batch_sizes is None
+        else (16_384, 65_536, 262_144)
+        if batch_sizes is None
+        else batch_sizes
+    )
     timeout = timeout or (120.0 if quick else 600.0)
     bs = DEFAULT_BATCH_SIZE
     tmp = Path(tempfile.mkdtemp(prefix="pramopt-records-"))
@@ -234,31 +280,51 @@ def run(out: Path, quick: bool = False, sizes=None, batch_sizes=None, formats=("
         for n in sizes:
             t0 = time.perf_counter()
             paths = write_records(tmp, n)
-            log(f"[records] n={n}: files written in {time.perf_counter() - t0:.1f} s "
-                f"(parquet {paths['parquet'].stat().st_size / 2**20:.0f} MiB, csv {paths['csv'].stat().st_size / 2**20:.0f} MiB)")
+            log(
+                f"[records] n={n}: files written in {time.perf_counter() - t0:.1f} s "
+                f"(parquet {paths['parquet'].stat().st_size / 2**20:.0f} MiB, csv {paths['csv'].stat().st_size / 2**20:.0f} MiB)"
+            )
             for fmt in formats:
                 src = str(paths[fmt])
                 ddir = tmp / f"design-{fmt}-{n}"
                 ddir.mkdir()
                 dst = str(tmp / f"released-{n}.{fmt}")
-                row = dict(format=fmt, n=n, file_mb=os.path.getsize(src) / 2**20, batch_size=bs, load_before=_load())
+                row = dict(
+                    format=fmt,
+                    n=n,
+                    file_mb=os.path.getsize(src) / 2**20,
+                    batch_size=bs,
+                    load_before=_load(),
+                )
                 c = point(["--count", src, "--design", str(ddir), "--batch", str(bs)] + dkw + rep)
                 row.update(c)
-                r = point(["--release", src, "--design", str(ddir), "--out", dst, "--batch", str(bs)] + rep)
-                row.update({k: v for k, v in r.items() if k not in ("n", "rss_after_import_mb", "wall")})
+                r = point(
+                    ["--release", src, "--design", str(ddir), "--out", dst, "--batch", str(bs)]
+                    + rep
+                )
+                row.update(
+                    {k: v for k, v in r.items() if k not in ("n", "rss_after_import_mb", "wall")}
+                )
                 if "count_s" in row and "release_s" in row:
                     row["count_plus_release_s"] = row["count_s"] + row["release_s"]
                 row.pop("wall", None)
                 rows.append(row)
-                log(f"[records] {fmt} n={n}: count {row.get('count_s', float('nan')):.2f} s, release "
+                log(
+                    f"[records] {fmt} n={n}: count {row.get('count_s', float('nan')):.2f} s, release "
                     f"{row.get('release_s', float('nan')):.2f} s, peaks {row.get('count_peak_rss_mb', float('nan')):.0f} / "
-                    f"{row.get('release_peak_rss_mb', float('nan')):.0f} MiB {row.get('status', '')}")
-                p = point(["--pipeline", src, "--design", str(ddir), "--out", dst, "--batch", str(bs)] + rep)
+                    f"{row.get('release_peak_rss_mb', float('nan')):.0f} MiB {row.get('status', '')}"
+                )
+                p = point(
+                    ["--pipeline", src, "--design", str(ddir), "--out", dst, "--batch", str(bs)]
+                    + rep
+                )
                 p.update(format=fmt, n=n, load_before=row["load_before"])
                 p.pop("wall", None)
                 pipe.append(p)
-                log(f"[records] {fmt} n={n}: pipeline count+release {p.get('count_release_s', float('nan')):.2f} s "
-                    f"(design {p.get('design_s', float('nan')):.2f} s) {p.get('status', '')}")
+                log(
+                    f"[records] {fmt} n={n}: pipeline count+release {p.get('count_release_s', float('nan')):.2f} s "
+                    f"(design {p.get('design_s', float('nan')):.2f} s) {p.get('status', '')}"
+                )
                 if os.path.exists(dst):
                     os.remove(dst)
             if n == (BATCH_N if BATCH_N in sizes else sizes[-1]):
@@ -267,24 +333,43 @@ def run(out: Path, quick: bool = False, sizes=None, batch_sizes=None, formats=("
                     ddir.mkdir()
                     src, dst = str(paths[fmt]), str(tmp / f"released-batch.{fmt}")
                     c = point(["--count", src, "--design", str(ddir), "--batch", str(b)] + dkw)
-                    r = point(["--release", src, "--design", str(ddir), "--out", dst, "--batch", str(b)])
-                    batch_rows.append(dict(format=fmt, n=n, batch_size=b, count_s=c.get("count_s"),
-                                           count_peak_rss_mb=c.get("count_peak_rss_mb"), release_s=r.get("release_s"),
-                                           release_peak_rss_mb=r.get("release_peak_rss_mb"),
-                                           rss_after_import_mb=c.get("rss_after_import_mb")))
+                    r = point(
+                        ["--release", src, "--design", str(ddir), "--out", dst, "--batch", str(b)]
+                    )
+                    batch_rows.append(
+                        dict(
+                            format=fmt,
+                            n=n,
+                            batch_size=b,
+                            count_s=c.get("count_s"),
+                            count_peak_rss_mb=c.get("count_peak_rss_mb"),
+                            release_s=r.get("release_s"),
+                            release_peak_rss_mb=r.get("release_peak_rss_mb"),
+                            rss_after_import_mb=c.get("rss_after_import_mb"),
+                        )
+                    )
                     log(f"[records] batch {b}: {batch_rows[-1]}")
             for f in paths.values():
                 f.unlink()
-        for n in [m for m in sizes if m <= INMEMORY_MAX]:  # after the files are gone: the frame needs the memory
+        for n in [
+            m for m in sizes if m <= INMEMORY_MAX
+        ]:  # after the files are gone: the frame needs the memory
             log(f"[records] in memory n={n}")
-            m = point(["--inmemory", str(n), "--old", "--design", str(tmp / f"design-{formats[0]}-{n}")])
+            m = point(
+                ["--inmemory", str(n), "--old", "--design", str(tmp / f"design-{formats[0]}-{n}")]
+            )
             m.setdefault("n", n)
             m.pop("wall", None)
             mem_rows.append(m)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
-    df, pdf, bdf, mdf = pd.DataFrame(rows), pd.DataFrame(pipe), pd.DataFrame(batch_rows), pd.DataFrame(mem_rows)
+    df, pdf, bdf, mdf = (
+        pd.DataFrame(rows),
+        pd.DataFrame(pipe),
+        pd.DataFrame(batch_rows),
+        pd.DataFrame(mem_rows),
+    )
     common = [
         "Synthetic records (benchmarks/records.py, write_records, seed 0): identifying columns region (integer, 12 "
         "categories), ageband (text, 10) and sex (text, 2), K = 239 present cells with 6 planted records in 3 rare "
@@ -297,28 +382,58 @@ def run(out: Path, quick: bool = False, sizes=None, batch_sizes=None, formats=("
         f"{1 if quick else REPEAT} runs in the point's process (every run in *_runs); the batch-size series and "
         "the in-memory series are single runs.",
     ]
-    write_table(df, out, "records", "Streamed counting and release against the number of records n", notes=common + [
-        f"count_s: pramopt.count_file (batch_size {bs}); design_s: pramopt.design(table, alpha={ALPHA}) of the "
-        "counted table (independent of n: it only sees the table); release_s: pramopt.release_file with that "
-        "design (seed 1), which also checks the counts of the source against the design in the same pass; "
-        "count_plus_release_s: their sum. Separate processes, so each peak is its own.",
-        "count_peak_rss_mb is read right after counting (before the design).",
-    ])
-    write_table(pdf, out, "records_pipeline", "Count and release of one file in one process", notes=common + [
-        "count_release_s: count_file + release_file in the same process (the target: 10 million records "
-        "counted and released in under 30 s); the design between them is the one the count point made (loaded, "
-        "not timed: see design_s in records.md)."])
+    write_table(
+        df,
+        out,
+        "records",
+        "Streamed counting and release against the number of records n",
+        notes=common
+        + [
+            f"count_s: pramopt.count_file (batch_size {bs}); design_s: pramopt.design(table, alpha={ALPHA}) of the "
+            "counted table (independent of n: it only sees the table); release_s: pramopt.release_file with that "
+            "design (seed 1), which also checks the counts of the source against the design in the same pass; "
+            "count_plus_release_s: their sum. Separate processes, so each peak is its own.",
+            "count_peak_rss_mb is read right after counting (before the design).",
+        ],
+    )
+    write_table(
+        pdf,
+        out,
+        "records_pipeline",
+        "Count and release of one file in one process",
+        notes=common
+        + [
+            "count_release_s: count_file + release_file in the same process (the target: 10 million records "
+            "counted and released in under 30 s); the design between them is the one the count point made (loaded, "
+            "not timed: see design_s in records.md)."
+        ],
+    )
     if len(bdf):
-        write_table(bdf, out, "records_batch", "Peak memory and time against the batch size",
-                    notes=common + ["Memory grows with the batch size, not with n (compare records.md). A CSV is read "
-                                    "in blocks of about batch_size records; pyarrow's reader keeps a few dozen blocks "
-                                    "in flight. A Parquet release also holds one output row group (2**17 records)."])
-    write_table(mdf, out, "records_inmemory", "In-memory counting before and after the integer-key change",
-                notes=common + [
-                    "count_old_s: per-record codes then np.unique(codes, axis=0) (pramopt before streaming, re-created in "
-                    "benchmarks/records.py); count_new_s: pramopt.frequency_table (mixed-radix int64 keys, np.bincount "
-                    "here); same_checksum: both tables have the same checksum; release_inmemory_s: pramopt.release on "
-                    "the whole frame; peak_rss_mb includes the frame (rss_with_data_mb)."])
+        write_table(
+            bdf,
+            out,
+            "records_batch",
+            "Peak memory and time against the batch size",
+            notes=common
+            + [
+                "Memory grows with the batch size, not with n (compare records.md). A CSV is read "
+                "in blocks of about batch_size records; pyarrow's reader keeps a few dozen blocks "
+                "in flight. A Parquet release also holds one output row group (2**17 records)."
+            ],
+        )
+    write_table(
+        mdf,
+        out,
+        "records_inmemory",
+        "In-memory counting before and after the integer-key change",
+        notes=common
+        + [
+            "count_old_s: per-record codes then np.unique(codes, axis=0) (pramopt before streaming, re-created in "
+            "benchmarks/records.py); count_new_s: pramopt.frequency_table (mixed-radix int64 keys, np.bincount "
+            "here); same_checksum: both tables have the same checksum; release_inmemory_s: pramopt.release on "
+            "the whole frame; peak_rss_mb includes the frame (rss_with_data_mb)."
+        ],
+    )
     fig = figure(out, df, mdf, bdf)
     return {"records": df, "pipeline": pdf, "batch": bdf, "inmemory": mdf, "figure": fig}
 
@@ -337,7 +452,14 @@ def figure(out: Path, df: pd.DataFrame, mdf: pd.DataFrame, bdf: pd.DataFrame) ->
         g = df[df.format == fmt].sort_values("n")
         ax.plot(g.n, g.count_s, marker="o", color=f"C{i}", ls="--", label=f"count_file ({fmt})")
         ax.plot(g.n, g.release_s, marker="s", color=f"C{i}", ls=":", label=f"release_file ({fmt})")
-        ax.plot(g.n, g.count_plus_release_s, marker="D", color=f"C{i}", lw=2, label=f"count + release ({fmt})")
+        ax.plot(
+            g.n,
+            g.count_plus_release_s,
+            marker="D",
+            color=f"C{i}",
+            lw=2,
+            label=f"count + release ({fmt})",
+        )
     ax.plot([1e7], [30], marker="*", ms=12, color="grey", ls="none", label="target: 10M in 30 s")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -348,12 +470,37 @@ def figure(out: Path, df: pd.DataFrame, mdf: pd.DataFrame, bdf: pd.DataFrame) ->
     ax = axes[1]
     for i, fmt in enumerate(("parquet", "csv")):
         g = df[df.format == fmt].sort_values("n")
-        ax.plot(g.n, g.count_peak_rss_mb, marker="o", color=f"C{i}", ls="--", label=f"count_file ({fmt})")
-        ax.plot(g.n, g.release_peak_rss_mb, marker="s", color=f"C{i}", ls=":", label=f"release_file ({fmt})")
+        ax.plot(
+            g.n,
+            g.count_peak_rss_mb,
+            marker="o",
+            color=f"C{i}",
+            ls="--",
+            label=f"count_file ({fmt})",
+        )
+        ax.plot(
+            g.n,
+            g.release_peak_rss_mb,
+            marker="s",
+            color=f"C{i}",
+            ls=":",
+            label=f"release_file ({fmt})",
+        )
     if len(mdf) and "peak_rss_mb" in mdf:
-        ax.plot(mdf.n, mdf.peak_rss_mb, marker="^", color="C3", label="in memory (frame + count + release)")
-    ax.plot(df.n.drop_duplicates(), [df.rss_after_import_mb.median()] * df.n.nunique(), color="grey", lw=1,
-            label="after imports")
+        ax.plot(
+            mdf.n,
+            mdf.peak_rss_mb,
+            marker="^",
+            color="C3",
+            label="in memory (frame + count + release)",
+        )
+    ax.plot(
+        df.n.drop_duplicates(),
+        [df.rss_after_import_mb.median()] * df.n.nunique(),
+        color="grey",
+        lw=1,
+        label="after imports",
+    )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("records n")
@@ -362,7 +509,9 @@ def figure(out: Path, df: pd.DataFrame, mdf: pd.DataFrame, bdf: pd.DataFrame) ->
     ax.legend(fontsize=7)
     ax = axes[2]
     if len(mdf) and "count_old_s" in mdf:
-        ax.plot(mdf.n, mdf.count_old_s, marker="o", label="frequency_table before (np.unique axis=0)")
+        ax.plot(
+            mdf.n, mdf.count_old_s, marker="o", label="frequency_table before (np.unique axis=0)"
+        )
         ax.plot(mdf.n, mdf.count_new_s, marker="s", label="frequency_table after (int keys)")
         ax.set_xscale("log")
         ax.set_yscale("log")

@@ -15,6 +15,7 @@ gradient against ``B d``, both on the entries in use with each row's mean remove
 within a row is what the row sums allow), as the ratio of their norms and their cosine, and
 ``d' H d / d' B d``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,8 +63,11 @@ def l2_column_curvature_on_support(support, counts):
             R.append(ii.ravel())
             C.append(jj.ravel())
             V.append(Hj.ravel())
-        return sp.csr_matrix((np.concatenate(V), (np.concatenate(R), np.concatenate(C))),
-                             shape=(support.size, support.size))
+        return sp.csr_matrix(
+            (np.concatenate(V), (np.concatenate(R), np.concatenate(C))),
+            shape=(support.size, support.size),
+        )
+
     return curvature
 
 
@@ -82,7 +86,7 @@ def column_blocks(support, x, counts):
     A = Q.T @ (w[:, None] * Q)
     T = A @ Q.T
     for j in range(support.K):
-        idx = order[starts[j]:starts[j + 1]]
+        idx = order[starts[j] : starts[j + 1]]
         I = support.rows[idx]
         q, t = Q[j, I], T[I, j] - r[j] * counts[I]
         yield idx, 2.0 / n**2 * (r[j] * A[np.ix_(I, I)] + np.outer(q, t) + np.outer(t, q))
@@ -106,8 +110,9 @@ def point(case: str, model: str) -> dict:
 
     table = _table(case)
     if model == "column":
-        L2Loss.curvature_on_support = (lambda self, sup, counts, sparse:
-                                       l2_column_curvature_on_support(sup, counts))
+        L2Loss.curvature_on_support = lambda self, sup, counts, sparse: (
+            l2_column_curvature_on_support(sup, counts)
+        )
     if model != "pairs":
         R.MEMORY = 0
     steps = []
@@ -116,8 +121,14 @@ def point(case: str, model: str) -> dict:
 
     def spy(lp, x0, lo, hi, evaluate, **kw):
         x, info = real(lp, x0, lo, hi, evaluate, **kw)
-        steps.append(dict(support=int(lp.program.support.size), iterations=info.iterations,
-                          loss=float(info.loss_end), step=info.model))
+        steps.append(
+            dict(
+                support=int(lp.program.support.size),
+                iterations=info.iterations,
+                loss=float(info.loss_end),
+                step=info.model,
+            )
+        )
         last.update(lp=lp, x=x, lo=lo, hi=hi, evaluate=evaluate, kw=kw, info=info)
         return x, info
 
@@ -126,9 +137,18 @@ def point(case: str, model: str) -> dict:
     res = pramopt.design(table, alpha=0.1, structure="general")
     secs = time.perf_counter() - t0
     ref = [s for s in res.stages if s.name == "refine"]
-    out = dict(case=case, model=model, K=table.n_cells, loss=res.loss, success=bool(res.success),
-               refine_iterations=sum(s.iterations for s in ref), refine_s=sum(s.seconds for s in ref), design_s=secs,
-               refine_detail="; ".join(s.detail for s in ref), steps=steps)
+    out = dict(
+        case=case,
+        model=model,
+        K=table.n_cells,
+        loss=res.loss,
+        success=bool(res.success),
+        refine_iterations=sum(s.iterations for s in ref),
+        refine_s=sum(s.seconds for s in ref),
+        design_s=secs,
+        refine_detail="; ".join(s.detail for s in ref),
+        steps=steps,
+    )
     if model == "diagonal" and last.get("kw", {}).get("curvature") is not None:
         out.update(diagonal_gap(last, real))
     return out
@@ -139,8 +159,16 @@ def diagonal_gap(last: dict, refine) -> dict:
     step ``d`` from the last subproblem's point (see the module)."""
     lp, x, evaluate, kw = last["lp"], last["x"], last["evaluate"], dict(last["kw"])
     info = last["info"]
-    kw.update(max_iter=1, want_duals=False, history=(), progress=None, check=None, rtol=0.0,
-              radius=info.radius, sigma=info.sigma)
+    kw.update(
+        max_iter=1,
+        want_duals=False,
+        history=(),
+        progress=None,
+        check=None,
+        rtol=0.0,
+        radius=info.radius,
+        sigma=info.sigma,
+    )
     x1, _ = refine(lp, x, last["lo"], last["hi"], evaluate, **kw)
     d = x1 - x
     top = float(np.max(np.abs(d))) if d.size else 0.0
@@ -161,12 +189,17 @@ def diagonal_gap(last: dict, refine) -> dict:
         return np.where(use, v - (tot / np.maximum(cnt, 1))[sup.rows], 0.0)
 
     h, b = centred(Hd), centred(Bd)
-    return dict(gap_support=int(sup.size), gap_hd_over_bd=float(np.linalg.norm(h) / np.linalg.norm(b)),
-                gap_cosine=float(h @ b / (np.linalg.norm(h) * np.linalg.norm(b))),
-                gap_curvature_ratio=float((d @ Hd) / (d @ Bd)))
+    return dict(
+        gap_support=int(sup.size),
+        gap_hd_over_bd=float(np.linalg.norm(h) / np.linalg.norm(b)),
+        gap_cosine=float(h @ b / (np.linalg.norm(h) * np.linalg.norm(b))),
+        gap_curvature_ratio=float((d @ Hd) / (d @ Bd)),
+    )
 
 
-def run(out: Path, quick: bool = False, cases=None, timeout: float = 1800.0, log=print) -> pd.DataFrame:
+def run(
+    out: Path, quick: bool = False, cases=None, timeout: float = 1800.0, log=print
+) -> pd.DataFrame:
     from ._common import run_child, write_table
 
     cases = list(cases or (("example",) if quick else CASES))
@@ -181,30 +214,49 @@ def run(out: Path, quick: bool = False, cases=None, timeout: float = 1800.0, log
                 trace.append(dict(case=case, model=model, chunk=k, **s))
             rows.append({"case": case, "model": model, **r})
     df = pd.DataFrame(rows)
-    notes = ["pramopt.design(table, alpha=0.1, structure='general'), defaults otherwise, each row in a fresh "
-             "process; diagonal: the QP steps' model is the Hessian's diagonal alone; column: "
-             "the exact Hessian within every column of P, positive semidefinite per column "
-             "(benchmarks/refine_models.py); pairs: the diagonal updated by BFGS with the curvature along the "
-             "last accepted steps (the refinement as it is).",
-             "gap_*: at the diagonal model's last subproblem (gap_support entries), one more curved step d: "
-             "|H d| / |B d| and their cosine on the entries in use with each row's mean removed (H d by central "
-             "differences of the gradient), and d'H d / d'B d.",
-             "Cases as in benchmarks/refine.py; seconds on a shared 2-CPU machine (rough), iterations and losses "
-             "exact."]
-    write_table(df, out, "refine_models", "Refinement: curvature models of the QP steps", notes=notes,
-                floatfmt=".4g")
+    notes = [
+        "pramopt.design(table, alpha=0.1, structure='general'), defaults otherwise, each row in a fresh "
+        "process; diagonal: the QP steps' model is the Hessian's diagonal alone; column: "
+        "the exact Hessian within every column of P, positive semidefinite per column "
+        "(benchmarks/refine_models.py); pairs: the diagonal updated by BFGS with the curvature along the "
+        "last accepted steps (the refinement as it is).",
+        "gap_*: at the diagonal model's last subproblem (gap_support entries), one more curved step d: "
+        "|H d| / |B d| and their cosine on the entries in use with each row's mean removed (H d by central "
+        "differences of the gradient), and d'H d / d'B d.",
+        "Cases as in benchmarks/refine.py; seconds on a shared 2-CPU machine (rough), iterations and losses "
+        "exact.",
+    ]
+    write_table(
+        df,
+        out,
+        "refine_models",
+        "Refinement: curvature models of the QP steps",
+        notes=notes,
+        floatfmt=".4g",
+    )
     if trace:
-        write_table(pd.DataFrame(trace), out, "refine_models_steps",
-                    "Refinement steps: the loss after each chunk and the support it was taken on",
-                    notes=notes[:1] + ["chunk: one call of the trust-region loop between pricing rounds (one "
-                                       "curved step, or three linear ones on supports above REFINE_QP_MAX)."],
-                    floatfmt=".6g")
+        write_table(
+            pd.DataFrame(trace),
+            out,
+            "refine_models_steps",
+            "Refinement steps: the loss after each chunk and the support it was taken on",
+            notes=notes[:1]
+            + [
+                "chunk: one call of the trust-region loop between pricing rounds (one "
+                "curved step, or three linear ones on supports above REFINE_QP_MAX)."
+            ],
+            floatfmt=".6g",
+        )
     return df
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--case", choices=CASES, help="run one case in this process and print its JSON line")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--case", choices=CASES, help="run one case in this process and print its JSON line"
+    )
     ap.add_argument("--model", choices=MODELS, default="diagonal")
     ap.add_argument("--cases", nargs="*", choices=CASES)
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
@@ -212,6 +264,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.case:
         import warnings
+
         warnings.simplefilter("ignore")
         print(json.dumps(point(a.case, a.model), default=float))
         return

@@ -16,6 +16,7 @@ re-solves), solve time (median of up to 3 solves), objective (expected changes),
 violation of the raw solution (row sums, C1 rows N x - alpha' B x, bounds) before cleaning, and
 whether the cleaned matrix passes the full C1 check ``c1_risk <= alpha``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,15 +31,15 @@ import pandas as pd
 import scipy.sparse as sp
 
 import pramopt
-from pramopt.optimize.backends.cvx import CvxpyProgram, _options as _solver_options
+from pramopt.optimize.backends.cvx import CvxpyProgram
+from pramopt.optimize.backends.cvx import _options as _solver_options
 from pramopt.optimize.backends.highs import load as load_highs
 from pramopt.optimize.constraints.c1 import C1Rows, c1_block, reduce_constraints
-from pramopt.params import DENSE_SUPPORT_MAX, GAMMA_LADDER
 from pramopt.optimize.problem import DesignProblem
 from pramopt.optimize.program import build_program, row_sum_matrix
 from pramopt.optimize.strategies.general import initial_support
 from pramopt.optimize.support import clean
-from pramopt.params import DesignParams
+from pramopt.params import DENSE_SUPPORT_MAX, GAMMA_LADDER, DesignParams
 from pramopt.verify import c1_risk
 
 from ._common import datasets, run_child, write_table
@@ -62,8 +63,20 @@ def build_problem(table, alpha, gamma):
     lo = np.zeros(sup.size)
     lo[sup.diag] = gamma
     hi = np.ones(sup.size)
-    return dict(table=table, combos=combos, counts=counts, sup=sup, blk=blk, c=c, lo=lo, hi=hi, mode=mode,
-                a_solve=alpha * (1 - MARGIN), alpha=alpha, gamma=gamma)
+    return dict(
+        table=table,
+        combos=combos,
+        counts=counts,
+        sup=sup,
+        blk=blk,
+        c=c,
+        lo=lo,
+        hi=hi,
+        mode=mode,
+        a_solve=alpha * (1 - MARGIN),
+        alpha=alpha,
+        gamma=gamma,
+    )
 
 
 def find_gamma(table, alpha):
@@ -71,7 +84,8 @@ def find_gamma(table, alpha):
     for g in GAMMA_LADDER:
         pr = build_problem(table, alpha, g)
         out = load_highs(build_program(pr["sup"], [C1Rows(pr["blk"], pr["a_solve"])])).solve(
-            pr["c"], pr["lo"], pr["hi"])
+            pr["c"], pr["lo"], pr["hi"]
+        )
         if out.x is not None:
             return g
     return None
@@ -95,8 +109,17 @@ def one(dname, alpha, gamma, solver, repeats, quick) -> dict:
     pr = build_problem(table, alpha, gamma)
     t_model = time.perf_counter() - t0
     sup, blk, counts = pr["sup"], pr["blk"], pr["counts"]
-    out = dict(dataset=dname, K=table.n_cells, alpha=alpha, gamma=gamma, solver=solver, support=sup.size,
-               support_mode=pr["mode"], c1_rows=int(blk.m.size), model_s=t_model)
+    out = dict(
+        dataset=dname,
+        K=table.n_cells,
+        alpha=alpha,
+        gamma=gamma,
+        solver=solver,
+        support=sup.size,
+        support_mode=pr["mode"],
+        c1_rows=int(blk.m.size),
+        model_s=t_model,
+    )
     scale = float(np.max(np.abs(pr["c"])))
     times, x, status = [], None, "?"
     if solver in LP_SOLVERS:
@@ -128,32 +151,47 @@ def one(dname, alpha, gamma, solver, repeats, quick) -> dict:
         out["options"] = json.dumps(opts) if opts else "defaults"
     elif solver == "scipy.linprog(highs)":
         from scipy.optimize import linprog
+
         t0 = time.perf_counter()
         nG = blk.groups.size if blk.m.size else 0
         R = row_sum_matrix(sup)
         if nG:
-            sel = sp.csr_matrix((np.full(blk.m.size, pr["a_solve"]), (np.arange(blk.m.size), blk.gpos)),
-                                shape=(blk.m.size, nG))
+            sel = sp.csr_matrix(
+                (np.full(blk.m.size, pr["a_solve"]), (np.arange(blk.m.size), blk.gpos)),
+                shape=(blk.m.size, nG),
+            )
             A_eq = sp.bmat([[R, None], [blk.B, -sp.identity(nG)]], format="csr")
             A_ub = sp.hstack([blk.N, -sel], format="csr")
             b_ub = np.zeros(blk.m.size)
         else:
             A_eq, A_ub, b_ub = R, None, None
         b_eq = np.concatenate([np.ones(sup.K), np.zeros(nG)])
-        bounds = np.column_stack([np.concatenate([pr["lo"], np.zeros(nG)]),
-                                  np.concatenate([pr["hi"], np.full(nG, np.inf)])])
+        bounds = np.column_stack(
+            [
+                np.concatenate([pr["lo"], np.zeros(nG)]),
+                np.concatenate([pr["hi"], np.full(nG, np.inf)]),
+            ]
+        )
         cc = np.concatenate([pr["c"] / scale, np.zeros(nG)])
         out["build_s"] = time.perf_counter() - t0
         out["compile_s"] = 0.0
         for _ in range(repeats):
             t0 = time.perf_counter()
-            r = linprog(cc, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=b_eq, bounds=bounds, method="highs",
-                        options={"time_limit": 120.0})
+            r = linprog(
+                cc,
+                A_ub=A_ub,
+                b_ub=b_ub,
+                A_eq=A_eq,
+                b_eq=b_eq,
+                bounds=bounds,
+                method="highs",
+                options={"time_limit": 120.0},
+            )
             times.append(time.perf_counter() - t0)
             status = "optimal" if r.status == 0 else f"status {r.status}: {r.message[:60]}"
             if sum(times) > 20:
                 break
-        x = r.x[:sup.size] if r.x is not None else None
+        x = r.x[: sup.size] if r.x is not None else None
         out["options"] = "defaults"
     elif solver == "highspy (direct)":
         t0 = time.perf_counter()
@@ -190,12 +228,20 @@ def one(dname, alpha, gamma, solver, repeats, quick) -> dict:
 
 def solvers_here() -> list[str]:
     import cvxpy as cp
+
     inst = set(cp.installed_solvers())
     return [s for s in LP_SOLVERS if s in inst] + list(DIRECT)
 
 
-def run(out: Path, quick: bool = False, alpha: float = 0.1, timeout: float | None = None, log=print,
-        solvers=None, only=None) -> pd.DataFrame:
+def run(
+    out: Path,
+    quick: bool = False,
+    alpha: float = 0.1,
+    timeout: float | None = None,
+    log=print,
+    solvers=None,
+    only=None,
+) -> pd.DataFrame:
     timeout = timeout or 60.0
     rows = []
     names = [s for s in solvers_here() if solvers is None or s in solvers]
@@ -209,7 +255,9 @@ def run(out: Path, quick: bool = False, alpha: float = 0.1, timeout: float | Non
             continue
         for s in names:
             log(f"[solvers] {dname} (K={table.n_cells}) gamma={gamma} {s}")
-            args = ["benchmarks.solvers", "--one", dname, str(alpha), str(gamma), s, "3"] + (["--quick"] if quick else [])
+            args = ["benchmarks.solvers", "--one", dname, str(alpha), str(gamma), s, "3"] + (
+                ["--quick"] if quick else []
+            )
             r = run_child(args, timeout)
             r.setdefault("dataset", dname)
             r.setdefault("K", table.n_cells)
@@ -218,30 +266,58 @@ def run(out: Path, quick: bool = False, alpha: float = 0.1, timeout: float | Non
             r.setdefault("gamma", gamma)
             rows.append(r)
     res = pd.DataFrame(rows)
-    cols = ["dataset", "K", "alpha", "gamma", "support", "support_mode", "c1_rows", "solver", "status", "build_s",
-            "compile_s", "solve_s", "solves", "objective", "obj_rel_diff", "viol_rows", "viol_c1", "viol_bounds",
-            "max_risk_clean", "verified", "options"]
+    cols = [
+        "dataset",
+        "K",
+        "alpha",
+        "gamma",
+        "support",
+        "support_mode",
+        "c1_rows",
+        "solver",
+        "status",
+        "build_s",
+        "compile_s",
+        "solve_s",
+        "solves",
+        "objective",
+        "obj_rel_diff",
+        "viol_rows",
+        "viol_c1",
+        "viol_bounds",
+        "max_risk_clean",
+        "verified",
+        "options",
+    ]
     if "objective" in res:
         ref = res[res.solver == "HIGHS"].set_index("dataset")["objective"]
-        res["obj_rel_diff"] = [(o - ref.get(d, np.nan)) / max(abs(ref.get(d, np.nan)), 1e-12)
-                               for d, o in zip(res.dataset, res.objective)]
+        res["obj_rel_diff"] = [
+            (o - ref.get(d, np.nan)) / max(abs(ref.get(d, np.nan)), 1e-12)
+            for d, o in zip(res.dataset, res.objective)
+        ]
     for c in cols:
         if c not in res:
             res[c] = np.nan
     res = res[cols]
-    write_table(res, out, "solvers", f"Solver comparison on the reduced design LP (alpha = {alpha})", notes=[
-        "Same LP for every solver: minimum expected changes at the diagonal floor gamma (the first floor of the "
-        "designer's ladder at which the reduced LP is feasible), reduced C1 rows, the designer's support.",
-        "build_s: Python objects (cvxpy Problem / sparse matrices / HiGHS model); compile_s: cvxpy "
-        "canonicalisation for that solver (cached for re-solves); solve_s: median of `solves` solves (cvxpy's "
-        "solve() call, including its data transfer).",
-        "objective: expected number of changed records of the raw solution; obj_rel_diff relative to HIGHS.",
-        "viol_*: largest violation of the raw solution before clipping/renormalising: |row sum - 1|, "
-        "max(N x - alpha' B x) over the C1 rows, bounds.",
-        "verified: the cleaned matrix passes the full C1 check (c1_risk <= alpha). Without the designer's lazy "
-        "rounds a correct solution can still fail on rows outside the reduced set; compare with HIGHS.",
-        f"Each solver runs in its own process with a {timeout:g} s limit (status 'timeout').",
-    ])
+    write_table(
+        res,
+        out,
+        "solvers",
+        f"Solver comparison on the reduced design LP (alpha = {alpha})",
+        notes=[
+            "Same LP for every solver: minimum expected changes at the diagonal floor gamma (the first floor of the "
+            "designer's ladder at which the reduced LP is feasible), reduced C1 rows, the designer's support.",
+            "build_s: Python objects (cvxpy Problem / sparse matrices / HiGHS model); compile_s: cvxpy "
+            "canonicalisation for that solver (cached for re-solves); solve_s: median of `solves` solves (cvxpy's "
+            "solve() call, including its data transfer).",
+            "objective: expected number of changed records of the raw solution; obj_rel_diff relative to HIGHS.",
+            "viol_*: largest violation of the raw solution before clipping/renormalising: |row sum - 1|, "
+            "max(N x - alpha' B x) over the C1 rows, bounds.",
+            "verified: the cleaned matrix passes the full C1 check (c1_risk <= alpha). Without the designer's lazy "
+            "rounds a correct solution can still fail on rows outside the reduced set; compare with HIGHS.",
+            f"Each solver runs in its own process with a {timeout:g} s limit (status 'timeout').",
+        ],
+    )
     return res
 
 

@@ -15,6 +15,7 @@ per-stratum design against the joint one, the peak memory of the main process an
 worker process.  Timings on a shared 2-core machine are noisy: the modes of one case run back to
 back, ``--repeats`` times, and the median is reported.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,7 +45,10 @@ MODES = {"joint": None, "sequential": 1, "parallel": 2}
 
 def _cpu() -> float:
     """CPU seconds of this process and its finished children (user + system)."""
-    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    me, kids = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
@@ -64,15 +68,32 @@ def point(name: str, mode: str, matrix_out: str | None = None) -> dict:
 
         sp.save_npz(matrix_out, sp.csr_matrix(res.matrix))
     strata = res.details.get("strata", ())
-    structures = sorted({s["structure"] for s in strata if s["structure"]}) if strata else (
-        [res.reduction.structure] if res.reduction is not None else [])
-    return dict(case=name, mode=mode, workers=MODES[mode], n=table.n, K=table.n_cells,
-                strata=int(np.unique(table.codes[:, [table.qi.index(f) for f in fixed]], axis=0).shape[0]),
-                design_s=seconds, cpu_s=cpu, status=res.status.value, structure="+".join(structures), loss=res.loss,
-                expected_changes=res.expected_changes, max_risk=res.max_risk, min_diagonal=res.min_diagonal,
-                strata_s=[s["seconds"] for s in strata], load_1min=load,
-                rss_after_table_mb=rss0, peak_rss_mb=max_rss_mb(),
-                worker_peak_rss_mb=resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0)
+    structures = (
+        sorted({s["structure"] for s in strata if s["structure"]})
+        if strata
+        else ([res.reduction.structure] if res.reduction is not None else [])
+    )
+    return dict(
+        case=name,
+        mode=mode,
+        workers=MODES[mode],
+        n=table.n,
+        K=table.n_cells,
+        strata=int(np.unique(table.codes[:, [table.qi.index(f) for f in fixed]], axis=0).shape[0]),
+        design_s=seconds,
+        cpu_s=cpu,
+        status=res.status.value,
+        structure="+".join(structures),
+        loss=res.loss,
+        expected_changes=res.expected_changes,
+        max_risk=res.max_risk,
+        min_diagonal=res.min_diagonal,
+        strata_s=[s["seconds"] for s in strata],
+        load_1min=load,
+        rss_after_table_mb=rss0,
+        peak_rss_mb=max_rss_mb(),
+        worker_peak_rss_mb=resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0,
+    )
 
 
 def _ideal(seconds: list[float], workers: int) -> float | None:
@@ -86,8 +107,14 @@ def _ideal(seconds: list[float], workers: int) -> float | None:
     return sum(seconds) / max(load)
 
 
-def run(out: Path, quick: bool = False, points=None, repeats: int | None = None, timeout: float | None = None,
-        log=print) -> pd.DataFrame:
+def run(
+    out: Path,
+    quick: bool = False,
+    points=None,
+    repeats: int | None = None,
+    timeout: float | None = None,
+    log=print,
+) -> pd.DataFrame:
     import tempfile
 
     import scipy.sparse as sp
@@ -100,7 +127,9 @@ def run(out: Path, quick: bool = False, points=None, repeats: int | None = None,
         for name in points:
             runs: dict[str, list[dict]] = {m: [] for m in MODES}
             for rep in range(min(repeats, {**POINTS, **QUICK}[name][3])):
-                for mode in MODES:  # back to back, so that the modes of one repeat see the same load
+                for (
+                    mode
+                ) in MODES:  # back to back, so that the modes of one repeat see the same load
                     log(f"[strata] {name} {mode} (run {rep + 1})")
                     args = ["benchmarks.strata", "--point", name, "--mode", mode]
                     if mode != "joint":
@@ -117,7 +146,9 @@ def run(out: Path, quick: bool = False, points=None, repeats: int | None = None,
                 times = [x["design_s"] for x in runs[m] if "design_s" in x]
                 r["design_s"] = statistics.median(times) if times else None
                 r["design_s_runs"] = " ".join(f"{t:.1f}" for t in times)
-                r["load_1min"] = " ".join(f"{x['load_1min']:.1f}" for x in runs[m] if "load_1min" in x)
+                r["load_1min"] = " ".join(
+                    f"{x['load_1min']:.1f}" for x in runs[m] if "load_1min" in x
+                )
                 r.pop("strata_s", None)
                 rows.append(r)
             med = {r["mode"]: r for r in rows[-3:]}
@@ -126,15 +157,40 @@ def run(out: Path, quick: bool = False, points=None, repeats: int | None = None,
             seq, jl = med["sequential"].get("design_s"), med["joint"].get("loss")
             for r in rows[-3:]:
                 r["same_as_sequential"] = same if r["mode"] == "parallel" else None
-                r["speedup_vs_sequential"] = (seq / r["design_s"]) if seq and r.get("design_s") else None
-                r["ideal_speedup_2"] = statistics.median(ideal) if ideal and r["mode"] == "parallel" else None
+                r["speedup_vs_sequential"] = (
+                    (seq / r["design_s"]) if seq and r.get("design_s") else None
+                )
+                r["ideal_speedup_2"] = (
+                    statistics.median(ideal) if ideal and r["mode"] == "parallel" else None
+                )
                 r["loss_vs_joint"] = (r["loss"] / jl) if jl and r.get("loss") is not None else None
             for p in Path(tmp).glob("*.npz"):
                 p.unlink()
     df = pd.DataFrame(rows)
-    cols = ["case", "mode", "workers", "n", "K", "strata", "status", "structure", "design_s", "design_s_runs",
-            "cpu_s", "load_1min", "speedup_vs_sequential", "ideal_speedup_2", "same_as_sequential", "loss",
-            "loss_vs_joint", "expected_changes", "max_risk", "min_diagonal", "peak_rss_mb", "worker_peak_rss_mb"]
+    cols = [
+        "case",
+        "mode",
+        "workers",
+        "n",
+        "K",
+        "strata",
+        "status",
+        "structure",
+        "design_s",
+        "design_s_runs",
+        "cpu_s",
+        "load_1min",
+        "speedup_vs_sequential",
+        "ideal_speedup_2",
+        "same_as_sequential",
+        "loss",
+        "loss_vs_joint",
+        "expected_changes",
+        "max_risk",
+        "min_diagonal",
+        "peak_rss_mb",
+        "worker_peak_rss_mb",
+    ]
     df = df[[c for c in cols if c in df.columns] + [c for c in df.columns if c not in cols]]
     notes = [
         "Data: benchmarks/census_data.py, seed 0; census-Nk-n-F: the first N keys (age, sex, region, marital, "
@@ -154,8 +210,13 @@ def run(out: Path, quick: bool = False, points=None, repeats: int | None = None,
         "cost).  peak_rss_mb: main process peak (VmHWM); worker_peak_rss_mb: the largest worker process's peak "
         "(0 when none ran).",
     ]
-    write_table(df, out, "strata", "Designs per stratum of a fixed variable: sequential, 2 local processes, joint",
-                notes=notes)
+    write_table(
+        df,
+        out,
+        "strata",
+        "Designs per stratum of a fixed variable: sequential, 2 local processes, joint",
+        notes=notes,
+    )
     return df
 
 

@@ -20,6 +20,7 @@ checked by ``pramopt.verify.c1_risk`` over the full C1.
 Parameters of the structure: the records per rare block (``block_records``, in units of 1/alpha) and
 how many of the largest frequent cells may send to rare ones (``senders``).
 """
+
 from __future__ import annotations
 
 import time
@@ -39,22 +40,26 @@ DIAGONAL_FLOOR = 0.51
 LAMBDA_MIN = 1e-3
 
 
-def hybrid_design(table, alpha: float, block_records: float, senders: int | None, max_iter: int = 100):
+def hybrid_design(
+    table, alpha: float, block_records: float, senders: int | None, max_iter: int = 100
+):
     """The hybrid design of the module docstring; returns ``(P, info)``."""
     import pramopt
     from pramopt.frequency.combinations import resolve_combinations
     from pramopt.optimize.backends import chain
     from pramopt.optimize.constraints.c1 import WorkingSet
     from pramopt.optimize.problem import DesignProblem
-    from pramopt.optimize.strategies.blocks import make_blocks
     from pramopt.optimize.program import build_program
+    from pramopt.optimize.strategies.blocks import make_blocks
     from pramopt.optimize.strategies.lazy import refine_lazy, solve_lazy
     from pramopt.optimize.support import Support
     from pramopt.params import DesignParams
 
     t0 = time.perf_counter()
     params = DesignParams.from_options("design", alpha=alpha)
-    pb = DesignProblem.build(table, resolve_combinations(table.qi, None, None, "structures"), params)
+    pb = DesignProblem.build(
+        table, resolve_combinations(table.qi, None, None, "structures"), params
+    )
     K, U = pb.K, pb.counts.astype(float)
     a_solve = alpha * (1 - 1e-5)
     rare = U * a_solve < 1  # cells whose own C1 rows need inflow at the solve level
@@ -78,19 +83,26 @@ def hybrid_design(table, alpha: float, block_records: float, senders: int | None
     pos = np.full(K, -1)
     pos[R] = np.arange(R.size)
     dg = r_ent[r[r_ent] == c[r_ent]]
-    T = sp.hstack([sp.csr_matrix((np.ones(nF), (f_ent, np.arange(nF))), shape=(S, nF)),
-                   sp.csr_matrix((np.ones(dg.size), (dg, block_of[r[dg]])), shape=(S, B)),
-                   sp.csr_matrix((np.ones(r_ent.size), (r_ent, pos[c[r_ent]])), shape=(S, R.size))], format="csr")
+    T = sp.hstack(
+        [
+            sp.csr_matrix((np.ones(nF), (f_ent, np.arange(nF))), shape=(S, nF)),
+            sp.csr_matrix((np.ones(dg.size), (dg, block_of[r[dg]])), shape=(S, B)),
+            sp.csr_matrix((np.ones(r_ent.size), (r_ent, pos[c[r_ent]])), shape=(S, R.size)),
+        ],
+        format="csr",
+    )
     f_diag = r[f_ent] == c[f_ent]
     lo = np.zeros(T.shape[1])
     lo[np.flatnonzero(f_diag)] = DIAGONAL_FLOOR
-    lo[nF:nF + B] = LAMBDA_MIN
+    lo[nF : nF + B] = LAMBDA_MIN
     hi = np.ones(T.shape[1])
     cx = np.zeros(S)
     cx[sup.diag] = -U
     cz = T.T @ cx
     nP = pb.groups.member.shape[1]
-    ws = WorkingSet(np.repeat(R, nP), pb.groups.member[R].ravel(), pb.table, pb.groups, pb.combos, a_solve)
+    ws = WorkingSet(
+        np.repeat(R, nP), pb.groups.member[R].ravel(), pb.table, pb.groups, pb.combos, a_solve
+    )
     f_row = r[f_ent]
 
     def clean(z):
@@ -98,12 +110,12 @@ def hybrid_design(table, alpha: float, block_records: float, senders: int | None
         zf = z[:nF]
         zf[f_diag] = np.maximum(zf[f_diag], DIAGONAL_FLOOR)
         z[:nF] = zf / np.bincount(f_row, weights=zf, minlength=K)[f_row]
-        lam = np.clip(z[nF:nF + B], LAMBDA_MIN, 1.0)
-        u = z[nF + B:]
+        lam = np.clip(z[nF : nF + B], LAMBDA_MIN, 1.0)
+        u = z[nF + B :]
         us = np.bincount(block_of[R], weights=u, minlength=B)
         scale = np.where(us > 0, (1 - lam) / np.where(us > 0, us, 1.0), 0.0)
-        z[nF:nF + B] = np.where(us > 0, lam, 1.0)
-        z[nF + B:] = u * scale[block_of[R]]
+        z[nF : nF + B] = np.where(us > 0, lam, 1.0)
+        z[nF + B :] = u * scale[block_of[R]]
         return z
 
     def load():
@@ -124,13 +136,25 @@ def hybrid_design(table, alpha: float, block_records: float, senders: int | None
         f, g, _ = grad(T @ z)
         return f, (None if g is None else T.T @ g), None
 
-    z, step, its = refine_lazy(load, lp, z, lo, hi, evaluate, pending, ws.add, max_iter, rtol=params.rtol,
-                               clean_fn=clean)
+    z, step, its = refine_lazy(
+        load, lp, z, lo, hi, evaluate, pending, ws.add, max_iter, rtol=params.rtol, clean_fn=clean
+    )
     P = sup.to_matrix(T @ z)
-    return P, dict(status="ok", rare=int(R.size), frequent=int(F.size), blocks=B, senders=int(send.size),
-                   parameters=int(T.shape[1]), support=int(S), linear_rounds=rounds, linear_s=t_lin,
-                   loss_linear=loss_lin, refine_iterations=its, refine_stop=step.stop_reason,
-                   seconds=time.perf_counter() - t0)
+    return P, dict(
+        status="ok",
+        rare=int(R.size),
+        frequent=int(F.size),
+        blocks=B,
+        senders=int(send.size),
+        parameters=int(T.shape[1]),
+        support=int(S),
+        linear_rounds=rounds,
+        linear_s=t_lin,
+        loss_linear=loss_lin,
+        refine_iterations=its,
+        refine_stop=step.stop_reason,
+        seconds=time.perf_counter() - t0,
+    )
 
 
 def case(name: str, block_records: float, senders: int | None, log=print) -> dict:
@@ -143,7 +167,9 @@ def case(name: str, block_records: float, senders: int | None, log=print) -> dic
     table = pramopt.frequency_table(df, list(df.columns))
     U = table.counts.astype(float)
     t0 = time.perf_counter()
-    res = pramopt.design(table, alpha=ALPHA, structure="blocks")  # the block design alone, for its loss
+    res = pramopt.design(
+        table, alpha=ALPHA, structure="blocks"
+    )  # the block design alone, for its loss
     t_blocks = time.perf_counter() - t0
     t0 = time.perf_counter()
     rep = pramopt.design(table, alpha=ALPHA, structure="replacement")
@@ -153,33 +179,47 @@ def case(name: str, block_records: float, senders: int | None, log=print) -> dic
     if P is not None:
         risk = c1_risk(P, table.codes, U, [tuple(c) for c in rep.combination_indices]).max_risk
         loss = pramopt.l2_loss(P, U)
-        out.update(max_risk=risk, verified=bool(risk <= ALPHA), loss=loss,
-                   expected_changes=float(U @ (1 - P.diagonal())),
-                   replacement_loss=rep.loss, blocks_loss=res.loss, loss_over_replacement=loss / rep.loss,
-                   loss_over_blocks=loss / res.loss, replacement_s=t_rep, blocks_s=t_blocks,
-                   loss_lower_bound=rep.details.get("loss_lower_bound"))
-    log(f"  {name} blocks of {block_records}/alpha, {senders} senders: loss {out.get('loss', float('nan')):.4g} "
-        f"(replacement {rep.loss:.4g}, blocks {res.loss:.4g})")
+        out.update(
+            max_risk=risk,
+            verified=bool(risk <= ALPHA),
+            loss=loss,
+            expected_changes=float(U @ (1 - P.diagonal())),
+            replacement_loss=rep.loss,
+            blocks_loss=res.loss,
+            loss_over_replacement=loss / rep.loss,
+            loss_over_blocks=loss / res.loss,
+            replacement_s=t_rep,
+            blocks_s=t_blocks,
+            loss_lower_bound=rep.details.get("loss_lower_bound"),
+        )
+    log(
+        f"  {name} blocks of {block_records}/alpha, {senders} senders: loss {out.get('loss', float('nan')):.4g} "
+        f"(replacement {rep.loss:.4g}, blocks {res.loss:.4g})"
+    )
     return out
 
 
 def run(out: Path, quick: bool = False, log=print) -> pd.DataFrame:
     rows = [case(*c, log=log) for c in (QUICK_CONFIGS if quick else CONFIGS)]
     df = pd.DataFrame(rows)
-    write_table(df, out, "structures_quick" if quick else "structures",
-                "A general design on the frequent cells with blocks for the rare ones, against the designer's structures",
-                notes=[
-                    "Built by benchmarks/structures.py (not part of pramopt.design): frequent rows free with a diagonal "
-                    ">= 0.51, sending to every rare cell from the `senders` largest frequent cells; rare cells in "
-                    "retention-replacement blocks of block_records_over_alpha / alpha records; the linear program "
-                    "(minimum expected changes, C1 rows added lazily), then pramopt's trust-region refinement of the "
-                    "exact L2 loss (linear steps).  verified: pramopt.verify.c1_risk over every combination <= alpha.",
-                    "replacement_loss / blocks_loss: pramopt.design(table, alpha=0.1, structure='replacement' / "
-                    "'blocks') on the same table; loss_lower_bound: the proven bound on every general, replacement "
-                    "or block design's loss (docs/method.md), which holds for this structure too.",
-                    "Data: benchmarks/census_data.py, seed 0 (census-4k-20000: age, sex, region, marital status; "
-                    "register-4000: 182 x 2 x 60 x 4 categories).  One run each on the shared 2-core machine.",
-                ])
+    write_table(
+        df,
+        out,
+        "structures_quick" if quick else "structures",
+        "A general design on the frequent cells with blocks for the rare ones, against the designer's structures",
+        notes=[
+            "Built by benchmarks/structures.py (not part of pramopt.design): frequent rows free with a diagonal "
+            ">= 0.51, sending to every rare cell from the `senders` largest frequent cells; rare cells in "
+            "retention-replacement blocks of block_records_over_alpha / alpha records; the linear program "
+            "(minimum expected changes, C1 rows added lazily), then pramopt's trust-region refinement of the "
+            "exact L2 loss (linear steps).  verified: pramopt.verify.c1_risk over every combination <= alpha.",
+            "replacement_loss / blocks_loss: pramopt.design(table, alpha=0.1, structure='replacement' / "
+            "'blocks') on the same table; loss_lower_bound: the proven bound on every general, replacement "
+            "or block design's loss (docs/method.md), which holds for this structure too.",
+            "Data: benchmarks/census_data.py, seed 0 (census-4k-20000: age, sex, region, marital status; "
+            "register-4000: 182 x 2 x 60 x 4 categories).  One run each on the shared 2-core machine.",
+        ],
+    )
     return df
 
 

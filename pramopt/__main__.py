@@ -1,4 +1,5 @@
 """``python -m pramopt``: the command line (see :mod:`pramopt.cli`)."""
+
 import sys
 
 from .cli import main

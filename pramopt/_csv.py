@@ -4,6 +4,7 @@ Real files are not always comma-separated UTF-8 with decimal points (a semicolon
 comma are common in Europe, Latin-1 in older exports).  Every reader and writer of data files
 takes one :class:`CsvDialect`, so that a file is read and released in its own dialect.
 """
+
 from __future__ import annotations
 
 import codecs
@@ -31,8 +32,12 @@ class CsvDialect:
 DEFAULT_DIALECT = CsvDialect()
 
 
-def csv_dialect(sep: str | None = None, encoding: str | None = None, decimal: str | None = None,
-                owner: str = "read") -> CsvDialect:
+def csv_dialect(
+    sep: str | None = None,
+    encoding: str | None = None,
+    decimal: str | None = None,
+    owner: str = "read",
+) -> CsvDialect:
     """A checked dialect (None: the default of that part)."""
     d = DEFAULT_DIALECT
     sep = d.sep if sep is None else sep
@@ -42,18 +47,23 @@ def csv_dialect(sep: str | None = None, encoding: str | None = None, decimal: st
         sep = "\t"
     if not isinstance(sep, str) or len(sep) != 1 or sep in '"\r\n':
         raise InvalidParameterError(
-            f"The 'sep' parameter of {owner} must be one character other than a quote or a line break; got {sep!r}.")
+            f"The 'sep' parameter of {owner} must be one character other than a quote or a line break; got {sep!r}."
+        )
     if decimal not in (".", ","):
-        raise InvalidParameterError(f"The 'decimal' parameter of {owner} must be '.' or ','; got {decimal!r}.")
+        raise InvalidParameterError(
+            f"The 'decimal' parameter of {owner} must be '.' or ','; got {decimal!r}."
+        )
     if decimal == sep:
         raise InvalidParameterError(
-            f"The 'decimal' parameter of {owner} must differ from the separator {sep!r}; got {decimal!r}.")
+            f"The 'decimal' parameter of {owner} must differ from the separator {sep!r}; got {decimal!r}."
+        )
     try:
         encoding = codecs.lookup(encoding).name
     except (LookupError, TypeError):
         raise InvalidParameterError(
             f"The 'encoding' parameter of {owner} must name a text encoding (utf-8, latin-1, cp1252, ...); "
-            f"got {encoding!r}.") from None
+            f"got {encoding!r}."
+        ) from None
     return CsvDialect(sep=sep, encoding=encoding, decimal=decimal)
 
 
@@ -63,4 +73,4 @@ def line_end(path) -> str:
     with open(path, "rb") as fh:
         head = fh.read(1 << 20)
     i = head.find(b"\n")
-    return "\r\n" if i > 0 and head[i - 1:i] == b"\r" else "\n"
+    return "\r\n" if i > 0 and head[i - 1 : i] == b"\r" else "\n"

@@ -3,6 +3,7 @@
 The wording follows scikit-learn's convention, for example
 ``The 'alpha' parameter of design must be in (0, 1); got 1.5.``
 """
+
 from __future__ import annotations
 
 import math
@@ -43,7 +44,9 @@ def check_real(
     """Return ``value`` as a float after checking it lies in the stated interval."""
     lo = "(" if low_open else "["
     hi = ")" if high_open else "]"
-    interval = f"{lo}{'-inf' if low is None else _fmt(low)}, {'inf' if high is None else _fmt(high)}{hi}"
+    interval = (
+        f"{lo}{'-inf' if low is None else _fmt(low)}, {'inf' if high is None else _fmt(high)}{hi}"
+    )
     allowed = f"a real number in {interval}"
     if isinstance(value, bool) or not isinstance(value, Real):
         fail(name, owner, allowed, value)
@@ -57,7 +60,9 @@ def check_real(
     return v
 
 
-def check_int(value: Any, name: str, owner: str, *, low: int | None = None, high: int | None = None) -> int:
+def check_int(
+    value: Any, name: str, owner: str, *, low: int | None = None, high: int | None = None
+) -> int:
     """Return ``value`` as an int after checking ``low <= value <= high``."""
     parts = []
     if low is not None:
@@ -93,7 +98,9 @@ def _fmt(x: float) -> str:
 ROW_SUM_TOL = 1e-8
 
 
-def as_transition_matrix(P, name: str, owner: str, *, square: bool = True, renormalize: float | None = None) -> np.ndarray:
+def as_transition_matrix(
+    P, name: str, owner: str, *, square: bool = True, renormalize: float | None = None
+) -> np.ndarray:
     """Return ``P`` as a dense float array after checking it is a (square) stochastic matrix.
 
     With ``renormalize=tol`` rows whose sums are within ``tol`` of 1 (a matrix rounded to a few
@@ -125,12 +132,20 @@ def as_transition_matrix(P, name: str, owner: str, *, square: bool = True, renor
         import warnings
 
         n_off = int((off > ROW_SUM_TOL).sum())
-        warnings.warn(f"{owner}: {n_off} rows of {name!r} summed to between {rs.min():.6g} and {rs.max():.6g}; "
-                      f"they were divided by their sums (renormalize tolerance {renormalize:g}).", stacklevel=3)
+        warnings.warn(
+            f"{owner}: {n_off} rows of {name!r} summed to between {rs.min():.6g} and {rs.max():.6g}; "
+            f"they were divided by their sums (renormalize tolerance {renormalize:g}).",
+            stacklevel=3,
+        )
         return A / rs[:, None]
     if off.max() > ROW_SUM_TOL:
-        hint = "" if renormalize is not None else (
-            " (a matrix rounded to a few decimals can be renormalised: renormalize=TOL, --renormalize TOL)")
+        hint = (
+            ""
+            if renormalize is not None
+            else (
+                " (a matrix rounded to a few decimals can be renormalised: renormalize=TOL, --renormalize TOL)"
+            )
+        )
         raise InvalidParameterError(
             f"The {name!r} parameter of {owner} must have rows summing to 1; "
             f"got a row sum of {_shown(rs[np.argmax(off)])}{hint}."
@@ -148,7 +163,9 @@ def as_levels(levels, name: str, owner: str) -> tuple[int, ...]:
         raise InvalidParameterError(
             f"The {name!r} parameter of {owner} must be a list of category counts (integers >= 1); got {levels!r}."
         ) from None
-    if len(out) == 0 or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1 for v in out):
+    if len(out) == 0 or any(
+        isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1 for v in out
+    ):
         raise InvalidParameterError(
             f"The {name!r} parameter of {owner} must be a non-empty list of integers >= 1; got {levels!r}."
         )
@@ -163,7 +180,13 @@ def as_frequencies(T, name: str, owner: str) -> np.ndarray:
         raise InvalidParameterError(
             f"The {name!r} parameter of {owner} must be a list of non-negative integer frequencies; got {T!r}."
         ) from None
-    if a.ndim != 1 or a.size == 0 or not np.all(np.isfinite(a)) or (a < 0).any() or np.any(a != np.round(a)):
+    if (
+        a.ndim != 1
+        or a.size == 0
+        or not np.all(np.isfinite(a))
+        or (a < 0).any()
+        or np.any(a != np.round(a))
+    ):
         raise InvalidParameterError(
             f"The {name!r} parameter of {owner} must be a non-empty list of non-negative integer frequencies; got {T!r}."
         )

@@ -1,8 +1,15 @@
 """The errors pramopt raises on purpose (the CLI turns each into exit code 2, without a traceback)."""
+
 from __future__ import annotations
 
-__all__ = ["PramoptError", "InvalidParameterError", "DesignMismatchError", "DesignFileError", "CallbackError",
-           "LargeProblemWarning"]
+__all__ = [
+    "PramoptError",
+    "InvalidParameterError",
+    "DesignMismatchError",
+    "DesignFileError",
+    "CallbackError",
+    "LargeProblemWarning",
+]
 
 
 class PramoptError(Exception):

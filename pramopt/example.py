@@ -4,6 +4,7 @@ Four binary and one ternary identifying variable (|X| = 48 cells), 2,500 records
 dependence structure that leaves a few cells and triples rare, as in the paper's example
 (17 cells with 0 < U0(m) < 10 there).
 """
+
 from __future__ import annotations
 
 import numpy as np

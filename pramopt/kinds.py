@@ -9,6 +9,7 @@ imports it once), and no module of the core imports the kind's package.
 
 This module imports nothing of pramopt, so that every layer can import it.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -94,17 +95,21 @@ def register_kind(kind: DesignKind) -> DesignKind:
     if not isinstance(kind, DesignKind):
         raise TypeError(f"register_kind needs a DesignKind; got {type(kind).__name__}.")
     data = ("name", "result_type", "formats", "files")
-    missing = [f.name for f in fields(kind)
-               if f.name not in data and not callable(getattr(kind, f.name))]
+    missing = [
+        f.name for f in fields(kind) if f.name not in data and not callable(getattr(kind, f.name))
+    ]
     if missing or not kind.formats or not kind.files or not isinstance(kind.result_type, type):
-        raise ValueError(f"The design kind {kind.name!r} lacks "
-                         f"{missing or 'a result type, formats or files'}.")
+        raise ValueError(
+            f"The design kind {kind.name!r} lacks {missing or 'a result type, formats or files'}."
+        )
     for other in KINDS.values():
         if other.name == kind.name:
             continue  # registered again (a reload): replaced
         if other.result_type is kind.result_type or set(other.formats) & set(kind.formats):
-            raise ValueError(f"The design kind {kind.name!r} takes the result type or a format of "
-                             f"{other.name!r}.")
+            raise ValueError(
+                f"The design kind {kind.name!r} takes the result type or a format of "
+                f"{other.name!r}."
+            )
     KINDS[kind.name] = kind
     return kind
 

@@ -11,6 +11,7 @@ figures every result reports; the optimiser's differentiable forms of the same l
 gradient, the Woodbury form for large sparse designs, the closed form of block designs) are in
 :mod:`pramopt.optimize.objectives.l2`.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -62,7 +63,7 @@ def _l2_splu(P, w) -> float:
         e = np.zeros((K, min(step, K - s)))
         e[np.arange(s, s + e.shape[1]), np.arange(e.shape[1])] = 1.0
         Y = lu.solve(e, trans="T")  # columns of Y = rows of P^-1
-        r[s:s + e.shape[1]] = np.einsum("ij,ij->j", Y, Y)
+        r[s : s + e.shape[1]] = np.einsum("ij,ij->j", Y, Y)
     if not np.all(np.isfinite(r)):
         return float("inf")
     return float(r @ w)
@@ -173,7 +174,9 @@ def _onenorm_condition(P: sp.csr_matrix) -> float:
     if lu is None:
         return float("inf")
     K = P.shape[0]
-    inv = spla.LinearOperator((K, K), matvec=lu.solve, rmatvec=lambda y: lu.solve(y, trans="T"), dtype=float)
+    inv = spla.LinearOperator(
+        (K, K), matvec=lu.solve, rmatvec=lambda y: lu.solve(y, trans="T"), dtype=float
+    )
     return float(spla.onenormest(P) * spla.onenormest(inv))
 
 
@@ -202,6 +205,11 @@ def changed_variables(P, codes, counts, qi=()) -> dict:
     per_var = {}
     for j, name in enumerate(names):
         per_var[str(name)] = float(mass[codes[r, j] != codes[c, j]].sum())
-    return {"mean": float(e @ np.arange(e.size) / total) if total > 0 else float("nan"),
-            "distribution": {int(j): float(e[j] / total) for j in np.flatnonzero(e > 0)} if total > 0 else {},
-            "max": int(dist.max(initial=0)), "per_variable": per_var}
+    return {
+        "mean": float(e @ np.arange(e.size) / total) if total > 0 else float("nan"),
+        "distribution": {int(j): float(e[j] / total) for j in np.flatnonzero(e > 0)}
+        if total > 0
+        else {},
+        "max": int(dist.max(initial=0)),
+        "per_variable": per_var,
+    }

@@ -12,16 +12,17 @@ default, its check and its documentation.  Everything else is derived from these
 
 A new parameter is one new field here (and its use in the optimiser).
 """
+
 from __future__ import annotations
 
 import dataclasses
 import inspect
 import math
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -30,8 +31,15 @@ from ._validation import check_choice, check_int, check_real, fail
 from .frequency.table import MAX_CATEGORIES
 from .optimize.strategies import STRUCTURES
 
-__all__ = ["DesignParams", "SPEC_KEYS", "parameters_doc", "signature", "GAMMA_LADDER", "DENSE_SUPPORT_MAX",
-           "PRIVACY_MAX_CELLS"]
+__all__ = [
+    "DesignParams",
+    "SPEC_KEYS",
+    "parameters_doc",
+    "signature",
+    "GAMMA_LADDER",
+    "DENSE_SUPPORT_MAX",
+    "PRIVACY_MAX_CELLS",
+]
 
 #: Floors tried in turn when the reduced problem is infeasible at the requested gamma.  They
 #: stay above 1/2: a strictly diagonally dominant P is invertible, which the estimator (4) and
@@ -48,11 +56,15 @@ PRIVACY_MAX_CELLS = 200
 # Checks: each takes (value, name, owner) and returns the normalised value
 # ---------------------------------------------------------------------------------------------
 
+
 def _real(low=None, high=None, low_open=True, high_open=True, optional=False):
     def check(v, name, owner):
         if optional and v is None:
             return None
-        return check_real(v, name, owner, low=low, high=high, low_open=low_open, high_open=high_open)
+        return check_real(
+            v, name, owner, low=low, high=high, low_open=low_open, high_open=high_open
+        )
+
     return check
 
 
@@ -61,6 +73,7 @@ def _int(low=None, high=None, optional=False):
         if optional and v is None:
             return None
         return check_int(v, name, owner, low=low, high=high)
+
     return check
 
 
@@ -161,8 +174,16 @@ def _solver(v, name, owner):
 # The declaration
 # ---------------------------------------------------------------------------------------------
 
-def _param(default, check: Callable, kind: str, doc: str, cli: dict | None = None,
-           flags: Sequence[str] = (), own_flag: bool = True) -> Any:
+
+def _param(
+    default,
+    check: Callable,
+    kind: str,
+    doc: str,
+    cli: dict | None = None,
+    flags: Sequence[str] = (),
+    own_flag: bool = True,
+) -> Any:
     """A field of :class:`DesignParams`.
 
     ``kind`` is the numpydoc type; ``doc`` the description; ``cli`` the argparse options of its
@@ -170,7 +191,14 @@ def _param(default, check: Callable, kind: str, doc: str, cli: dict | None = Non
     string names a converter of :mod:`pramopt.cli.design`); ``flags`` other spellings;
     ``own_flag=False`` leaves out the flag named after the parameter (``--min-diagonal``).
     """
-    meta = {"check": check, "kind": kind, "doc": doc, "cli": cli, "flags": tuple(flags), "own_flag": own_flag}
+    meta = {
+        "check": check,
+        "kind": kind,
+        "doc": doc,
+        "cli": cli,
+        "flags": tuple(flags),
+        "own_flag": own_flag,
+    }
     if isinstance(default, (list, dict)):  # pragma: no cover - defaults are immutable
         raise TypeError("mutable default")
     return field(default=default, metadata=meta)
@@ -181,102 +209,169 @@ class DesignParams:
     """The validated parameters of one design (see :func:`pramopt.design`)."""
 
     alpha: float | None = _param(
-        0.1, _alpha, "float in (0, 1) or None",
+        0.1,
+        _alpha,
+        "float in (0, 1) or None",
         "Security level of C1: no present cell may be identified with posterior > alpha.  None "
         "(``--alpha none``) drops C1, which is allowed only when epsilon or k is given.",
-        cli={"type": "alpha", "metavar": "A"})
+        cli={"type": "alpha", "metavar": "A"},
+    )
     combinations: tuple | None = _param(
-        None, _combinations, "list of lists of str, optional",
+        None,
+        _combinations,
+        "list of lists of str, optional",
         "Explicit set Π of combinations of identifying variables.  Default: every subset of "
         "``combination_size`` variables.",
-        cli={"type": "names", "action": "append", "metavar": "A,B", "dest": "combinations",
-             "help": "one combination of Π (repeat the flag for more)"},
-        flags=("--combination",), own_flag=False)
+        cli={
+            "type": "names",
+            "action": "append",
+            "metavar": "A,B",
+            "dest": "combinations",
+            "help": "one combination of Π (repeat the flag for more)",
+        },
+        flags=("--combination",),
+        own_flag=False,
+    )
     combination_size: int = _param(
-        3, _int(low=1), "int, default 3",
+        3,
+        _int(low=1),
+        "int, default 3",
         "Size of the subsets in Π (the CBS rule is 3; all variables when there are fewer).",
-        cli={"type": int, "metavar": "SIZE"}, flags=("--combinations",))
+        cli={"type": int, "metavar": "SIZE"},
+        flags=("--combinations",),
+    )
     gamma: float = _param(
-        0.95, _real(0, 1, high_open=False), "float in (0, 1], default 0.95",
+        0.95,
+        _real(0, 1, high_open=False),
+        "float in (0, 1], default 0.95",
         "Diagonal floor P_kk >= gamma that the paper's reduction relies on.  Lowered along "
         f"{', '.join(map(str, GAMMA_LADDER[1:]))} when the reduced problem is infeasible.",
-        cli={"type": float})
+        cli={"type": float},
+    )
     min_diagonal: float | None = _param(
-        None, _real(0, 1, low_open=False, optional=True), "float in [0, 1), optional",
+        None,
+        _real(0, 1, low_open=False, optional=True),
+        "float in [0, 1), optional",
         "A hard floor on every diagonal entry that is never lowered.",
-        cli={"type": float})
+        cli={"type": float},
+    )
     fixed: tuple | None = _param(
-        None, _names, "list of str, optional",
+        None,
+        _names,
+        "list of str, optional",
         "Identifying variables that must never change (PRAM within their strata).",
-        cli={"type": "names", "metavar": "A,B"})
+        cli={"type": "names", "metavar": "A,B"},
+    )
     workers: int | None = _param(
-        None, _int(low=1, optional=True), "int >= 1, optional",
+        None,
+        _int(low=1, optional=True),
+        "int >= 1, optional",
         "Design each stratum of the ``fixed`` variables on its own, in this many local processes "
         "(1: one after the other in this process), and merge them into one matrix checked against "
         "the full C1.  Each stratum then meets C1 within itself, every combination extended by the "
         "fixed variables: the risk an intruder who sees the unchanged fixed values faces, and a "
         "stronger condition than the joint design's, which can cost loss.  Default: one joint design.  "
         "Processes are started with 'spawn': a script needs an ``if __name__ == '__main__':`` guard.",
-        cli={"type": int, "metavar": "N"})
+        cli={"type": int, "metavar": "N"},
+    )
     max_changed_variables: int | None = _param(
-        None, _int(low=1, optional=True), "int >= 1, optional",
+        None,
+        _int(low=1, optional=True),
+        "int >= 1, optional",
         "A record may change at most this many of its identifying values: every transition between two "
         "different cells is between cells that differ in at most this many identifying variables "
         "(Hamming distance; a missing value counts as one more category).  Only the general design "
         "honours it (the replacement and block designs move records between every pair of cells of a pool, "
         "and are used only where no pool has more than this many varying variables); where it makes C1 "
         "infeasible the result says so with the smallest number that the flow relaxation of C1 allows.",
-        cli={"type": int, "metavar": "D"})
+        cli={"type": int, "metavar": "D"},
+    )
     change_weights: Mapping | None = _param(
-        None, _weights, "dict, optional",
+        None,
+        _weights,
+        "dict, optional",
         "Weights w_j >= 0 of identifying variables (unnamed ones weigh 0) that make changing them "
         "costlier: the design minimises the exact L2 loss plus (2/n^2) * sum_m U0(m) sum_k P_mk "
         "sum_j w_j [m_j != k_j], the expected weighted number of changed values on the scale of the L2 "
         "loss's own first-order cost of a changed record (2/n^2 each).  The general and dense designs "
         "optimise it; the replacement and block designs (closed forms) are compared with them on it.  The "
         "reported loss stays the exact L2 loss; the weighted objective is in details['weighted_objective'].",
-        cli={"type": "weights", "metavar": "A=W,B=W"})
+        cli={"type": "weights", "metavar": "A=W,B=W"},
+    )
     keep_cells: tuple | None = _param(
-        None, _cells, "DataFrame or list of dicts, optional",
+        None,
+        _cells,
+        "DataFrame or list of dicts, optional",
         "Cells (a value of every identifying variable) whose records must stay as they are.",
-        cli={"type": "cells_file", "metavar": "FILE",
-             "help": "CSV or Parquet file of cells (a column per identifying variable) whose records stay"})
+        cli={
+            "type": "cells_file",
+            "metavar": "FILE",
+            "help": "CSV or Parquet file of cells (a column per identifying variable) whose records stay",
+        },
+    )
     missing: str = _param(
-        "keep", _choice("keep", "category"), '{"keep", "category"}, default "keep"',
+        "keep",
+        _choice("keep", "category"),
+        '{"keep", "category"}, default "keep"',
         "Records with a missing identifying value: 'keep' leaves every missing value missing and makes "
         "no value missing (such records change only their other values, among cells with the same "
         "missing pattern); 'category' treats missing as one more category that PRAM may change.",
-        cli={"choices": ["keep", "category"]})
+        cli={"choices": ["keep", "category"]},
+    )
     invariant: bool = _param(
-        False, _bool, "bool, default False",
+        False,
+        _bool,
+        "bool, default False",
         "Require U0^T P = U0^T (expected released frequencies equal the original ones).",
-        cli={"action": "store_true"})
+        cli={"action": "store_true"},
+    )
     domains: Mapping | None = _param(
-        None, _domains, "dict, optional",
+        None,
+        _domains,
+        "dict, optional",
         "Categories per variable when they should not be taken from the data.",
-        cli={"type": "json", "metavar": "JSON"})
+        cli={"type": "json", "metavar": "JSON"},
+    )
     max_categories: int = _param(
-        MAX_CATEGORIES, _int(low=1), f"int, default {MAX_CATEGORIES}",
+        MAX_CATEGORIES,
+        _int(low=1),
+        f"int, default {MAX_CATEGORIES}",
         "Refuse identifying variables with more categories than this (bin them first).",
-        cli={"type": int})
+        cli={"type": int},
+    )
     solver: str | None = _param(
-        None, _solver, "str, optional",
+        None,
+        _solver,
+        "str, optional",
         "An LP solver for the general design's programs: HIGHS or a cvxpy solver name.  Default: "
         "HiGHS directly, falling back to CLARABEL, ECOS and SCS through cvxpy when HiGHS fails (block "
         "designs always use that default chain).",
-        cli={"metavar": "NAME"})
+        cli={"metavar": "NAME"},
+    )
     refine_loss: bool = _param(
-        True, _bool, "bool, default True",
+        True,
+        _bool,
+        "bool, default True",
         "Improve the linear-surrogate solution on the exact (non-convex) L2 loss.",
-        cli={"action": "store_false", "help": "keep the linear stage's design (minimum expected changes)"},
-        flags=("--no-refine-loss",), own_flag=False)
+        cli={
+            "action": "store_false",
+            "help": "keep the linear stage's design (minimum expected changes)",
+        },
+        flags=("--no-refine-loss",),
+        own_flag=False,
+    )
     support: str = _param(
-        "auto", _choice("auto", "dense", "targets", "cover"), '{"auto", "dense", "targets", "cover"}',
+        "auto",
+        _choice("auto", "dense", "targets", "cover"),
+        '{"auto", "dense", "targets", "cover"}',
         f"Allowed transitions of a general design; 'auto' is dense up to {DENSE_SUPPORT_MAX} cells, else a "
         "cover of the problem groups that column generation widens.",
-        cli={"choices": ["auto", "dense", "targets", "cover"]})
+        cli={"choices": ["auto", "dense", "targets", "cover"]},
+    )
     structure: str = _param(
-        "auto", _choice(*STRUCTURES), "{" + ", ".join(f'"{s}"' for s in STRUCTURES) + "}",
+        "auto",
+        _choice(*STRUCTURES),
+        "{" + ", ".join(f'"{s}"' for s in STRUCTURES) + "}",
         "'general': any row-stochastic P with every diagonal entry above 1/2 (invertible by strict "
         "diagonal dominance); where phase one finds no floor within its pricing rounds, the "
         "replacement design when its diagonal clears the floor.  'blocks': block-diagonal "
@@ -287,51 +382,75 @@ class DesignParams:
         "found in seconds.  'auto': the replacement design, the general design where one can exist "
         "(the flow relaxation and phase one say so; up to 600 cells) and blocks where it cannot (up to "
         "4,000 cells, or when there is no replacement design); the verified design of smallest loss.",
-        cli={"choices": list(STRUCTURES),
-             "help": "general: any P with every diagonal entry above 1/2; blocks: block-diagonal "
-                     "retention-replacement blocks; replacement: a retention per cell and one replacement "
-                     "distribution; auto: the verified design of smallest loss among those that can exist "
-                     "(default auto)"})
+        cli={
+            "choices": list(STRUCTURES),
+            "help": "general: any P with every diagonal entry above 1/2; blocks: block-diagonal "
+            "retention-replacement blocks; replacement: a retention per cell and one replacement "
+            "distribution; auto: the verified design of smallest loss among those that can exist "
+            "(default auto)",
+        },
+    )
     epsilon: float | None = _param(
-        None, _real(0, optional=True), "float > 0, optional",
+        None,
+        _real(0, optional=True),
+        "float > 0, optional",
         "ε-differential privacy (Ikarashi et al., Theorem 1) over the present cells: in every column "
         "of P, P_mk <= exp(epsilon) P_m'k for all cells m, m' (so every entry is positive).  The design "
         f"is then dense over the present cells (at most {PRIVACY_MAX_CELLS} cells).  Combines with C1 "
         "(alpha) and k.",
-        cli={"type": float, "metavar": "EPS"})
+        cli={"type": float, "metavar": "EPS"},
+    )
     k: float | None = _param(
-        None, _real(1, low_open=False, optional=True), "float >= 1, optional",
+        None,
+        _real(1, low_open=False, optional=True),
+        "float >= 1, optional",
         "Pk-anonymity (Ikarashi et al., Theorem 3) of the released records: k = 1 + (n - 1) AR "
         "must be at least this, AR = min P[u,v']P[v,u'] / (P[u,u']P[v,v']) over the present cells.  "
         "Imposed through a row-scaled bound on every column's max/min ratio (a sufficient linear "
         "condition, re-scaled from the design until it stops helping); checked exactly.",
-        cli={"type": float, "metavar": "K"})
+        cli={"type": float, "metavar": "K"},
+    )
     household: str | None = _param(
-        None, _column, "str, optional",
+        None,
+        _column,
+        "str, optional",
         "Column of household identifiers: identifying variables constant within every household "
         "(``household_keys``) are perturbed once per household and copied to every member, the others "
         "per person, so that members stay identical on household-level keys (needs the microdata, not a "
         "frequency table; see :mod:`pramopt.households`).",
-        cli={"metavar": "COLUMN"})
+        cli={"metavar": "COLUMN"},
+    )
     household_keys: tuple | None = _param(
-        None, _names, "list of str, optional",
+        None,
+        _names,
+        "list of str, optional",
         "With ``household``: the household-level identifying variables (each must be constant within "
         "every household).  Default: every identifying variable that is constant within every household.",
-        cli={"type": "names", "metavar": "A,B"})
+        cli={"type": "names", "metavar": "A,B"},
+    )
     margin: float = _param(
-        1e-5, _real(0, 0.1, low_open=False), "float in [0, 0.1), default 1e-5",
+        1e-5,
+        _real(0, 0.1, low_open=False),
+        "float in [0, 0.1), default 1e-5",
         "Relative margin inside alpha at which the solver works; grown tenfold (at most twice) if "
         "the independent verification ever fails.",
-        cli={"type": float})
+        cli={"type": float},
+    )
     rtol: float = _param(
-        1e-4, _real(0, low_open=False), "float >= 0, default 1e-4",
+        1e-4,
+        _real(0, low_open=False),
+        "float >= 0, default 1e-4",
         "The refinement stops when the loss improved by less than rtol (relative) over its last 10 "
         "iterations or the predicted decrease is below rtol * loss.",
-        cli={"type": float})
+        cli={"type": float},
+    )
     max_iter: int = _param(
-        100, _int(low=0), "int >= 0, default 100",
+        100,
+        _int(low=0),
+        "int >= 0, default 100",
         "Most iterations of the refinement.",
-        cli={"type": int})
+        cli={"type": int},
+    )
 
     def __post_init__(self):
         # fields are checked in declaration order; a check may normalise its value
@@ -340,19 +459,23 @@ class DesignParams:
             object.__setattr__(self, f.name, value)
         if self.alpha is None and self.epsilon is None and self.k is None:
             from .errors import InvalidParameterError
+
             raise InvalidParameterError(
                 "The 'alpha' parameter of design may be None (no C1) only when 'epsilon' or 'k' is given; "
-                "got alpha=None with neither.")
+                "got alpha=None with neither."
+            )
 
     @classmethod
-    def from_options(cls, owner: str = "design", **options) -> "DesignParams":
+    def from_options(cls, owner: str = "design", **options) -> DesignParams:
         """Validated parameters from keyword arguments; unknown names are refused."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(options) - known)
         if unknown:
             from .errors import InvalidParameterError
+
             raise InvalidParameterError(
-                f"{owner} got unknown parameters {unknown!r}; its parameters are {sorted(known)!r}.")
+                f"{owner} got unknown parameters {unknown!r}; its parameters are {sorted(known)!r}."
+            )
         return cls(**options)
 
     def to_dict(self) -> dict:
@@ -382,17 +505,25 @@ def parameters_doc(indent: int = 4) -> str:
     lines = []
     for f in dataclasses.fields(DesignParams):
         lines.append(f"{pad}{f.name} : {f.metadata['kind']}")
-        lines += textwrap.wrap(f.metadata["doc"], 96 - indent - 4, initial_indent=pad + "    ",
-                               subsequent_indent=pad + "    ")
+        lines += textwrap.wrap(
+            f.metadata["doc"],
+            96 - indent - 4,
+            initial_indent=pad + "    ",
+            subsequent_indent=pad + "    ",
+        )
     return "\n".join(lines)
 
 
-def signature(fn, before: Sequence[inspect.Parameter], after: Sequence[inspect.Parameter] = ()) -> inspect.Signature:
+def signature(
+    fn, before: Sequence[inspect.Parameter], after: Sequence[inspect.Parameter] = ()
+) -> inspect.Signature:
     """``fn``'s signature with every design parameter as a keyword argument with its default."""
     params = list(before)
     names = {p.name for p in params}
     for f in dataclasses.fields(DesignParams):
         if f.name not in names:
-            params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default))
+            params.append(
+                inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default)
+            )
     params += list(after)
     return inspect.Signature(params, return_annotation=inspect.signature(fn).return_annotation)

@@ -4,6 +4,7 @@ The matrix of a result is a read-only ``scipy.sparse.csr_array``: designs on tho
 are sparse, and nothing between the solver and the files written densifies them.  A dense
 array is made only on request (:meth:`DesignResult.to_dense`, :meth:`DesignResult.to_frame`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,18 +20,27 @@ import scipy.sparse as sp
 
 from .frequency.table import FrequencyTable
 
-__all__ = ["Status", "Stage", "Reduction", "DesignResult", "ReadOnlyCSR", "frozen_matrix", "frozen_array",
-           "matrix_long", "entries"]
+__all__ = [
+    "Status",
+    "Stage",
+    "Reduction",
+    "DesignResult",
+    "ReadOnlyCSR",
+    "frozen_matrix",
+    "frozen_array",
+    "matrix_long",
+    "entries",
+]
 
 
 class Status(enum.Enum):
     """Outcome of :func:`pramopt.design` or a baseline."""
 
-    SUCCESS = "success"                  #: full C1 verified with max_risk <= alpha
-    INFEASIBLE = "infeasible"            #: no design with the required structure exists
+    SUCCESS = "success"  #: full C1 verified with max_risk <= alpha
+    INFEASIBLE = "infeasible"  #: no design with the required structure exists
     INFEASIBLE_DATA = "infeasible_data"  #: C1 cannot hold for any P (n < 1/alpha)
-    UNVERIFIED = "unverified"            #: the solver's answer failed the independent check
-    SOLVER_ERROR = "solver_error"        #: every solver of the chain failed
+    UNVERIFIED = "unverified"  #: the solver's answer failed the independent check
+    SOLVER_ERROR = "solver_error"  #: every solver of the chain failed
 
 
 @dataclass(frozen=True)
@@ -94,7 +104,7 @@ class Reduction:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
     @classmethod
-    def from_dict(cls, d: Mapping) -> "Reduction":
+    def from_dict(cls, d: Mapping) -> Reduction:
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in dict(d or {}).items() if k in names})
 
@@ -119,7 +129,9 @@ class ReadOnlyCSR(sp.csr_array):
 
     def __setattr__(self, name, value):
         if self._frozen and name in self._GUARDED:
-            raise AttributeError("a design's matrix is read-only; use .copy() or to_dense() for one to change")
+            raise AttributeError(
+                "a design's matrix is read-only; use .copy() or to_dense() for one to change"
+            )
         super().__setattr__(name, value)
 
     def resize(self, *shape):
@@ -128,7 +140,9 @@ class ReadOnlyCSR(sp.csr_array):
         return super().resize(*shape)
 
     def copy(self):
-        return sp.csr_array((self.data.copy(), self.indices.copy(), self.indptr.copy()), shape=self.shape)
+        return sp.csr_array(
+            (self.data.copy(), self.indices.copy(), self.indptr.copy()), shape=self.shape
+        )
 
 
 def frozen_matrix(P) -> ReadOnlyCSR:
@@ -159,7 +173,9 @@ def frozen_table(table: FrequencyTable) -> FrequencyTable:
     """A copy of ``table`` whose codes and counts are read-only."""
     if not table.codes.flags.writeable and not table.counts.flags.writeable:
         return table
-    return dataclasses.replace(table, codes=frozen_array(table.codes), counts=frozen_array(table.counts))
+    return dataclasses.replace(
+        table, codes=frozen_array(table.codes), counts=frozen_array(table.counts)
+    )
 
 
 @dataclass(frozen=True)
@@ -294,9 +310,15 @@ class DesignResult:
 
     def figures(self) -> dict[str, Any]:
         """The summary figures by name (the keys a spec's ``[expected]`` may bound)."""
-        out = {"max_risk": self.max_risk, "loss": self.loss, "expected_changes": self.expected_changes,
-               "min_diagonal": self.min_diagonal, "condition_number": self.condition_number,
-               "n": self.n, "cells": self.table.n_cells}
+        out = {
+            "max_risk": self.max_risk,
+            "loss": self.loss,
+            "expected_changes": self.expected_changes,
+            "min_diagonal": self.min_diagonal,
+            "condition_number": self.condition_number,
+            "n": self.n,
+            "cells": self.table.n_cells,
+        }
         for name in ("epsilon", "k"):  # measured, for designs under ε-DP or Pk-anonymity
             if self.details.get(name) is not None:
                 out[name] = self.details[name]
@@ -312,8 +334,11 @@ class DesignResult:
         tried = self.details.get("tried") or {}
         if len(tried) < 2:
             return []
-        return ["  structures tried = " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(tried.items(), key=lambda kv: kv[1]))
-                + "  (exact L2 loss of each)"]
+        return [
+            "  structures tried = "
+            + ", ".join(f"{k} {v:.4g}" for k, v in sorted(tried.items(), key=lambda kv: kv[1]))
+            + "  (exact L2 loss of each)"
+        ]
 
     def summary(self) -> str:
         """Human-readable summary: status, loss, risk, changes, reduction and solver figures."""
@@ -322,42 +347,60 @@ class DesignResult:
             + ("" if self.success else " (NOT SAFE TO RELEASE)"),
             f"  {self.message}",
             f"  records n = {self.n}, cells K = {self.table.n_cells}, identifying variables = {', '.join(map(str, self.qi))}",
-            f"  combinations |Pi| = {len(self.combinations)}, alpha = {self.alpha:g}" + (
-                " (None: C1 not required)" if self.params.get("alpha", 0) is None else ""),
+            f"  combinations |Pi| = {len(self.combinations)}, alpha = {self.alpha:g}"
+            + (" (None: C1 not required)" if self.params.get("alpha", 0) is None else ""),
             *self._missing_line(),
             f"  max C1 risk      = {self.max_risk:.6g}  (bound {self.alpha:g}, all m, pi, k0 checked)",
-            f"  exact L2 loss    = {self.loss:.6g}" + (
+            f"  exact L2 loss    = {self.loss:.6g}"
+            + (
                 f"  (every general, replacement or block design meeting C1: >= {self.details['loss_lower_bound']:.4g}"
-                + self._bound_rows() + ")"
-                if self.details.get("loss_lower_bound") is not None else ""),
-            f"  expected changes = {self.expected_changes:.4g} of {self.n} records" + (
+                + self._bound_rows()
+                + ")"
+                if self.details.get("loss_lower_bound") is not None
+                else ""
+            ),
+            f"  expected changes = {self.expected_changes:.4g} of {self.n} records"
+            + (
                 f"  (every design meeting C1: >= {self.details['expected_changes_lower_bound']:.4g}"
-                + self._bound_rows() + ")"
-                if self.details.get("expected_changes_lower_bound") is not None else ""),
+                + self._bound_rows()
+                + ")"
+                if self.details.get("expected_changes_lower_bound") is not None
+                else ""
+            ),
             *self._tried_line(),
-            f"  min diagonal     = {self.min_diagonal:.6g}" + (f"  (floor gamma = {self.gamma:g})" if self.gamma else ""),
+            f"  min diagonal     = {self.min_diagonal:.6g}"
+            + (f"  (floor gamma = {self.gamma:g})" if self.gamma else ""),
             f"  condition number = {self.condition_number:.4g}",
             f"  binding C1 rows  = {len(self.binding_rows)}",
         ]
         d = self.details
         if d.get("epsilon_target") is not None or d.get("k_target") is not None:
+
             def t(v):
                 return "-" if v is None else f"{v:g}"
-            lines.append(f"  epsilon (Thm 1)  = {d['epsilon']:.6g}  (target {t(d.get('epsilon_target'))}); "
-                         f"Pk-anonymity k = {d['k']:.6g}  (target {t(d.get('k_target'))}); C1 alpha "
-                         f"{t(d.get('alpha_target'))}; binding: {d.get('binding')}")
+
+            lines.append(
+                f"  epsilon (Thm 1)  = {d['epsilon']:.6g}  (target {t(d.get('epsilon_target'))}); "
+                f"Pk-anonymity k = {d['k']:.6g}  (target {t(d.get('k_target'))}); C1 alpha "
+                f"{t(d.get('alpha_target'))}; binding: {d.get('binding')}"
+            )
         r = self.reduction
         if r is not None and r.full is not None:
+
             def f(v):
                 return "-" if v is None else v
+
             lines.append(
                 f"  constraints: full {f(r.full)}, after bound (2) {f(r.after_row_bound)}, after U_pi(k0) bound "
                 f"{f(r.after_group_bound)}, reduced {f(r.after_member_rule)}, solved with {f(r.final_working_set)} "
-                f"({f(r.lazy_added)} added lazily)")
+                f"({f(r.lazy_added)} added lazily)"
+            )
         if self.solver:
             lines.append(f"  solver: {self.solver}")
         for s in self.stages:
-            lines.append(f"  stage {s.name:<10} {s.seconds:8.2f} s  {s.iterations:4d} it  {s.detail}")
+            lines.append(
+                f"  stage {s.name:<10} {s.seconds:8.2f} s  {s.iterations:4d} it  {s.detail}"
+            )
         return "\n".join(lines)
 
     def _missing_line(self) -> list[str]:
@@ -365,9 +408,14 @@ class DesignResult:
         miss = t.missing().any(axis=1)
         if not miss.any():
             return []
-        how = {"keep": "they stay missing and no value becomes missing",
-               "category": "missing is a category PRAM may change"}.get(self.params.get("missing"), "")
-        return [f"  records with a missing identifying value = {int(t.counts[miss].sum())}" + (f" ({how})" if how else "")]
+        how = {
+            "keep": "they stay missing and no value becomes missing",
+            "category": "missing is a category PRAM may change",
+        }.get(self.params.get("missing"), "")
+        return [
+            f"  records with a missing identifying value = {int(t.counts[miss].sum())}"
+            + (f" ({how})" if how else "")
+        ]
 
     def __str__(self) -> str:  # pragma: no cover - convenience
         return self.summary()

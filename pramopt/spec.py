@@ -39,6 +39,7 @@ files.  Layout::
 any file is: for a spec in ``models/``, ``../../shared/data/testdata.csv`` means the ``shared``
 folder next to the checkout.
 """
+
 from __future__ import annotations
 
 import math
@@ -54,9 +55,29 @@ from .params import SPEC_KEYS as DESIGN_KEYS
 
 __all__ = ["Spec", "load_spec", "check_expected", "zipf_data", "DESIGN_KEYS", "FIGURES"]
 #: Figures of a design that ``[expected]`` may bound.
-FIGURES = ("max_risk", "loss", "expected_changes", "min_diagonal", "condition_number", "n", "cells", "epsilon", "k")
+FIGURES = (
+    "max_risk",
+    "loss",
+    "expected_changes",
+    "min_diagonal",
+    "condition_number",
+    "n",
+    "cells",
+    "epsilon",
+    "k",
+)
 
-_TOP = ("name", "description", "paper", "data", "design", "generator", "expected", "notes", "frontier")
+_TOP = (
+    "name",
+    "description",
+    "paper",
+    "data",
+    "design",
+    "generator",
+    "expected",
+    "notes",
+    "frontier",
+)
 #: Keys of the optional ``[frontier]`` table (``pramopt frontier SPEC.toml``).
 FRONTIER_KEYS = ("alphas", "baselines")
 
@@ -102,10 +123,15 @@ class Spec:
         """The spec's microdata (read, built in or generated)."""
         if self.builtin is not None:
             from .example import example_data
+
             return example_data()
         if self.generator is not None:
-            return zipf_data(**{k: v for k, v in self.generator.items() if k not in ("kind", "names")}, names=self.qi)
+            return zipf_data(
+                **{k: v for k, v in self.generator.items() if k not in ("kind", "names")},
+                names=self.qi,
+            )
         from .io import read_table
+
         return read_table(self.data_path)
 
 
@@ -143,9 +169,14 @@ def load_spec(path) -> Spec:
     qi = data.get("qi") or (gen or {}).get("names")
     if not qi or not all(isinstance(q, str) for q in qi):
         _bad(p, "[data] qi must list the identifying variables")
-    sources = [k for k in ("path", "builtin") if k in data] + (["generator"] if gen is not None else [])
+    sources = [k for k in ("path", "builtin") if k in data] + (
+        ["generator"] if gen is not None else []
+    )
     if len(sources) != 1:
-        _bad(p, f"give exactly one data source ([data] path, [data] builtin or [generator]); got {sources!r}")
+        _bad(
+            p,
+            f"give exactly one data source ([data] path, [data] builtin or [generator]); got {sources!r}",
+        )
     data_path = builtin = None
     if "path" in data:
         dp = Path(data["path"])
@@ -167,19 +198,32 @@ def load_spec(path) -> Spec:
         if missing:
             _bad(p, f"[generator] needs {missing!r}")
         if len(gen["levels"]) != len(qi):
-            _bad(p, "[generator] levels must give one number of categories per identifying variable")
+            _bad(
+                p, "[generator] levels must give one number of categories per identifying variable"
+            )
     expected = dict(raw.get("expected", {}))
     bad = sorted(set(expected) - set(FIGURES) - {"status", "source"})
     if bad:
         _bad(p, f"unknown [expected] keys {bad!r} (allowed: status, source, {', '.join(FIGURES)})")
     for k in FIGURES:
-        if k in expected and (not isinstance(expected[k], dict) or not set(expected[k]) <= {"min", "max"}):
+        if k in expected and (
+            not isinstance(expected[k], dict) or not set(expected[k]) <= {"min", "max"}
+        ):
             _bad(p, f"[expected] {k} must be a table with min and/or max")
     frontier = _frontier_table(p, raw.get("frontier"))
-    return Spec(path=p, name=str(raw.get("name", p.stem)), description=str(raw.get("description", "")),
-                paper=str(raw.get("paper", "")), qi=tuple(qi), data_path=data_path, builtin=builtin,
-                generator=dict(gen) if gen is not None else None, design=design, expected=expected,
-                frontier=frontier)
+    return Spec(
+        path=p,
+        name=str(raw.get("name", p.stem)),
+        description=str(raw.get("description", "")),
+        paper=str(raw.get("paper", "")),
+        qi=tuple(qi),
+        data_path=data_path,
+        builtin=builtin,
+        generator=dict(gen) if gen is not None else None,
+        design=design,
+        expected=expected,
+        frontier=frontier,
+    )
 
 
 def _frontier_table(p: Path, table) -> dict:
@@ -225,8 +269,10 @@ def check_expected(spec: Spec, figures: dict, status: str) -> list[str]:
         v = float(figures.get(k, math.nan))
         lo, hi = exp[k].get("min"), exp[k].get("max")
         if math.isnan(v) or (lo is not None and not v >= lo) or (hi is not None and not v <= hi):
-            misses.append(f"{k} = {v:.6g}, expected in [{lo if lo is not None else '-inf'}, "
-                          f"{hi if hi is not None else 'inf'}]")
+            misses.append(
+                f"{k} = {v:.6g}, expected in [{lo if lo is not None else '-inf'}, "
+                f"{hi if hi is not None else 'inf'}]"
+            )
     return misses
 
 
@@ -250,7 +296,9 @@ def zipf_data(n: int, seed: int, levels, exponent: float = 1.1, names=None) -> p
         Column names (default ``z1``, ``z2``, ...).
     """
     if not isinstance(n, int) or n < 1 or not isinstance(seed, int) or seed < 0:
-        raise InvalidParameterError(f"zipf_data needs an integer n >= 1 and seed >= 0; got n={n!r}, seed={seed!r}.")
+        raise InvalidParameterError(
+            f"zipf_data needs an integer n >= 1 and seed >= 0; got n={n!r}, seed={seed!r}."
+        )
     names = list(names) if names is not None else [f"z{i + 1}" for i in range(len(levels))]
     rng = np.random.default_rng(seed)
     cols = {}

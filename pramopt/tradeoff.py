@@ -17,6 +17,7 @@ The baselines are calibrated to C1 at α alone: options that restrict the optima
 are dense K x K closed forms, so by default (``baselines="auto"``) they are computed up to
 :data:`BASELINE_MAX_CELLS` cells and left out, with a note, beyond.
 """
+
 from __future__ import annotations
 
 import base64
@@ -25,9 +26,9 @@ import html
 import io
 import math
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -40,7 +41,14 @@ from .optimize.designer import design, table_and_combinations
 from .params import DesignParams
 from .result import DesignResult
 
-__all__ = ["frontier", "Frontier", "check_alphas", "DEFAULT_ALPHAS", "BASELINE_MAX_CELLS", "OPTIMAL"]
+__all__ = [
+    "frontier",
+    "Frontier",
+    "check_alphas",
+    "DEFAULT_ALPHAS",
+    "BASELINE_MAX_CELLS",
+    "OPTIMAL",
+]
 
 #: The α of a frontier when none are given.
 DEFAULT_ALPHAS = (0.05, 0.1, 0.2)
@@ -50,8 +58,18 @@ BASELINE_MAX_CELLS = 2000
 OPTIMAL = "optimal"
 
 #: Columns of :attr:`Frontier.points`, in order.
-COLUMNS = ("alpha", "design", "kind", "status", "meets_c1", "loss", "expected_changes", "max_risk", "seconds",
-           "parameters")
+COLUMNS = (
+    "alpha",
+    "design",
+    "kind",
+    "status",
+    "meets_c1",
+    "loss",
+    "expected_changes",
+    "max_risk",
+    "seconds",
+    "parameters",
+)
 
 
 def check_alphas(alphas, owner: str = "frontier") -> tuple[float, ...]:
@@ -76,7 +94,12 @@ def check_alphas(alphas, owner: str = "frontier") -> tuple[float, ...]:
             fail("alphas", owner, f"{allowed} ({a!r} is not)", list(alphas))
     twice = sorted({a for a in out if out.count(a) > 1})
     if twice:
-        fail("alphas", owner, f"{allowed} ({', '.join(f'{a:g}' for a in twice)} given twice)", list(alphas))
+        fail(
+            "alphas",
+            owner,
+            f"{allowed} ({', '.join(f'{a:g}' for a in twice)} given twice)",
+            list(alphas),
+        )
     return tuple(sorted(out))
 
 
@@ -91,9 +114,11 @@ def _check_baselines(baselines, n_cells: int, owner: str) -> tuple[tuple[str, ..
             chosen = names
         elif baselines == "auto":
             if n_cells > BASELINE_MAX_CELLS:
-                return (), (f"The calibrated baselines are left out: {n_cells} cells is more than "
-                            f"{BASELINE_MAX_CELLS} (they are dense K x K closed forms; baselines='all' "
-                            "computes them anyway).")
+                return (), (
+                    f"The calibrated baselines are left out: {n_cells} cells is more than "
+                    f"{BASELINE_MAX_CELLS} (they are dense K x K closed forms; baselines='all' "
+                    "computes them anyway)."
+                )
             chosen = names
         elif ALIASES.get(baselines, baselines) in names:
             chosen = (ALIASES.get(baselines, baselines),)
@@ -193,12 +218,28 @@ class Frontier:
                 y = g[col].to_numpy(float)
                 # a log scale shows neither 0 (nothing to change) nor inf (a singular matrix)
                 shown = np.isfinite(y) & ((y > 0) if col == "loss" else (y >= 0))
-                ax.plot(x[ok & shown], y[ok & shown], marker=markers[name], color=colors[name], lw=lw,
-                        zorder=z, label=name)
+                ax.plot(
+                    x[ok & shown],
+                    y[ok & shown],
+                    marker=markers[name],
+                    color=colors[name],
+                    lw=lw,
+                    zorder=z,
+                    label=name,
+                )
                 if (~ok & shown).any():
-                    ax.scatter(x[~ok & shown], y[~ok & shown], marker="x", s=60, color=colors[name], zorder=z)
+                    ax.scatter(
+                        x[~ok & shown],
+                        y[~ok & shown],
+                        marker="x",
+                        s=60,
+                        color=colors[name],
+                        zorder=z,
+                    )
                 if col == "loss":
-                    hidden += [f"{name} at α = {a:g} (loss {v:g})" for a, v in zip(x[~shown], y[~shown])]
+                    hidden += [
+                        f"{name} at α = {a:g} (loss {v:g})" for a, v in zip(x[~shown], y[~shown])
+                    ]
         log_alpha = max(self.alphas) / min(self.alphas) >= 4
         for ax in (left, right):
             if log_alpha:
@@ -218,15 +259,29 @@ class Frontier:
         handles, labels = left.get_legend_handles_labels()
         if not pts["meets_c1"].all():
             from matplotlib.lines import Line2D
+
             handles.append(Line2D([], [], marker="x", ls="", color="0.3"))
             labels.append("fails C1 at that α")
         fig.tight_layout(rect=(0, 0.08, 1, 1))
         # below the panels, where it hides no point
-        fig.legend(handles, labels, fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 0.01),
-                   ncol=min(len(labels), 6), frameon=False)
+        fig.legend(
+            handles,
+            labels,
+            fontsize=8,
+            loc="lower center",
+            bbox_to_anchor=(0.5, 0.01),
+            ncol=min(len(labels), 6),
+            frameon=False,
+        )
         if hidden:
-            fig.text(0.5, 0.0, "Not drawn on the log scale: " + "; ".join(hidden), fontsize=8, ha="center",
-                     va="top")
+            fig.text(
+                0.5,
+                0.0,
+                "Not drawn on the log scale: " + "; ".join(hidden),
+                fontsize=8,
+                ha="center",
+                va="top",
+            )
         return fig
 
     def png(self) -> bytes:
@@ -241,10 +296,14 @@ class Frontier:
 
         png = self.png() if png is None else png
         t = self.table
-        summary = {"records n": t.n, "present cells K": t.n_cells,
-                   "identifying variables": ", ".join(map(str, t.qi)),
-                   "combinations |Π|": len(self.combinations), "α": ", ".join(f"{a:g}" for a in self.alphas),
-                   "designs": ", ".join(self.names)}
+        summary = {
+            "records n": t.n,
+            "present cells K": t.n_cells,
+            "identifying variables": ", ".join(map(str, t.qi)),
+            "combinations |Π|": len(self.combinations),
+            "α": ", ".join(f"{a:g}" for a in self.alphas),
+            "designs": ", ".join(self.names),
+        }
         defaults = {f.name: f.default for f in dataclasses.fields(DesignParams)}
         options = {k: v for k, v in self.params.items() if defaults.get(k) != v}
         if options:
@@ -252,23 +311,30 @@ class Frontier:
         ok = self.success
         status = "success" if ok else "an optimal design failed"
         pts = self.points.drop(columns=["kind"])
-        parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-                 f"<style>{_CSS}</style></head><body>", f"<h1>{html.escape(title)}</h1>",
-                 f"<p><span class='status {'ok' if ok else 'bad'}'>{html.escape(status)}</span></p>",
-                 "<p>For each α the optimal design (pramopt.design) and every closed-form baseline calibrated "
-                 "to the same α, each checked by the same independent C1 verification: a point on a line "
-                 "meets C1 at its α, a cross does not.</p>",
-                 f"<h2>Summary</h2>{_html_table(summary)}",
-                 "<h2>Loss and expected changes against α</h2><figure><img alt='loss and expected changes "
-                 f"against alpha' src='data:image/png;base64,{base64.b64encode(png).decode('ascii')}'>"
-                 "<figcaption>Left: the exact L2 loss of the unbiased estimator (log scale). Right: the "
-                 "expected number of records whose identifying values change. A smaller α is safer and "
-                 "costs more; the gap between the optimal line and a baseline's is what optimising saves "
-                 "at the same verified risk.</figcaption></figure>",
-                 f"<h2>Points</h2>{_html_table(pts)}",
-                 f"<h2>Ratio of each baseline's loss to the optimal loss</h2>{_html_table(self.ratios())}"]
+        parts = [
+            f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{_CSS}</style></head><body>",
+            f"<h1>{html.escape(title)}</h1>",
+            f"<p><span class='status {'ok' if ok else 'bad'}'>{html.escape(status)}</span></p>",
+            "<p>For each α the optimal design (pramopt.design) and every closed-form baseline calibrated "
+            "to the same α, each checked by the same independent C1 verification: a point on a line "
+            "meets C1 at its α, a cross does not.</p>",
+            f"<h2>Summary</h2>{_html_table(summary)}",
+            "<h2>Loss and expected changes against α</h2><figure><img alt='loss and expected changes "
+            f"against alpha' src='data:image/png;base64,{base64.b64encode(png).decode('ascii')}'>"
+            "<figcaption>Left: the exact L2 loss of the unbiased estimator (log scale). Right: the "
+            "expected number of records whose identifying values change. A smaller α is safer and "
+            "costs more; the gap between the optimal line and a baseline's is what optimising saves "
+            "at the same verified risk.</figcaption></figure>",
+            f"<h2>Points</h2>{_html_table(pts)}",
+            f"<h2>Ratio of each baseline's loss to the optimal loss</h2>{_html_table(self.ratios())}",
+        ]
         if self.notes:
-            parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in self.notes) + "</ul>")
+            parts.append(
+                "<h2>Notes</h2><ul>"
+                + "".join(f"<li>{html.escape(n)}</li>" for n in self.notes)
+                + "</ul>"
+            )
         parts.append("</body></html>")
         return "\n".join(parts)
 
@@ -280,7 +346,9 @@ class Frontier:
             opt = self.designs[a]
             row = {"alpha": a, "optimal loss": opt.loss}
             for name, b in self.baselines[a].items():
-                row[name] = (b.loss / opt.loss if b.success and opt.success and opt.loss > 0 else math.nan)
+                row[name] = (
+                    b.loss / opt.loss if b.success and opt.success and opt.loss > 0 else math.nan
+                )
             rows.append(row)
         return pd.DataFrame(rows)
 
@@ -298,13 +366,24 @@ def _row(alpha: float, name: str, r: DesignResult, seconds: float) -> dict:
         params = f"structure={structure}" + (f", gamma={r.gamma:g}" if r.gamma else "")
     else:
         # sdcMicro's own "alpha" (its mixing weight) is not C1's α
-        keep = {{"alpha": "pram_alpha"}.get(k, k): r.details[k] for k in BASELINES[name].tuned
-                if k in r.details}
+        keep = {
+            {"alpha": "pram_alpha"}.get(k, k): r.details[k]
+            for k in BASELINES[name].tuned
+            if k in r.details
+        }
         params = ", ".join(f"{k}={_short(v)}" for k, v in keep.items())
-    return {"alpha": alpha, "design": name, "kind": "optimal" if name == OPTIMAL else "baseline",
-            "status": r.status.value, "meets_c1": bool(r.success), "loss": float(r.loss),
-            "expected_changes": float(r.expected_changes), "max_risk": float(r.max_risk), "seconds": seconds,
-            "parameters": params}
+    return {
+        "alpha": alpha,
+        "design": name,
+        "kind": "optimal" if name == OPTIMAL else "baseline",
+        "status": r.status.value,
+        "meets_c1": bool(r.success),
+        "loss": float(r.loss),
+        "expected_changes": float(r.expected_changes),
+        "max_risk": float(r.max_risk),
+        "seconds": seconds,
+        "parameters": params,
+    }
 
 
 def _short(v) -> str:
@@ -313,8 +392,16 @@ def _short(v) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-def frontier(data, qi=None, alphas=DEFAULT_ALPHAS, *, baselines="auto", seed: int = 0,
-             progress: Callable | None = None, **design_options) -> Frontier:
+def frontier(
+    data,
+    qi=None,
+    alphas=DEFAULT_ALPHAS,
+    *,
+    baselines="auto",
+    seed: int = 0,
+    progress: Callable | None = None,
+    **design_options,
+) -> Frontier:
     """The risk–utility frontier: the optimal design and every calibrated baseline at each α.
 
     Parameters
@@ -353,14 +440,18 @@ def frontier(data, qi=None, alphas=DEFAULT_ALPHAS, *, baselines="auto", seed: in
     if "alpha" in design_options:
         raise InvalidParameterError(
             f"The 'alpha' parameter is not one of {owner}'s: give the levels as alphas=[...]; "
-            f"got alpha={design_options['alpha']!r}.")
+            f"got alpha={design_options['alpha']!r}."
+        )
     alphas = check_alphas(alphas, owner)
-    params = DesignParams.from_options(owner, alpha=alphas[0], **design_options)  # every option checked first
+    params = DesignParams.from_options(
+        owner, alpha=alphas[0], **design_options
+    )  # every option checked first
     if params.household is not None:
         # a household design is two matrices over other tables than the baselines' one
         raise InvalidParameterError(
             f"The 'household' parameter of design is not supported by {owner}; got household={params.household!r}. "
-            "Design each alpha with pramopt.design(..., household=...) instead.")
+            "Design each alpha with pramopt.design(..., household=...) instead."
+        )
     if progress is not None and not callable(progress):
         fail("progress", owner, "a callable or None", progress)
     seed = check_int(seed, "seed", owner, low=0)
@@ -374,8 +465,10 @@ def frontier(data, qi=None, alphas=DEFAULT_ALPHAS, *, baselines="auto", seed: in
             try:
                 progress(alpha, name, result)
             except Exception as e:
-                raise CallbackError(f"The progress callback raised {type(e).__name__}: {e} (at alpha {alpha:g}, "
-                                    f"{name}); the frontier was stopped.") from e
+                raise CallbackError(
+                    f"The progress callback raised {type(e).__name__}: {e} (at alpha {alpha:g}, "
+                    f"{name}); the frontier was stopped."
+                ) from e
 
     rows, designs, base = [], {}, {}
     for a in alphas:
@@ -395,18 +488,38 @@ def frontier(data, qi=None, alphas=DEFAULT_ALPHAS, *, baselines="auto", seed: in
             tell(a, name, b)
         base[a] = MappingProxyType(base[a])
     notes = [skipped] if skipped else []
-    restricting = [k for k in ("fixed", "keep_cells", "invariant", "epsilon", "k", "min_diagonal",
-                               "max_changed_variables")
-                   if opts.get(k) not in (None, False, [], ())]
+    restricting = [
+        k
+        for k in (
+            "fixed",
+            "keep_cells",
+            "invariant",
+            "epsilon",
+            "k",
+            "min_diagonal",
+            "max_changed_variables",
+        )
+        if opts.get(k) not in (None, False, [], ())
+    ]
     if names and restricting:
-        notes.append(f"The options {', '.join(restricting)} restrict the optimal design only; the baselines are "
-                     "calibrated to C1 at α alone.")
+        notes.append(
+            f"The options {', '.join(restricting)} restrict the optimal design only; the baselines are "
+            "calibrated to C1 at α alone."
+        )
     if opts.get("change_weights"):
         # the points compare the exact L2 loss, which the optimal design no longer minimises alone
-        notes.append("With change_weights the optimal design minimises the L2 loss plus the weighted changes "
-                     "(details['weighted_objective']), not the L2 loss the points show.")
+        notes.append(
+            "With change_weights the optimal design minimises the L2 loss plus the weighted changes "
+            "(details['weighted_objective']), not the L2 loss the points show."
+        )
     qi_names = list(table.qi)
-    return Frontier(points=pd.DataFrame(rows, columns=list(COLUMNS)), alphas=alphas,
-                    designs=MappingProxyType(designs), baselines=MappingProxyType(base), table=table,
-                    combinations=tuple(tuple(qi_names[i] for i in c) for c in combos),
-                    params=MappingProxyType(opts), notes=tuple(notes))
+    return Frontier(
+        points=pd.DataFrame(rows, columns=list(COLUMNS)),
+        alphas=alphas,
+        designs=MappingProxyType(designs),
+        baselines=MappingProxyType(base),
+        table=table,
+        combinations=tuple(tuple(qi_names[i] for i in c) for c in combos),
+        params=MappingProxyType(opts),
+        notes=tuple(notes),
+    )

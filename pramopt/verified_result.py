@@ -6,6 +6,7 @@ and the summary figures (loss, expected changes, condition number, binding rows)
 the same way for every method, from the sparse matrix one connected component at a time
 (:mod:`pramopt.loss`).
 """
+
 from __future__ import annotations
 
 import time
@@ -41,11 +42,25 @@ def binding_rows(rep: C1Report, table: FrequencyTable, combos, alpha: float) -> 
     return rows
 
 
-def finish(P, table: FrequencyTable, combos, alpha: float, status: Status, message: str, *,
-           stages=(), gamma: float | None = None, reduction: Reduction | None = None,
-           solver: str | None = None, report: C1Report | None = None, method: str = "optimal",
-           params: Mapping | None = None, details: Mapping | None = None,
-           loss: float | None = None, condition: float | None = None) -> DesignResult:
+def finish(
+    P,
+    table: FrequencyTable,
+    combos,
+    alpha: float,
+    status: Status,
+    message: str,
+    *,
+    stages=(),
+    gamma: float | None = None,
+    reduction: Reduction | None = None,
+    solver: str | None = None,
+    report: C1Report | None = None,
+    method: str = "optimal",
+    params: Mapping | None = None,
+    details: Mapping | None = None,
+    loss: float | None = None,
+    condition: float | None = None,
+) -> DesignResult:
     """Verify ``P`` against the full C1 and build the result.
 
     A ``SUCCESS`` claimed by the caller becomes ``UNVERIFIED`` unless the independent check
@@ -72,32 +87,62 @@ def finish(P, table: FrequencyTable, combos, alpha: float, status: Status, messa
     stages.append(Stage("summary", time.perf_counter() - t0, 0, "loss and condition number"))
     qi = tuple(table.qi)
     return DesignResult(
-        matrix=P, status=status, loss=f, expected_changes=expected_changes(P, table.counts),
-        max_risk=float(report.max_risk), min_diagonal=float(np.min(P.diagonal())) if K else float("nan"),
-        gamma=gamma, binding_rows=binding_rows(report, table, combos, alpha), reduction=reduction,
-        solver=solver, stages=tuple(stages), condition_number=cond, message=message, alpha=float(alpha),
-        qi=qi, combinations=tuple(tuple(qi[i] for i in c) for c in combos), table=table, method=method,
-        params=dict(params or {}), details=details)
+        matrix=P,
+        status=status,
+        loss=f,
+        expected_changes=expected_changes(P, table.counts),
+        max_risk=float(report.max_risk),
+        min_diagonal=float(np.min(P.diagonal())) if K else float("nan"),
+        gamma=gamma,
+        binding_rows=binding_rows(report, table, combos, alpha),
+        reduction=reduction,
+        solver=solver,
+        stages=tuple(stages),
+        condition_number=cond,
+        message=message,
+        alpha=float(alpha),
+        qi=qi,
+        combinations=tuple(tuple(qi[i] for i in c) for c in combos),
+        table=table,
+        method=method,
+        params=dict(params or {}),
+        details=details,
+    )
 
 
-def _changed_check(P, table: FrequencyTable, params: Mapping, status: Status, message: str, details: dict,
-                   loss: float) -> tuple[Status, str]:
+def _changed_check(
+    P,
+    table: FrequencyTable,
+    params: Mapping,
+    status: Status,
+    message: str,
+    details: dict,
+    loss: float,
+) -> tuple[Status, str]:
     """``max_changed_variables``, checked from the cells' codes (:mod:`pramopt.verify`), whatever built
     ``P``: a success with a transition between cells farther apart becomes UNVERIFIED; and the
     objective of ``change_weights`` beside the exact loss."""
     d = params.get("max_changed_variables")
     if d is not None:
         bad, worst = changed_variables_violations(P, table.codes, int(d))
-        details["max_changed_variables_check"] = {"limit": int(d), "violations": bad, "largest": worst}
+        details["max_changed_variables_check"] = {
+            "limit": int(d),
+            "violations": bad,
+            "largest": worst,
+        }
         if bad and status is Status.SUCCESS:
             status = Status.UNVERIFIED
-            message = (f"{message} But {bad} transitions change more than max_changed_variables = {d} identifying "
-                       f"variables (up to {worst}): the design does not meet it.").strip()
+            message = (
+                f"{message} But {bad} transitions change more than max_changed_variables = {d} identifying "
+                f"variables (up to {worst}): the design does not meet it."
+            ).strip()
     weights = params.get("change_weights")
     if weights:
         w = np.array([float(weights.get(v, 0.0)) for v in table.qi])
         Pm = sp.coo_matrix(P)
         counts = np.asarray(table.counts, dtype=float)
         h = (np.asarray(table.codes)[Pm.row] != np.asarray(table.codes)[Pm.col]) @ w
-        details["weighted_objective"] = float(loss + 2.0 / counts.sum() ** 2 * np.sum(counts[Pm.row] * Pm.data * h))
+        details["weighted_objective"] = float(
+            loss + 2.0 / counts.sum() ** 2 * np.sum(counts[Pm.row] * Pm.data * h)
+        )
     return status, message

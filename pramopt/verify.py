@@ -6,10 +6,11 @@ the counts and the matrix, for **every** present cell m, every combination π an
 k0 that a present cell projects to.  A design is only reported successful when this check
 passes with ``max_risk <= alpha``; no tolerance is applied.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -95,8 +96,13 @@ def c1_risk(
     if Pm.shape != (K, Kc):
         raise ValueError(f"P has shape {Pm.shape}, expected {(K, Kc)}")
     if not (np.all(np.isfinite(Pm.data)) and np.all(Pm.data >= 0)) or len(combinations) == 0:
-        return C1Report(max_risk=float("nan"), argmax=(), risk_by_group=[], groups_by_combination=[],
-                        denominators=[])
+        return C1Report(
+            max_risk=float("nan"),
+            argmax=(),
+            risk_by_group=[],
+            groups_by_combination=[],
+            denominators=[],
+        )
     best = -np.inf
     arg: tuple = ()
     risks, groups, dens = [], [], []
@@ -117,8 +123,13 @@ def c1_risk(
             best = float(r[g])
             rep = int(np.flatnonzero(inv == g)[0])
             arg = (int(argrow[g]), ci, rep)
-    return C1Report(max_risk=float(best), argmax=arg, risk_by_group=risks,
-                    groups_by_combination=groups, denominators=dens)
+    return C1Report(
+        max_risk=float(best),
+        argmax=arg,
+        risk_by_group=risks,
+        groups_by_combination=groups,
+        denominators=dens,
+    )
 
 
 def violated_rows(P, codes, counts, combinations, alpha: float) -> list[tuple[int, int, int]]:
@@ -143,7 +154,10 @@ def violated_rows(P, codes, counts, combinations, alpha: float) -> list[tuple[in
 # How many identifying values a transition changes (max_changed_variables), from the codes alone
 # ---------------------------------------------------------------------------------------------
 
-def transition_distances(P, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+
+def transition_distances(
+    P, codes: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Every stored non-zero off-diagonal entry of ``P`` and the number of identifying variables
     its two cells differ in (their Hamming distance, from the raw codes).
 
@@ -158,7 +172,9 @@ def transition_distances(P, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     dist = np.empty(r.size, dtype=np.int64)
     step = 1 << 18
     for s in range(0, r.size, step):
-        dist[s:s + step] = np.count_nonzero(codes[r[s:s + step]] != codes[c[s:s + step]], axis=1)
+        dist[s : s + step] = np.count_nonzero(
+            codes[r[s : s + step]] != codes[c[s : s + step]], axis=1
+        )
     bad = ~np.isfinite(v) | (v < 0)
     dist[bad] = codes.shape[1] + 1
     return r, c, v, dist

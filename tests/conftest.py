@@ -3,6 +3,7 @@
 Real microdata (sdcMicro's testdata, GPL-2) is read from ``../shared/data`` beside the
 repository and never copied into it; tests that need it are skipped when it is absent.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -5,6 +5,7 @@ k0, ``sum_{k in g} P_mk <= alpha * sum_l U0(l) sum_{k in g} P_lk``.  The variabl
 entries of P (row-major).  Shared by the tests that compare pramopt's bounds with the exact
 optimum of small cases; it uses nothing of pramopt but the frequency table's codes and counts.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -42,7 +43,14 @@ def min_changes(t, alpha: float, combos=None) -> float:
 
     K, U = t.n_cells, t.counts.astype(float)
     A = full_c1_rows(t, alpha, combos=combos)
-    res = linprog(-np.diag(U).ravel(), A_ub=A, b_ub=np.zeros(A.shape[0]), A_eq=row_sums(K), b_eq=np.ones(K),
-                  bounds=(0, 1), method="highs")
+    res = linprog(
+        -np.diag(U).ravel(),
+        A_ub=A,
+        b_ub=np.zeros(A.shape[0]),
+        A_eq=row_sums(K),
+        b_eq=np.ones(K),
+        bounds=(0, 1),
+        method="highs",
+    )
     assert res.status == 0
     return float(U.sum() + res.fun)

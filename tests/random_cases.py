@@ -17,6 +17,7 @@ result's matrix and the order of its cells:
 
 Run as a script for a campaign: ``python tests/random_cases.py 1000``.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -175,8 +176,17 @@ def campaign(seeds, log=None) -> dict:
     """Run pramopt.design on every case and count what the property tests assert."""
     import pramopt
 
-    figures = {"cases": 0, "successes": 0, "unsafe": 0, "options broken": 0, "infeasible": 0,
-               "false infeasible": 0, "weaker option failed": 0, "other status": 0, "seconds": 0.0}
+    figures = {
+        "cases": 0,
+        "successes": 0,
+        "unsafe": 0,
+        "options broken": 0,
+        "infeasible": 0,
+        "false infeasible": 0,
+        "weaker option failed": 0,
+        "other status": 0,
+        "seconds": 0.0,
+    }
     problems = []
     t0 = time.perf_counter()
     for seed in seeds:

@@ -3,6 +3,7 @@
 Each function is derived from a definition, not from the formula pramopt implements, so a
 test that compares pramopt with it can fail when pramopt is wrong.
 """
+
 from __future__ import annotations
 
 import itertools

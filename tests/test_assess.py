@@ -1,4 +1,5 @@
 """One risk report for any matrix, checked against independent computations."""
+
 from __future__ import annotations
 
 import itertools
@@ -8,17 +9,24 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pramopt.errors import InvalidParameterError
-from pramopt.risk.assessment import Assessment, assess
 from pramopt.baselines.ifpr import ifpr_matrix
 from pramopt.baselines.retention import retention_matrix
+from pramopt.errors import InvalidParameterError
 from pramopt.frequency.table import frequency_table
+from pramopt.risk.assessment import Assessment, assess
 
 
 @pytest.fixture(scope="module")
 def data():
     # 3 variables, 20 records, a few rare combinations
-    rows = ([(0, 0, 0)] * 6 + [(0, 1, 0)] * 4 + [(1, 0, 1)] * 5 + [(1, 1, 1)] * 3 + [(2, 0, 0)] * 1 + [(2, 1, 1)] * 1)
+    rows = (
+        [(0, 0, 0)] * 6
+        + [(0, 1, 0)] * 4
+        + [(1, 0, 1)] * 5
+        + [(1, 1, 1)] * 3
+        + [(2, 0, 0)] * 1
+        + [(2, 1, 1)] * 1
+    )
     return pd.DataFrame(rows, columns=["x", "y", "z"])
 
 
@@ -53,21 +61,33 @@ def test_assess_small_table(data):
     n = U0.sum()
     # ε and k by their definitions (Ikarashi et al., Theorems 1 and 3), as loops
     eps = math.log(max(P[u, w] / P[v, w] for u in range(K) for v in range(K) for w in range(K)))
-    ar = min(P[u, vp] * P[v, up] / (P[u, up] * P[v, vp])
-             for u, v, up, vp in itertools.product(range(K), repeat=4))
+    ar = min(
+        P[u, vp] * P[v, up] / (P[u, up] * P[v, vp])
+        for u, v, up, vp in itertools.product(range(K), repeat=4)
+    )
     assert rep.epsilon == pytest.approx(eps, rel=1e-12)
     assert rep.k == pytest.approx(1 + (n - 1) * ar, rel=1e-10)
     assert rep.expected_changes == pytest.approx(sum(U0[m] * (1 - P[m, m]) for m in range(K)))
     # exact L2 loss, Cator et al. Section 3: (1/n^2) sum_l ||row_l(P^-1)||^2 (U0^T P)_l - 1/n
     Q = np.linalg.inv(P)
     w = U0 @ P
-    assert rep.loss == pytest.approx(sum((Q[l] @ Q[l]) * w[l] for l in range(K)) / n**2 - 1 / n, rel=1e-9)
+    assert rep.loss == pytest.approx(
+        sum((Q[l] @ Q[l]) * w[l] for l in range(K)) / n**2 - 1 / n, rel=1e-9
+    )
     assert rep.invariance_error == pytest.approx(np.abs(U0 @ P - U0).sum())
     assert rep.condition_number == pytest.approx(np.linalg.cond(P))
     assert rep.r1_max is None and rep.n_records == 20 and rep.n_cells == K == rep.n_present
     assert rep.meets_c1 == (rep.max_risk <= 0.3)
     d = rep.to_dict()
-    for key in ("max_risk", "k", "epsilon", "expected_changes", "loss", "invariance_error", "meets_c1"):
+    for key in (
+        "max_risk",
+        "k",
+        "epsilon",
+        "expected_changes",
+        "loss",
+        "invariance_error",
+        "meets_c1",
+    ):
         assert key in d
     s = rep.summary()
     assert "C1 max risk" in s and "Pk-anonymity" in s and "epsilon" in s
@@ -84,7 +104,9 @@ def test_assess_identity_is_the_original_data(data):
 def test_assess_on_the_full_product_space(data):
     qi = ["x", "y", "z"]
     full = pd.DataFrame(list(itertools.product([0, 1, 2], [0, 1], [0, 1])), columns=qi)
-    P = np.kron(np.kron(retention_matrix(3, 0.5), retention_matrix(2, 0.6)), retention_matrix(2, 0.4))
+    P = np.kron(
+        np.kron(retention_matrix(3, 0.5), retention_matrix(2, 0.6)), retention_matrix(2, 0.4)
+    )
     rep = assess(data, P, qi=qi, cells=full, combination_size=2)
     present, U0 = _cells(data, qi)
     allc = [tuple(r) for r in full.itertuples(index=False)]
@@ -94,7 +116,9 @@ def test_assess_on_the_full_product_space(data):
     combos = list(itertools.combinations(range(3), 2))
     assert rep.max_risk == pytest.approx(_c1_brute(P[rows], present, allc, U0, combos), rel=1e-12)
     # Corollary 2 for the product: sum of ln((1 + (V-1)ρ)/(1-ρ))
-    assert rep.epsilon == pytest.approx(math.log(2 / 0.5) + math.log(1.6 / 0.4) + math.log(1.4 / 0.6), rel=1e-12)
+    assert rep.epsilon == pytest.approx(
+        math.log(2 / 0.5) + math.log(1.6 / 0.4) + math.log(1.4 / 0.6), rel=1e-12
+    )
     assert rep.invariance_error == pytest.approx(np.abs(U_full @ P - U_full).sum())
     assert rep.n_cells == 12 and rep.n_present == len(present)
 
@@ -113,14 +137,25 @@ def test_assess_one_variable_reports_r1():
     assert isinstance(rep, Assessment)
 
 
-@pytest.mark.parametrize("call,name", [
-    (lambda d: assess(d, np.eye(3), qi=["x", "y", "z"]), "'matrix'"),
-    (lambda d: assess(d, np.eye(6)), "'qi'"),
-    (lambda d: assess([1, 2], np.eye(6), qi=["x"]), "'data'"),
-    (lambda d: assess(d, np.eye(6) * 2, qi=["x", "y", "z"]), "'matrix'"),
-    (lambda d: assess(d, np.eye(6), qi=["x", "y", "z"], alpha=2), "'alpha'"),
-    (lambda d: assess(d, np.eye(2), qi=["x", "y", "z"], cells=pd.DataFrame({"x": [0, 1], "y": [0, 0], "z": [0, 0]})), "'cells'"),
-])
+@pytest.mark.parametrize(
+    "call,name",
+    [
+        (lambda d: assess(d, np.eye(3), qi=["x", "y", "z"]), "'matrix'"),
+        (lambda d: assess(d, np.eye(6)), "'qi'"),
+        (lambda d: assess([1, 2], np.eye(6), qi=["x"]), "'data'"),
+        (lambda d: assess(d, np.eye(6) * 2, qi=["x", "y", "z"]), "'matrix'"),
+        (lambda d: assess(d, np.eye(6), qi=["x", "y", "z"], alpha=2), "'alpha'"),
+        (
+            lambda d: assess(
+                d,
+                np.eye(2),
+                qi=["x", "y", "z"],
+                cells=pd.DataFrame({"x": [0, 1], "y": [0, 0], "z": [0, 0]}),
+            ),
+            "'cells'",
+        ),
+    ],
+)
 def test_bad_input(data, call, name):
     with pytest.raises(InvalidParameterError, match=name):
         call(data)

@@ -10,6 +10,7 @@ perturbed right-hand side.  A capability a backend does not declare is refused b
 Also: ``solver=`` of a design reaches the flow relaxation, the retention LP and the balancing
 weights (a spy backend registered for the test sees each call).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -20,8 +21,17 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from pramopt.optimize.backends import (BACKENDS, BackendInfo, Outcome, chain, installed, registry,
-                                       solve_lp, solve_qp, supports)
+from pramopt.optimize.backends import (
+    BACKENDS,
+    BackendInfo,
+    Outcome,
+    chain,
+    installed,
+    registry,
+    solve_lp,
+    solve_qp,
+    supports,
+)
 from pramopt.optimize.program import LinearProgram
 
 NAMES = sorted(BACKENDS)
@@ -67,11 +77,20 @@ def _program(A_ub, b_ub, A_eq, b_eq, lo, hi) -> LinearProgram:
     n = A_ub.shape[1]
     m = A_ub.shape[0] + A_eq.shape[0]
     empty = slice(n, n)
-    return LinearProgram(A=sp.csc_matrix(np.vstack([A_ub, A_eq])),
-                         row_lo=np.concatenate([np.full(A_ub.shape[0], -np.inf), b_eq]),
-                         row_hi=np.concatenate([b_ub, b_eq]), col_lo=lo.copy(), col_hi=hi.copy(),
-                         cost=np.zeros(n), n_x=n, cols={"t": empty, "s": empty},
-                         rows={"rows": slice(0, m)}, support=None, block=None, scale_costs=False)
+    return LinearProgram(
+        A=sp.csc_matrix(np.vstack([A_ub, A_eq])),
+        row_lo=np.concatenate([np.full(A_ub.shape[0], -np.inf), b_eq]),
+        row_hi=np.concatenate([b_ub, b_eq]),
+        col_lo=lo.copy(),
+        col_hi=hi.copy(),
+        cost=np.zeros(n),
+        n_x=n,
+        cols={"t": empty, "s": empty},
+        rows={"rows": slice(0, m)},
+        support=None,
+        block=None,
+        scale_costs=False,
+    )
 
 
 def _skip_unless_installed(name):
@@ -124,13 +143,24 @@ def test_one_shot_lp(name):
     np.testing.assert_allclose(m.lower + m.upper, REDUCED_STAR, atol=TOL)
     # complementary slackness, and c = A_ub' u + A_eq' v + (bound multipliers)
     assert np.all(np.abs(m.ineqlin * (B_UB - A_UB @ res.x)) < TOL)
-    assert np.all(np.abs(m.lower * (res.x - LO)) < TOL) and np.all(np.abs(m.upper * (HI - res.x)) < TOL)
-    np.testing.assert_allclose(A_UB.T @ m.ineqlin + A_EQ.T @ m.eqlin + m.lower + m.upper, C, atol=TOL)
+    assert np.all(np.abs(m.lower * (res.x - LO)) < TOL) and np.all(
+        np.abs(m.upper * (HI - res.x)) < TOL
+    )
+    np.testing.assert_allclose(
+        A_UB.T @ m.ineqlin + A_EQ.T @ m.eqlin + m.lower + m.upper, C, atol=TOL
+    )
     # the objective's sensitivity: re-solve with each right-hand side moved by d
     d = 1e-3
     for i in range(B_UB.size):
-        moved = solve_lp(C, A_UB, B_UB + d * np.eye(B_UB.size)[i], A_EQ, B_EQ, np.column_stack([LO, HI]),
-                         solver=name)
+        moved = solve_lp(
+            C,
+            A_UB,
+            B_UB + d * np.eye(B_UB.size)[i],
+            A_EQ,
+            B_EQ,
+            np.column_stack([LO, HI]),
+            solver=name,
+        )
         assert (moved.objective - res.objective) / d == pytest.approx(m.ineqlin[i], abs=1e-4)
     moved = solve_lp(C, A_UB, B_UB, A_EQ, B_EQ + d, np.column_stack([LO, HI]), solver=name)
     assert (moved.objective - res.objective) / d == pytest.approx(m.eqlin[0], abs=1e-4)
@@ -158,7 +188,9 @@ def test_loaded_program_solves_and_resolves(name):
     assert out.objective == pytest.approx(OBJ_STAR, abs=TOL)
     duals = lp.duals()
     assert (duals is not None) is info.duals
-    if duals is not None:  # row duals and reduced costs: c = A' y + reduced, slack rows price nothing
+    if (
+        duals is not None
+    ):  # row duals and reduced costs: c = A' y + reduced, slack rows price nothing
         np.testing.assert_allclose(duals.rows, np.concatenate([U_STAR, V_STAR]), atol=TOL)
         np.testing.assert_allclose(duals.cols, REDUCED_STAR, atol=TOL)
     # new costs and bounds on the same loaded program: x >= 1 and the brute-force optimum
@@ -182,10 +214,19 @@ def test_qp_closed_form(name):
     mu = (1.0 + np.sum(c / h)) / np.sum(1.0 / h)
     x = (mu - c) / h
     assert np.all((x > 0) & (x < 1))
-    prog = LinearProgram(A=sp.csc_matrix(np.ones((1, 3))), row_lo=np.ones(1), row_hi=np.ones(1),
-                         col_lo=np.zeros(3), col_hi=np.ones(3), cost=np.zeros(3), n_x=3,
-                         cols={"t": slice(3, 3), "s": slice(3, 3)}, rows={"rows": slice(0, 1)},
-                         support=None, block=None)
+    prog = LinearProgram(
+        A=sp.csc_matrix(np.ones((1, 3))),
+        row_lo=np.ones(1),
+        row_hi=np.ones(1),
+        col_lo=np.zeros(3),
+        col_hi=np.ones(3),
+        cost=np.zeros(3),
+        n_x=3,
+        cols={"t": slice(3, 3), "s": slice(3, 3)},
+        rows={"rows": slice(0, 1)},
+        support=None,
+        block=None,
+    )
     out = solve_qp(prog, c, h, np.zeros(3), np.ones(3), solver=name)
     assert out.outcome is Outcome.OPTIMAL, out.detail
     np.testing.assert_allclose(out.x, x, atol=TOL)
@@ -205,6 +246,7 @@ def test_supports_answers_for_the_default_and_refuses_unknown_capabilities():
 
 # -- solver= reaches every program -----------------------------------------------------------------
 
+
 @pytest.fixture
 def spy(monkeypatch):
     """A backend "SPY" that records the programs it is given and hands them to HiGHS."""
@@ -221,18 +263,20 @@ def spy(monkeypatch):
     mod.solve_lp = spy_solve_lp
     mod.load = lambda program, name: calls.append(name) or highs.load(program)
     monkeypatch.setitem(sys.modules, mod.__name__, mod)
-    monkeypatch.setitem(BACKENDS, "SPY", BackendInfo("SPY", lp=True, qp=False, duals=True, warm_start=True,
-                                                     module="spy"))
+    monkeypatch.setitem(
+        BACKENDS,
+        "SPY",
+        BackendInfo("SPY", lp=True, qp=False, duals=True, warm_start=True, module="spy"),
+    )
     return calls
 
 
 def _problem(solver, alpha=0.2):
     import pramopt
+    from benchmarks._common import zipf_frame
     from pramopt.frequency.combinations import resolve_combinations
     from pramopt.optimize.problem import DesignProblem
     from pramopt.params import DesignParams
-
-    from benchmarks._common import zipf_frame
 
     df = zipf_frame(1, 80, (2, 3, 3), 1.3)
     t = pramopt.frequency_table(df, list(df.columns))

@@ -9,6 +9,7 @@ calibration takes.  Old spellings are read, never written.  The producers' share
 (C1 by brute force, save/load, release) is tests/test_contract.py, which runs over the same
 registry.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -33,12 +34,14 @@ NAMES = list(BASELINES)
 def data():
     rng = np.random.default_rng(11)
     n = 300
-    return pd.DataFrame({
-        "a": rng.choice(["x", "y", "z"], n, p=[0.6, 0.3, 0.1]),
-        "b": rng.choice(4, n, p=[0.4, 0.3, 0.2, 0.1]),
-        "c": rng.choice(2, n, p=[0.7, 0.3]),
-        "d": rng.choice(3, n, p=[0.5, 0.45, 0.05]),
-    })
+    return pd.DataFrame(
+        {
+            "a": rng.choice(["x", "y", "z"], n, p=[0.6, 0.3, 0.1]),
+            "b": rng.choice(4, n, p=[0.4, 0.3, 0.2, 0.1]),
+            "c": rng.choice(2, n, p=[0.7, 0.3]),
+            "d": rng.choice(3, n, p=[0.5, 0.45, 0.05]),
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +63,11 @@ def test_entry_is_complete(name):
     assert fam.description.strip() and "\n" not in fam.description
     assert callable(fam.calibrate) and callable(fam.matrix)
     assert fam.tuned and all(isinstance(k, str) for k in fam.tuned)
-    takes = {p.name for p in inspect.signature(fam.calibrate).parameters.values()
-             if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    takes = {
+        p.name
+        for p in inspect.signature(fam.calibrate).parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    }
     assert set(fam.options) <= takes, f"{name}: options its calibration does not take"
     assert name not in ALIASES
 
@@ -93,8 +99,19 @@ def test_calibrate_all_and_the_frontier_reach_every_family(data, produced):
 @pytest.mark.parametrize("name", NAMES)
 def test_the_command_runs_every_family(name, data, produced, tmp_path):
     data.to_csv(tmp_path / "d.csv", index=False)
-    code, _, err = run_main("baseline", name, "--data", tmp_path / "d.csv", "--qi", ",".join(QI),
-                            "--alpha", ALPHA, "--out", tmp_path / "out", "-q")
+    code, _, err = run_main(
+        "baseline",
+        name,
+        "--data",
+        tmp_path / "d.csv",
+        "--qi",
+        ",".join(QI),
+        "--alpha",
+        ALPHA,
+        "--out",
+        tmp_path / "out",
+        "-q",
+    )
     assert code == 0 and err == ""
     rec = json.loads((tmp_path / "out" / "design.json").read_text())
     assert rec["method"] == name and rec["params"]["family"] == name
@@ -112,16 +129,28 @@ def test_old_spellings_are_read_never_written(data, produced, tmp_path):
     fr = pramopt.frontier(data, QI, [ALPHA], baselines=["rr"])
     assert list(fr.points["design"]) == ["optimal", "retention"]
     data.to_csv(tmp_path / "d.csv", index=False)
-    code, _, err = run_main("baseline", "invariant", "--data", tmp_path / "d.csv",
-                            "--qi", ",".join(QI), "--alpha", ALPHA, "--out", tmp_path / "old", "-q")
+    code, _, err = run_main(
+        "baseline",
+        "invariant",
+        "--data",
+        tmp_path / "d.csv",
+        "--qi",
+        ",".join(QI),
+        "--alpha",
+        ALPHA,
+        "--out",
+        tmp_path / "old",
+        "-q",
+    )
     assert code == 0 and "old name" in err and "'sdcmicro'" in err
     assert json.loads((tmp_path / "old" / "design.json").read_text())["method"] == "sdcmicro"
 
 
 def test_a_design_file_with_an_old_family_name_still_reproduces(produced, tmp_path):
     # design.json files written before the one registry hold params.family "rr"
-    r = pramopt.baseline(produced["retention"].table, family="retention", alpha=ALPHA,
-                         per_attribute=True)
+    r = pramopt.baseline(
+        produced["retention"].table, family="retention", alpha=ALPHA, per_attribute=True
+    )
     pramopt.save_design(r, tmp_path)
     rec = json.loads((tmp_path / "design.json").read_text())
     rec["params"]["family"] = "rr"

@@ -1,4 +1,5 @@
 """Closed-form families calibrated to just meet C1 (equal security)."""
+
 from __future__ import annotations
 
 import itertools
@@ -7,18 +8,24 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+from reference import l2_loss_from_covariance
+from test_design import brute_force_max_risk
 
-from pramopt.errors import InvalidParameterError
-from pramopt.baselines import (calibrate_all, calibrate_ifpr, calibrate_retention, calibrate_sdcmicro,
-                               product_matrix_on_cells, retention_on_cells, sdcmicro_on_cells)
+from pramopt.baselines import (
+    calibrate_all,
+    calibrate_ifpr,
+    calibrate_retention,
+    calibrate_sdcmicro,
+    product_matrix_on_cells,
+    retention_on_cells,
+    sdcmicro_on_cells,
+)
 from pramopt.baselines.retention import retention_matrix
 from pramopt.baselines.sdcmicro import sdcmicro_invariant_matrix
+from pramopt.errors import InvalidParameterError
 from pramopt.frequency.combinations import resolve_combinations
 from pramopt.frequency.table import frequency_table
 from pramopt.verify import c1_risk
-
-from reference import l2_loss_from_covariance
-from test_design import brute_force_max_risk
 
 KEYS = ["urbrur", "roof", "walls", "water", "electcon", "relat", "sex"]
 
@@ -27,12 +34,14 @@ KEYS = ["urbrur", "roof", "walls", "water", "electcon", "relat", "sex"]
 def small_df():
     rng = np.random.default_rng(7)
     n = 400
-    return pd.DataFrame({
-        "a": rng.choice(3, n, p=[0.6, 0.3, 0.1]),
-        "b": rng.choice(4, n, p=[0.4, 0.3, 0.2, 0.1]),
-        "c": rng.choice(2, n, p=[0.7, 0.3]),
-        "d": rng.choice(3, n, p=[0.5, 0.45, 0.05]),
-    })
+    return pd.DataFrame(
+        {
+            "a": rng.choice(3, n, p=[0.6, 0.3, 0.1]),
+            "b": rng.choice(4, n, p=[0.4, 0.3, 0.2, 0.1]),
+            "c": rng.choice(2, n, p=[0.7, 0.3]),
+            "d": rng.choice(3, n, p=[0.5, 0.45, 0.05]),
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +53,9 @@ def small(small_df):
 def _risk(P, df):
     """Full C1 of a matrix on the small data's cells (sorted, as the table orders them), by loops."""
     P = P.toarray() if hasattr(P, "toarray") else np.asarray(P)
-    return brute_force_max_risk(P, df, ["a", "b", "c", "d"], list(itertools.combinations(range(4), 3)))
+    return brute_force_max_risk(
+        P, df, ["a", "b", "c", "d"], list(itertools.combinations(range(4), 3))
+    )
 
 
 def test_product_matrix_restricted_to_present_cells(small):
@@ -58,8 +69,13 @@ def test_product_matrix_restricted_to_present_cells(small):
     sub = full[np.ix_(idx, idx)]
     expect = sub / sub.sum(axis=1, keepdims=True)  # rows renormalised over present cells
     np.testing.assert_allclose(retention_on_cells(t, rhos), expect, rtol=1e-12)
-    np.testing.assert_allclose(product_matrix_on_cells(t.codes, [retention_matrix(dims[v], r) for v, r in enumerate(rhos)]),
-                               expect, rtol=1e-12)
+    np.testing.assert_allclose(
+        product_matrix_on_cells(
+            t.codes, [retention_matrix(dims[v], r) for v, r in enumerate(rhos)]
+        ),
+        expect,
+        rtol=1e-12,
+    )
 
 
 def test_sdcmicro_matrix_is_invariant():
@@ -73,7 +89,12 @@ def test_sdcmicro_matrix_is_invariant():
     d = 0.6 + 0.4 * u
     P = np.array([[d[i] if i == j else (1 - d[i]) / 3 for j in range(4)] for i in range(4)])
     p = f / f.sum()
-    Q = np.array([[P[j, k] * p[j] / sum(p[l] * P[l, k] for l in range(4)) for j in range(4)] for k in range(4)])
+    Q = np.array(
+        [
+            [P[j, k] * p[j] / sum(p[l] * P[l, k] for l in range(4)) for j in range(4)]
+            for k in range(4)
+        ]
+    )
     np.testing.assert_allclose(R, 0.7 * P @ Q + 0.3 * np.eye(4), rtol=1e-12)
 
 
@@ -88,7 +109,12 @@ def test_calibrate_retention_just_meets_c1(small, small_df, per_attribute):
     assert res.loss == pytest.approx(l2_loss_from_covariance(res.matrix, t.counts), rel=1e-9)
     if not per_attribute:
         # "just": a slightly larger ρ breaks C1
-        assert c1_risk(retention_on_cells(t, res.details["rho"] + 0.01), t.codes, t.counts, combos).max_risk > 0.2
+        assert (
+            c1_risk(
+                retention_on_cells(t, res.details["rho"] + 0.01), t.codes, t.counts, combos
+            ).max_risk
+            > 0.2
+        )
     else:
         common = calibrate_retention(t, combos, 0.2)
         assert res.loss <= common.loss * (1 + 1e-9)
@@ -108,7 +134,9 @@ def test_calibrate_ifpr_and_sdcmicro(small, small_df):
     assert ifpr.success and ifpr.details["xi"] > 0
     sdc = calibrate_sdcmicro(t, combos, 0.2, seed=1)
     assert sdc.success
-    np.testing.assert_allclose(sdc.to_dense(), sdcmicro_on_cells(t, sdc.details["pd"], sdc.details["alpha"], seed=1))
+    np.testing.assert_allclose(
+        sdc.to_dense(), sdcmicro_on_cells(t, sdc.details["pd"], sdc.details["alpha"], seed=1)
+    )
 
 
 def test_identity_already_safe_needs_no_perturbation():
@@ -146,11 +174,14 @@ def test_testdata_all_baselines(shared_data):
         assert r.success == (c1_risk(r.matrix, t.codes, t.counts, combos).max_risk <= 0.1)
 
 
-@pytest.mark.parametrize("kw,name", [
-    ({"alpha": 1.5}, "'alpha'"),
-    ({"combinations": [(0, 9)]}, "'combinations'"),
-    ({"table": "x"}, "'table'"),
-])
+@pytest.mark.parametrize(
+    "kw,name",
+    [
+        ({"alpha": 1.5}, "'alpha'"),
+        ({"combinations": [(0, 9)]}, "'combinations'"),
+        ({"table": "x"}, "'table'"),
+    ],
+)
 def test_bad_input(small, kw, name):
     t, combos = small
     args = {"table": t, "combinations": combos, "alpha": 0.1}

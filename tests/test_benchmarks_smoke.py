@@ -2,6 +2,7 @@
 
 The full benchmark run (``python -m benchmarks``) is not part of the test suite.
 """
+
 from __future__ import annotations
 
 import sys
@@ -10,7 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the benchmarks package beside pramopt
+sys.path.insert(
+    0, str(Path(__file__).resolve().parents[1])
+)  # the benchmarks package beside pramopt
 
 pytest.importorskip("matplotlib")
 
@@ -36,8 +39,13 @@ def test_optimal_vs_closed_quick(tmp_path):
 
 
 def test_solvers_quick(tmp_path):
-    res = solvers.run(tmp_path, quick=True, solvers=("HIGHS", "scipy.linprog(highs)"), only=("example",),
-                      log=lambda m: None)
+    res = solvers.run(
+        tmp_path,
+        quick=True,
+        solvers=("HIGHS", "scipy.linprog(highs)"),
+        only=("example",),
+        log=lambda m: None,
+    )
     assert len(res) == 2
     assert res.verified.all()
     assert np.allclose(res.objective, res.objective.iloc[0], rtol=1e-6)
@@ -59,7 +67,9 @@ def test_figures_quick(tmp_path):
 def test_records_quick(tmp_path):
     from benchmarks import records
 
-    res = records.run(tmp_path, quick=True, batch_sizes=(), formats=("parquet",), log=lambda m: None)
+    res = records.run(
+        tmp_path, quick=True, batch_sizes=(), formats=("parquet",), log=lambda m: None
+    )
     row = res["records"].iloc[0]
     assert row.n == 20_000 and row.success and row.count_s > 0 and row.release_s > 0
     assert res["pipeline"].count_release_s.notna().all()
@@ -74,8 +84,16 @@ def test_census_generator_is_seeded_and_shaped_like_a_census():
     assert a.equals(b) and list(a.columns) == list(CENSUS_KEYS)
     # the first keys do not depend on how many are asked for
     assert census_data(3000, 5, seed=4).equals(a[list(CENSUS_KEYS[:5])])
-    levels = {"age": 18, "sex": 2, "region": 40, "marital": 5, "education": 8, "employment": 4,
-              "citizenship": 3, "household_size": 6}
+    levels = {
+        "age": 18,
+        "sex": 2,
+        "region": 40,
+        "marital": 5,
+        "education": 8,
+        "employment": 4,
+        "citizenship": 3,
+        "household_size": 6,
+    }
     for k, L in levels.items():
         assert a[k].between(0, L - 1).all()
     # children are nearly all single and inactive; most 5-key cells are rare
@@ -109,6 +127,7 @@ def test_peers_quick(tmp_path):
 
 def test_privacy_design_quick(tmp_path):
     from benchmarks import privacy_design
+
     res = privacy_design.run(tmp_path, quick=True, log=lambda m: None)
     eps = res["epsilon"]
     opt = eps[eps.design == privacy_design.OPT]
@@ -117,7 +136,9 @@ def test_privacy_design_quick(tmp_path):
     fair = eps[eps.meets_epsilon]
     assert (fair.loss_vs_optimal >= 1 - 1e-9).all()
     assert (res["k"].loc[res["k"].design == privacy_design.OPT, "meets_k"]).all()
-    assert (tmp_path / "privacy_design.md").exists() and (tmp_path / "privacy_design_c1.csv").exists()
+    assert (tmp_path / "privacy_design.md").exists() and (
+        tmp_path / "privacy_design_c1.csv"
+    ).exists()
 
 
 def test_changed_variables_quick(tmp_path):
@@ -127,7 +148,9 @@ def test_changed_variables_quick(tmp_path):
     assert (res.status == "success").all()
     one = res[res.max_changed_variables == 1]
     assert (one.mean_vars_changed == 1).all() and (one.largest_vars_changed == 1).all()
-    assert (tmp_path / "changed_variables.png").exists() and (tmp_path / "changed_variables.md").exists()
+    assert (tmp_path / "changed_variables.png").exists() and (
+        tmp_path / "changed_variables.md"
+    ).exists()
 
 
 def test_frontier_quick(tmp_path):
@@ -148,7 +171,9 @@ def test_households_quick(tmp_path):
         assert hh.status == "success" and hh.max_risk <= 0.1
         # members released together never disagree on a household-level key
         assert hh.households_disagree_urbrur == 0 and hh.households_disagree_roof == 0
-    assert (tmp_path / "households_quick.md").exists() and (tmp_path / "households_quick.png").exists()
+    assert (tmp_path / "households_quick.md").exists() and (
+        tmp_path / "households_quick.png"
+    ).exists()
 
 
 @pytest.mark.slow

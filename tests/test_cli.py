@@ -1,4 +1,5 @@
 """The command line: outputs re-read independently, refusals, exit codes, atomic writes."""
+
 from __future__ import annotations
 
 import hashlib
@@ -34,8 +35,14 @@ def run_main(*argv):
 def run_cli(*argv, cwd=None):
     """``python -m pramopt ...`` in a subprocess, with this checkout first on the path."""
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-m", "pramopt", *map(str, argv)], capture_output=True,
-                          text=True, cwd=cwd, env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "pramopt", *map(str, argv)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=120,
+    )
 
 
 def matrix_from_long(path, cells: pd.DataFrame) -> np.ndarray:
@@ -58,15 +65,29 @@ def example(tmp_path_factory):
     data = pramopt.example_data()
     data.to_csv(tmp / "data.csv", index=False)
     ref = pramopt.design(data, QI, 0.1)
-    code, out, err = run_main("design", "--data", tmp / "data.csv", "--qi", ",".join(QI), "--alpha", 0.1,
-                              "--out", tmp / "d")
+    code, out, err = run_main(
+        "design",
+        "--data",
+        tmp / "data.csv",
+        "--qi",
+        ",".join(QI),
+        "--alpha",
+        0.1,
+        "--out",
+        tmp / "d",
+    )
     return dict(tmp=tmp, data=data, ref=ref, code=code, out=out, err=err, dir=tmp / "d")
 
 
 def test_design_writes_matrix_equal_to_library_result(example):
     assert example["code"] == 0, example["err"]
     d = example["dir"]
-    assert {p.name for p in d.iterdir()} == {"design.json", "matrix.csv", "report.html", "report.md"}
+    assert {p.name for p in d.iterdir()} == {
+        "design.json",
+        "matrix.csv",
+        "report.html",
+        "report.md",
+    }
     ref = example["ref"]
     P = matrix_from_long(d / "matrix.csv", ref.cells)
     np.testing.assert_allclose(P, ref.to_dense(), rtol=0, atol=1e-12)
@@ -94,14 +115,36 @@ def test_design_json_counts_and_checksum_match_the_data(example):
 
 def test_release_subprocess_reproducible_and_keeps_other_columns(example):
     tmp = example["tmp"]
-    r1 = run_cli("release", "--design", example["dir"], "--data", tmp / "data.csv", "--out", tmp / "r1.csv",
-                 "--seed", 5)
+    r1 = run_cli(
+        "release",
+        "--design",
+        example["dir"],
+        "--data",
+        tmp / "data.csv",
+        "--out",
+        tmp / "r1.csv",
+        "--seed",
+        5,
+    )
     assert r1.returncode == 0, r1.stderr
-    r2 = run_cli("release", "--design", example["dir"], "--data", tmp / "data.csv", "--out", tmp / "r2.parquet",
-                 "--seed", 5, "-q")
+    r2 = run_cli(
+        "release",
+        "--design",
+        example["dir"],
+        "--data",
+        tmp / "data.csv",
+        "--out",
+        tmp / "r2.parquet",
+        "--seed",
+        5,
+        "-q",
+    )
     assert r2.returncode == 0, r2.stderr
     # identifying values are text as written in the CSV, in both outputs
-    a, b = pd.read_csv(tmp / "r1.csv", dtype={q: str for q in QI}), pd.read_parquet(tmp / "r2.parquet")
+    a, b = (
+        pd.read_csv(tmp / "r1.csv", dtype={q: str for q in QI}),
+        pd.read_parquet(tmp / "r2.parquet"),
+    )
     pd.testing.assert_frame_equal(a, b, check_dtype=False)
     orig = example["data"]
     assert len(a) == len(orig)
@@ -113,8 +156,23 @@ def test_release_subprocess_reproducible_and_keeps_other_columns(example):
 
 def test_estimate_sums_to_n_and_by_column(example):
     tmp = example["tmp"]
-    assert main(["release", "--design", str(example["dir"]), "--data", str(tmp / "data.csv"),
-                 "--out", str(tmp / "rel.csv"), "--seed", "1", "-q"]) == 0
+    assert (
+        main(
+            [
+                "release",
+                "--design",
+                str(example["dir"]),
+                "--data",
+                str(tmp / "data.csv"),
+                "--out",
+                str(tmp / "rel.csv"),
+                "--seed",
+                "1",
+                "-q",
+            ]
+        )
+        == 0
+    )
     code, out, err = run_main("estimate", "--design", example["dir"], "--data", tmp / "rel.csv")
     assert code == 0, err
     est = pd.read_csv(io.StringIO(out))
@@ -124,16 +182,27 @@ def test_estimate_sums_to_n_and_by_column(example):
     rel = pd.read_csv(tmp / "rel.csv")
     rel["band"] = np.where(rel["income"] > rel["income"].median(), "high", "low")
     rel.to_csv(tmp / "rel_band.csv", index=False)
-    code, _, err = run_main("estimate", "--design", example["dir"], "--data", tmp / "rel_band.csv",
-                            "--by", "band", "--out", tmp / "est.parquet")
+    code, _, err = run_main(
+        "estimate",
+        "--design",
+        example["dir"],
+        "--data",
+        tmp / "rel_band.csv",
+        "--by",
+        "band",
+        "--out",
+        tmp / "est.parquet",
+    )
     assert code == 0, err
     e = pd.read_parquet(tmp / "est.parquet")
     assert e.groupby("band")["estimate"].sum().to_dict() == pytest.approx(
-        rel["band"].value_counts().to_dict(), rel=1e-9)
+        rel["band"].value_counts().to_dict(), rel=1e-9
+    )
 
 
 def _tampered(src: Path, dst: Path, edit) -> Path:
     import shutil
+
     shutil.copytree(src, dst)
     rec = json.loads((dst / "design.json").read_text())
     edit(rec)
@@ -146,26 +215,45 @@ def test_release_refuses_tampered_design(example):
 
     def bump(rec):
         rec["matrix"]["values"][0] = 1.0
+
     d = _tampered(example["dir"], tmp / "t1", bump)
-    code, _, err = run_main("release", "--design", d, "--data", tmp / "data.csv", "--out", tmp / "x.csv")
+    code, _, err = run_main(
+        "release", "--design", d, "--data", tmp / "data.csv", "--out", tmp / "x.csv"
+    )
     assert code == 2 and "modified" in err and "Traceback" not in err
     assert not (tmp / "x.csv").exists()
 
     def identity(rec):
         # a forger who also recomputes the matrix checksum: the re-verification of C1 catches it
         K = len(rec["counts"])
-        rec["matrix"] = {"shape": [K, K], "rows": list(range(K)), "cols": list(range(K)), "values": [1.0] * K}
+        rec["matrix"] = {
+            "shape": [K, K],
+            "rows": list(range(K)),
+            "cols": list(range(K)),
+            "values": [1.0] * K,
+        }
         # the checksum of the file format: shape, then rows, columns (int64) and values (float64)
         h = hashlib.sha256(repr((K, K)).encode())
         for a in (np.arange(K, dtype="<i8"), np.arange(K, dtype="<i8"), np.ones(K, dtype="<f8")):
             h.update(a.tobytes())
         rec["matrix_sha256"] = h.hexdigest()
-        guarded = ("format", "method", "table_checksum", "matrix_sha256", "status", "alpha", "combinations",
-                   "files")
+        guarded = (
+            "format",
+            "method",
+            "table_checksum",
+            "matrix_sha256",
+            "status",
+            "alpha",
+            "combinations",
+            "files",
+        )
         text = json.dumps({k: rec.get(k) for k in guarded}, sort_keys=True, separators=(",", ":"))
         rec["record_sha256"] = hashlib.sha256(text.encode()).hexdigest()
+
     d = _tampered(example["dir"], tmp / "t2", identity)
-    code, _, err = run_main("release", "--design", d, "--data", tmp / "data.csv", "--out", tmp / "x.csv")
+    code, _, err = run_main(
+        "release", "--design", d, "--data", tmp / "data.csv", "--out", tmp / "x.csv"
+    )
     assert code == 2 and "fails C1" in err
     assert not (tmp / "x.csv").exists()
 
@@ -173,12 +261,16 @@ def test_release_refuses_tampered_design(example):
 def test_release_refuses_edited_status_alpha_or_combinations(example):
     # the fields that decide whether a release is safe are checksummed like the matrix
     tmp = example["tmp"]
-    edits = {"status": lambda rec: rec.update(status="unverified"),
-             "alpha": lambda rec: rec.update(alpha=0.99),
-             "combinations": lambda rec: rec.update(combinations=[])}
+    edits = {
+        "status": lambda rec: rec.update(status="unverified"),
+        "alpha": lambda rec: rec.update(alpha=0.99),
+        "combinations": lambda rec: rec.update(combinations=[]),
+    }
     for name, edit in edits.items():
         d = _tampered(example["dir"], tmp / f"e-{name}", edit)
-        code, _, err = run_main("release", "--design", d, "--data", tmp / "data.csv", "--out", tmp / "x.csv")
+        code, _, err = run_main(
+            "release", "--design", d, "--data", tmp / "data.csv", "--out", tmp / "x.csv"
+        )
         assert code == 2 and "modified" in err, (name, err)
         assert not (tmp / "x.csv").exists()
 
@@ -187,14 +279,16 @@ def test_release_refuses_other_data(example):
     tmp = example["tmp"]
     other = example["data"].iloc[1:]
     other.to_csv(tmp / "other.csv", index=False)
-    code, _, err = run_main("release", "--design", example["dir"], "--data", tmp / "other.csv",
-                            "--out", tmp / "x.csv")
+    code, _, err = run_main(
+        "release", "--design", example["dir"], "--data", tmp / "other.csv", "--out", tmp / "x.csv"
+    )
     assert code == 2 and "other data" in err
     swapped = example["data"].copy()
     swapped.loc[0, "v5"] = 7  # a value the design has never seen
     swapped.to_csv(tmp / "swapped.csv", index=False)
-    code, _, err = run_main("release", "--design", example["dir"], "--data", tmp / "swapped.csv",
-                            "--out", tmp / "x.csv")
+    code, _, err = run_main(
+        "release", "--design", example["dir"], "--data", tmp / "swapped.csv", "--out", tmp / "x.csv"
+    )
     assert code == 2 and "do not match" in err
     assert not (tmp / "x.csv").exists()
 
@@ -203,23 +297,43 @@ def test_failed_design_exits_1_and_cannot_be_released(tmp_path):
     # n = 5 < 1/alpha = 10: C1 cannot hold for any matrix
     df = pd.DataFrame({"a": [0, 0, 1, 1, 1], "b": [0, 1, 0, 1, 1]})
     df.to_csv(tmp_path / "tiny.csv", index=False)
-    code, out, err = run_main("design", "--data", tmp_path / "tiny.csv", "--qi", "a,b", "--alpha", 0.1,
-                              "--out", tmp_path / "d", "-q")
+    code, out, err = run_main(
+        "design",
+        "--data",
+        tmp_path / "tiny.csv",
+        "--qi",
+        "a,b",
+        "--alpha",
+        0.1,
+        "--out",
+        tmp_path / "d",
+        "-q",
+    )
     assert code == 1
     assert json.loads((tmp_path / "d" / "design.json").read_text())["status"] == "infeasible_data"
-    code, _, err = run_main("release", "--design", tmp_path / "d", "--data", tmp_path / "tiny.csv",
-                            "--out", tmp_path / "r.csv")
+    code, _, err = run_main(
+        "release",
+        "--design",
+        tmp_path / "d",
+        "--data",
+        tmp_path / "tiny.csv",
+        "--out",
+        tmp_path / "r.csv",
+    )
     assert code == 2 and "infeasible_data" in err
     assert not (tmp_path / "r.csv").exists()
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["design", "--data", "{d}", "--qi", "v1,nope"], "nope"),
-    (["design", "--data", "{d}", "--qi", "v1,v2", "--alpha", "1.5"], "alpha"),
-    (["design", "--data", "{tmp}/missing.csv", "--qi", "v1"], "no such file"),
-    (["design", "--data", "{tmp}/data.txt", "--qi", "v1"], ".csv"),
-    (["assess", "--matrix", "{tmp}/missing.csv", "--data", "{d}", "--qi", "v1"], "missing.csv"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["design", "--data", "{d}", "--qi", "v1,nope"], "nope"),
+        (["design", "--data", "{d}", "--qi", "v1,v2", "--alpha", "1.5"], "alpha"),
+        (["design", "--data", "{tmp}/missing.csv", "--qi", "v1"], "no such file"),
+        (["design", "--data", "{tmp}/data.txt", "--qi", "v1"], ".csv"),
+        (["assess", "--matrix", "{tmp}/missing.csv", "--data", "{d}", "--qi", "v1"], "missing.csv"),
+    ],
+)
 def test_bad_input_exits_2_without_traceback(example, argv, needle):
     tmp = example["tmp"]
     argv = [a.format(d=tmp / "data.csv", tmp=tmp) for a in argv] + ["--out", str(tmp / "bad")]
@@ -262,6 +376,7 @@ def test_interrupt_exits_130_and_writes_nothing(example, tmp_path, monkeypatch):
 
     def boom(*a, **k):
         raise KeyboardInterrupt
+
     monkeypatch.setattr(designer, "design", boom)
     code, _, err = run_main("design", "--out", tmp_path / "d")
     assert code == 130 and "interrupted" in err
@@ -270,6 +385,7 @@ def test_interrupt_exits_130_and_writes_nothing(example, tmp_path, monkeypatch):
 
     # interrupted while writing the reports: an earlier design in the folder stays untouched
     import shutil
+
     shutil.copytree(example["dir"], tmp_path / "d")
     before = {p.name: p.read_bytes() for p in (tmp_path / "d").iterdir()}
     monkeypatch.setattr(cli, "render_markdown", boom)
@@ -289,11 +405,29 @@ def test_refuses_to_replace_a_folder_that_is_not_a_design(tmp_path):
 
 def test_parquet_in_and_out(example, tmp_path):
     example["data"].to_parquet(tmp_path / "data.parquet", index=False)
-    code, _, err = run_main("design", "--data", tmp_path / "data.parquet", "--qi", ",".join(QI),
-                            "--out", tmp_path / "d", "-q")
+    code, _, err = run_main(
+        "design",
+        "--data",
+        tmp_path / "data.parquet",
+        "--qi",
+        ",".join(QI),
+        "--out",
+        tmp_path / "d",
+        "-q",
+    )
     assert code == 0, err
-    code, _, err = run_main("release", "--design", tmp_path / "d", "--data", tmp_path / "data.parquet",
-                            "--out", tmp_path / "r.pq", "--seed", 3, "-q")
+    code, _, err = run_main(
+        "release",
+        "--design",
+        tmp_path / "d",
+        "--data",
+        tmp_path / "data.parquet",
+        "--out",
+        tmp_path / "r.pq",
+        "--seed",
+        3,
+        "-q",
+    )
     assert code == 0, err
     r = pd.read_parquet(tmp_path / "r.pq")
     assert list(r.columns) == list(example["data"].columns) and len(r) == len(example["data"])
@@ -310,8 +444,18 @@ def test_assess_long_square_and_folder_agree_with_the_design(example, tmp_path):
         square[f"c{j}"] = ref.to_dense()[:, j]
     square.to_csv(tmp_path / "square.csv", index=False)
     for m in (example["dir"], example["dir"] / "matrix.csv", tmp_path / "square.csv"):
-        code, out, err = run_main("assess", "--matrix", m, "--data", tmp / "data.csv", "--qi", ",".join(QI),
-                                  "--alpha", 0.1, "--json")
+        code, out, err = run_main(
+            "assess",
+            "--matrix",
+            m,
+            "--data",
+            tmp / "data.csv",
+            "--qi",
+            ",".join(QI),
+            "--alpha",
+            0.1,
+            "--json",
+        )
         assert code == 0, err
         a = json.loads(out)
         assert a["max_risk"] == pytest.approx(ref.max_risk, rel=1e-9)
@@ -322,21 +466,51 @@ def test_assess_long_square_and_folder_agree_with_the_design(example, tmp_path):
 def test_assess_of_identity_reports_the_raw_risk_and_fails(example, tmp_path):
     data = example["data"]
     cells = data[QI].drop_duplicates().reset_index(drop=True)
-    long = pd.concat([cells.add_prefix("from_"), cells.add_prefix("to_")], axis=1).assign(probability=1.0)
+    long = pd.concat([cells.add_prefix("from_"), cells.add_prefix("to_")], axis=1).assign(
+        probability=1.0
+    )
     long.to_csv(tmp_path / "id.csv", index=False)
-    code, out, err = run_main("assess", "--matrix", tmp_path / "id.csv", "--data", example["tmp"] / "data.csv",
-                              "--qi", ",".join(QI), "--alpha", 0.1, "--json", "--out", tmp_path / "rep")
+    code, out, err = run_main(
+        "assess",
+        "--matrix",
+        tmp_path / "id.csv",
+        "--data",
+        example["tmp"] / "data.csv",
+        "--qi",
+        ",".join(QI),
+        "--alpha",
+        0.1,
+        "--json",
+        "--out",
+        tmp_path / "rep",
+    )
     assert code == 1, err
     from itertools import combinations
+
     worst = max(1.0 / data.groupby(list(c)).size().min() for c in combinations(QI, 3))
     assert json.loads(out)["max_risk"] == pytest.approx(worst)
-    assert {p.name for p in (tmp_path / "rep").iterdir()} == {"report.html", "report.md", "assessment.json"}
+    assert {p.name for p in (tmp_path / "rep").iterdir()} == {
+        "report.html",
+        "report.md",
+        "assessment.json",
+    }
     assert "data:image/png;base64," in (tmp_path / "rep" / "report.html").read_text()
 
 
 def test_baseline_outputs_like_design(example, tmp_path):
-    code, out, err = run_main("baseline", "rr", "--data", example["tmp"] / "data.csv", "--qi", ",".join(QI),
-                              "--alpha", 0.1, "--out", tmp_path / "rr", "-q")
+    code, out, err = run_main(
+        "baseline",
+        "rr",
+        "--data",
+        example["tmp"] / "data.csv",
+        "--qi",
+        ",".join(QI),
+        "--alpha",
+        0.1,
+        "--out",
+        tmp_path / "rr",
+        "-q",
+    )
     rec = json.loads((tmp_path / "rr" / "design.json").read_text())
     P = matrix_from_long(tmp_path / "rr" / "matrix.csv", example["ref"].cells)
     np.testing.assert_allclose(P.sum(axis=1), 1.0, atol=1e-9)
@@ -362,7 +536,12 @@ def test_progress_prints_only_after_a_second():
     t[0] = 1.7
     p("refine", 5, 9e-6, 0.01)
     lines = buf.getvalue().splitlines()
-    assert len(lines) == 2 and "refine" in lines[0] and "iteration    3" in lines[0] and "2e-05" in lines[0]
+    assert (
+        len(lines) == 2
+        and "refine" in lines[0]
+        and "iteration    3" in lines[0]
+        and "2e-05" in lines[0]
+    )
 
 
 def test_design_stages_are_shown_on_stderr_and_the_library_prints_none(example, tmp_path, capsys):
@@ -374,7 +553,11 @@ def test_design_stages_are_shown_on_stderr_and_the_library_prints_none(example, 
     buf = io.StringIO()
     with stage_log(False, stream=buf, after=0.0):
         pramopt.design(df, qi, alpha=0.1)
-    names = [ln.split("] ", 1)[1].split(":")[0] for ln in buf.getvalue().splitlines() if ln.startswith("pramopt: [")]
+    names = [
+        ln.split("] ", 1)[1].split(":")[0]
+        for ln in buf.getvalue().splitlines()
+        if ln.startswith("pramopt: [")
+    ]
     assert {"model", "check P=I", "floor bound", "verify"} <= set(names)
     capsys.readouterr()
     pramopt.design(df, qi, alpha=0.1)
@@ -389,16 +572,34 @@ def test_quiet_prints_nothing(example, tmp_path):
 def test_assess_matrix_on_the_whole_product_space(example, tmp_path):
     # a matrix made elsewhere on all 48 cells (one absent from the data): 2% spread uniformly
     import itertools
-    cells = pd.DataFrame(list(itertools.product([0, 1], [0, 1], [0, 1], [0, 1], [0, 1, 2])), columns=QI)
+
+    cells = pd.DataFrame(
+        list(itertools.product([0, 1], [0, 1], [0, 1], [0, 1], [0, 1, 2])), columns=QI
+    )
     K = len(cells)
     P = np.full((K, K), 0.02 / (K - 1))
     np.fill_diagonal(P, 0.98)
-    long = pd.concat([cells.iloc[np.repeat(np.arange(K), K)].reset_index(drop=True).add_prefix("from_"),
-                      cells.iloc[np.tile(np.arange(K), K)].reset_index(drop=True).add_prefix("to_")], axis=1)
+    long = pd.concat(
+        [
+            cells.iloc[np.repeat(np.arange(K), K)].reset_index(drop=True).add_prefix("from_"),
+            cells.iloc[np.tile(np.arange(K), K)].reset_index(drop=True).add_prefix("to_"),
+        ],
+        axis=1,
+    )
     long["probability"] = P.ravel()
     long.to_csv(tmp_path / "full.csv", index=False)
-    code, out, err = run_main("assess", "--matrix", tmp_path / "full.csv", "--data", example["tmp"] / "data.csv",
-                              "--qi", ",".join(QI), "--json", "--out", tmp_path / "rep")
+    code, out, err = run_main(
+        "assess",
+        "--matrix",
+        tmp_path / "full.csv",
+        "--data",
+        example["tmp"] / "data.csv",
+        "--qi",
+        ",".join(QI),
+        "--json",
+        "--out",
+        tmp_path / "rep",
+    )
     a = json.loads(out)
     assert code == (0 if a["meets_c1"] else 1), err  # C1 judged at the default alpha
     assert a["n_cells"] == K and a["n_present"] == len(example["ref"].counts)

@@ -7,6 +7,7 @@ same design again; and it must release.  Further: the promises of the package's 
 cvxpy on import, nothing on stdout, the solver chain falls back, every release re-checks C1,
 parameters declared once).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,13 +32,15 @@ ALPHA = 0.2
 def data():
     rng = np.random.default_rng(11)
     n = 300
-    return pd.DataFrame({
-        "a": rng.choice(["x", "y", "z"], n, p=[0.6, 0.3, 0.1]),
-        "b": rng.choice(4, n, p=[0.4, 0.3, 0.2, 0.1]),
-        "c": rng.choice(2, n, p=[0.7, 0.3]),
-        "d": rng.choice(3, n, p=[0.5, 0.45, 0.05]),
-        "w": rng.random(n),
-    })
+    return pd.DataFrame(
+        {
+            "a": rng.choice(["x", "y", "z"], n, p=[0.6, 0.3, 0.1]),
+            "b": rng.choice(4, n, p=[0.4, 0.3, 0.2, 0.1]),
+            "c": rng.choice(2, n, p=[0.7, 0.3]),
+            "d": rng.choice(3, n, p=[0.5, 0.45, 0.05]),
+            "w": rng.random(n),
+        }
+    )
 
 
 QI = ["a", "b", "c", "d"]
@@ -48,11 +51,17 @@ PRODUCERS = {
     "design-replacement": lambda df: pramopt.design(df, QI, alpha=ALPHA, structure="replacement"),
     "design-epsilon": lambda df: pramopt.design(df, QI, alpha=ALPHA, epsilon=3.0),
     # every registered baseline family (a seed other than the default where the family draws one)
-    **{name: (lambda df, name=name, seed=("seed" in fam.options): pramopt.baseline(
-        df, QI, name, ALPHA, **({"seed": 2} if seed else {})))
-       for name, fam in pramopt.baselines.BASELINES.items()},
-    "retention-option-per-attribute":
-        lambda df: pramopt.baseline(df, QI, "retention", ALPHA, per_attribute=True),
+    **{
+        name: (
+            lambda df, name=name, seed=("seed" in fam.options): pramopt.baseline(
+                df, QI, name, ALPHA, **({"seed": 2} if seed else {})
+            )
+        )
+        for name, fam in pramopt.baselines.BASELINES.items()
+    },
+    "retention-option-per-attribute": lambda df: pramopt.baseline(
+        df, QI, "retention", ALPHA, per_attribute=True
+    ),
 }
 
 
@@ -118,8 +127,11 @@ def test_save_load_round_trip(produced, tmp_path):
 
 def test_params_reproduce_the_design(produced):
     name, res = produced
-    again = (pramopt.design(res.table, **res.params) if res.method == "optimal"
-             else pramopt.baseline(res.table, **res.params))
+    again = (
+        pramopt.design(res.table, **res.params)
+        if res.method == "optimal"
+        else pramopt.baseline(res.table, **res.params)
+    )
     assert (again.matrix != res.matrix).nnz == 0, name
     assert again.loss == res.loss
 
@@ -135,8 +147,13 @@ def test_every_release_path_checks_c1_again(data, tmp_path):
     # a result claiming success whose matrix does not meet C1 (P = I on data that need PRAM)
     res = pramopt.design(data, QI, alpha=ALPHA)
     forged = dataclasses.replace(res, matrix=sp.identity(res.table.n_cells, format="csr"))
-    assert forged.success and pramopt.c1_risk(forged.matrix, res.table.codes, res.table.counts,
-                                              forged.combination_indices).max_risk > ALPHA
+    assert (
+        forged.success
+        and pramopt.c1_risk(
+            forged.matrix, res.table.codes, res.table.counts, forged.combination_indices
+        ).max_risk
+        > ALPHA
+    )
     with pytest.raises(DesignMismatchError, match="fails C1"):
         pramopt.release(data, forged, seed=1)
     data.to_csv(tmp_path / "d.csv", index=False)
@@ -150,14 +167,14 @@ def test_every_release_path_checks_c1_again(data, tmp_path):
 
 
 def test_fallback_chain_solves_with_cvxpy_when_highs_fails(data, monkeypatch):
-    from pramopt.optimize.backends import LPSolution, Outcome
-    from pramopt.optimize.backends import highs
+    from pramopt.optimize.backends import LPSolution, Outcome, highs
 
     calls = []
 
     def broken(self, c, lo, hi):
         calls.append(1)
         return LPSolution(Outcome.ERROR, None, None, 0.0, "highspy: simulated failure")
+
     monkeypatch.setattr(highs.HighsProgram, "solve", broken)
     res = pramopt.design(data, QI, alpha=ALPHA, max_iter=5)
     assert calls, "HiGHS was not tried first"
@@ -170,10 +187,12 @@ def _run(code: str) -> subprocess.CompletedProcess:
 
 
 def test_import_does_not_load_cvxpy_and_design_prints_nothing():
-    r = _run("import sys, pramopt; assert 'cvxpy' not in sys.modules, 'cvxpy imported'\n"
-             "res = pramopt.design(pramopt.example_data(), ['v1', 'v2', 'v3', 'v4', 'v5'], alpha=0.1)\n"
-             "assert res.success\n"
-             "assert 'cvxpy' not in sys.modules, 'cvxpy imported by the default design'")
+    r = _run(
+        "import sys, pramopt; assert 'cvxpy' not in sys.modules, 'cvxpy imported'\n"
+        "res = pramopt.design(pramopt.example_data(), ['v1', 'v2', 'v3', 'v4', 'v5'], alpha=0.1)\n"
+        "assert res.success\n"
+        "assert 'cvxpy' not in sys.modules, 'cvxpy imported by the default design'"
+    )
     assert r.returncode == 0, r.stderr
     # HiGHS's banner is written by C++ to file descriptor 1: a subprocess sees it, capsys would not
     assert r.stdout == ""
@@ -188,9 +207,12 @@ def test_parameters_are_declared_once():
     for name in fields:
         assert f"    {name} : " in pramopt.design.__doc__
     from pramopt.cli import build_parser
+
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     dests = {a.dest for a in sub.choices["design"]._actions}
-    cli_fields = [f.name for f in dataclasses.fields(pramopt.DesignParams) if f.metadata["cli"] is not None]
+    cli_fields = [
+        f.name for f in dataclasses.fields(pramopt.DesignParams) if f.metadata["cli"] is not None
+    ]
     assert set(cli_fields) <= dests
     assert {"support", "structure", "keep_cells"} <= set(cli_fields)
     with pytest.raises(pramopt.InvalidParameterError, match="unknown parameters"):
@@ -198,14 +220,16 @@ def test_parameters_are_declared_once():
 
 
 def test_report_leaves_matplotlib_state_alone(tmp_path):
-    r = _run("import matplotlib; matplotlib.use('svg')\n"
-             "import matplotlib.pyplot as plt; fig = plt.figure()\n"
-             "import pramopt\n"
-             "from pramopt.report import from_result, render_html\n"
-             "res = pramopt.design(pramopt.example_data(), ['v1', 'v2', 'v3', 'v4', 'v5'], alpha=0.1)\n"
-             "render_html(from_result(res))\n"
-             "assert matplotlib.get_backend().lower() == 'svg', matplotlib.get_backend()\n"
-             "assert plt.get_fignums() == [fig.number], plt.get_fignums()")
+    r = _run(
+        "import matplotlib; matplotlib.use('svg')\n"
+        "import matplotlib.pyplot as plt; fig = plt.figure()\n"
+        "import pramopt\n"
+        "from pramopt.report import from_result, render_html\n"
+        "res = pramopt.design(pramopt.example_data(), ['v1', 'v2', 'v3', 'v4', 'v5'], alpha=0.1)\n"
+        "render_html(from_result(res))\n"
+        "assert matplotlib.get_backend().lower() == 'svg', matplotlib.get_backend()\n"
+        "assert plt.get_fignums() == [fig.number], plt.get_fignums()"
+    )
     assert r.returncode == 0, r.stderr
 
 
@@ -222,12 +246,18 @@ def test_c1_check_fails_closed(bad):
 
 
 def test_result_cannot_be_changed_in_place(data):
-    res = pramopt.design(data, QI, alpha=ALPHA, max_iter=3, combinations=[["a", "b", "c"], ["b", "c", "d"]])
+    res = pramopt.design(
+        data, QI, alpha=ALPHA, max_iter=3, combinations=[["a", "b", "c"], ["b", "c", "d"]]
+    )
     assert isinstance(res.params["combinations"], tuple)
     M = res.matrix
-    for attempt in (lambda: setattr(M, "data", np.zeros_like(M.data)), lambda: M.resize((2, 2)),
-                    lambda: M.data.__setitem__(0, 0.0), lambda: res.table.counts.__setitem__(0, 99),
-                    lambda: res.params["combinations"].append(("a",))):
+    for attempt in (
+        lambda: setattr(M, "data", np.zeros_like(M.data)),
+        lambda: M.resize((2, 2)),
+        lambda: M.data.__setitem__(0, 0.0),
+        lambda: res.table.counts.__setitem__(0, 99),
+        lambda: res.params["combinations"].append(("a",)),
+    ):
         with pytest.raises((AttributeError, ValueError, TypeError)):
             attempt()
     copy = M.copy()  # a copy is an ordinary array to change at will

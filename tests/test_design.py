@@ -1,4 +1,5 @@
 """End-to-end designer checks (Cator, Hensbergen & Rozenholc, seed 001)."""
+
 from __future__ import annotations
 
 import itertools
@@ -6,12 +7,11 @@ import itertools
 import numpy as np
 import pandas as pd
 import pytest
+from reference import c1_max_risk_from_definition, covering_cells, l2_loss_from_covariance
 
 import pramopt
 from pramopt.example import EXAMPLE_QI
 from pramopt.verify import c1_risk
-
-from reference import c1_max_risk_from_definition, covering_cells, l2_loss_from_covariance
 
 QI = list(EXAMPLE_QI)
 
@@ -46,7 +46,9 @@ def test_example_design_matches_paper_section_4(result, example):
     n = len(example)
     # the loss is the estimator's mean squared error (from the release's covariance, computed
     # independently), and near the identity it is 2 x changes / n^2 up to second-order terms
-    assert result.loss == pytest.approx(l2_loss_from_covariance(result.matrix, result.counts), rel=1e-9)
+    assert result.loss == pytest.approx(
+        l2_loss_from_covariance(result.matrix, result.counts), rel=1e-9
+    )
     assert result.loss == pytest.approx(2 * result.expected_changes / n**2, rel=0.05)
     # every change goes into a cell lying in a problem combination (fewer than 1/alpha records
     # share its values on some triple), counted from the records: of the expected changed
@@ -54,12 +56,16 @@ def test_example_design_matches_paper_section_4(result, example):
     P = result.to_dense()
     off = P - np.diag(np.diag(P))
     into = result.counts @ off  # expected records changed into each cell
-    cover = sorted(covering_cells(example, QI, list(itertools.combinations(range(len(QI)), 3)), 0.1))
+    cover = sorted(
+        covering_cells(example, QI, list(itertools.combinations(range(len(QI)), 3)), 0.1)
+    )
     assert into.sum() == pytest.approx(result.expected_changes, rel=1e-9)
     assert into[cover].sum() >= (1 - 1e-6) * into.sum()
     # max_risk is the full unreduced C1, recomputed here by brute force over records
     combos = pramopt.resolve_combinations(QI)
-    assert result.max_risk == pytest.approx(brute_force_max_risk(result.matrix, example, QI, combos), rel=1e-9)
+    assert result.max_risk == pytest.approx(
+        brute_force_max_risk(result.matrix, example, QI, combos), rel=1e-9
+    )
     assert result.max_risk <= 0.1
     np.testing.assert_allclose(result.matrix.sum(axis=1), 1.0, atol=1e-12)
     assert (result.to_dense() >= 0).all()
@@ -82,7 +88,14 @@ def test_reduction_counts_are_reported(result):
 
 def test_summary_and_frames(result):
     s = result.summary()
-    for word in ("success", "max C1 risk", "exact L2 loss", "expected changes", "constraints", "solver"):
+    for word in (
+        "success",
+        "max C1 risk",
+        "exact L2 loss",
+        "expected changes",
+        "constraints",
+        "solver",
+    ):
         assert word in s
     f = result.to_frame()
     assert f.shape == result.matrix.shape
@@ -107,8 +120,13 @@ def test_too_few_records_is_infeasible_data():
 
 
 def test_options_fixed_and_keep(example):
-    res = pramopt.design(example, QI, alpha=0.1, fixed=["v1"],
-                         keep_cells=[{"v1": 0, "v2": 0, "v3": 0, "v4": 0, "v5": 0}])
+    res = pramopt.design(
+        example,
+        QI,
+        alpha=0.1,
+        fixed=["v1"],
+        keep_cells=[{"v1": 0, "v2": 0, "v3": 0, "v4": 0, "v5": 0}],
+    )
     assert res.success
     P, cells, U0 = res.to_dense(), res.cells, res.counts
     # fixed: no transition between different values of v1
@@ -144,13 +162,19 @@ def test_min_diagonal_floor(example):
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"alpha": 1.5}, "'alpha' parameter of design must be a real number in \\(0, 1\\); got 1.5"),
+        (
+            {"alpha": 1.5},
+            "'alpha' parameter of design must be a real number in \\(0, 1\\); got 1.5",
+        ),
         ({"alpha": 0}, "'alpha'"),
         ({"gamma": 0}, "'gamma' parameter of design must be a real number in \\(0, 1\\]"),
         ({"qi": []}, "'qi' parameter of design must be a non-empty list"),
         ({"qi": ["v1", "v1"]}, "name each column once"),
         ({"qi": ["v1", "nope"]}, "\\['nope'\\] not among"),
-        ({"combination_size": 6}, "'combination_size' parameter of design must be an integer in \\[1, 5\\]"),
+        (
+            {"combination_size": 6},
+            "'combination_size' parameter of design must be an integer in \\[1, 5\\]",
+        ),
         ({"solver": "NOSUCH"}, "'solver' parameter of design must be one of"),
         ({"support": "sparse"}, "'support'"),
         ({"fixed": ["income"]}, "'fixed' parameter"),
@@ -214,7 +238,9 @@ def _phase_one_unproven(monkeypatch):
     monkeypatch.setattr(phase_one, "largest_floor", lambda *a, **k: PhaseOne("unproven", t=0.3))
 
 
-def test_general_design_falls_back_on_a_replacement_design_that_clears_the_floor(example, monkeypatch):
+def test_general_design_falls_back_on_a_replacement_design_that_clears_the_floor(
+    example, monkeypatch
+):
     # Phase one finding no floor >= 0.51 within its pricing rounds proves nothing; a replacement
     # design whose diagonal clears 0.51 is a general design, so structure="general" returns it.
     # Its diagonal and C1 are checked here from their definitions.
@@ -228,7 +254,9 @@ def test_general_design_falls_back_on_a_replacement_design_that_clears_the_floor
     assert c1_max_risk_from_definition(P, res.counts, res.table.codes, combos) <= 0.1
 
 
-def test_general_design_stays_infeasible_without_a_replacement_design_to_fall_back_on(example, monkeypatch):
+def test_general_design_stays_infeasible_without_a_replacement_design_to_fall_back_on(
+    example, monkeypatch
+):
     # no replacement design (or none whose diagonal clears 0.51): the unproven phase one is reported
     import pramopt.optimize.designer as D
 

@@ -3,6 +3,7 @@
 The references are the in-memory ``frequency_table`` and ``release`` of ``ddf.compute()`` with
 the same seed, and the streamed ``release_file`` of the same data written to disk.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,21 +14,35 @@ dask = pytest.importorskip("dask")
 dd = pytest.importorskip("dask.dataframe")
 distributed = pytest.importorskip("distributed")
 
-import pramopt  # noqa: E402
-from pramopt import InvalidParameterError  # noqa: E402
-from pramopt import count_dask, release_dask  # noqa: E402
-from pramopt.errors import DesignMismatchError  # noqa: E402
-from pramopt import release_file  # noqa: E402
+from test_stream import (  # noqa: E402
+    SYN_KEYS,
+    assert_counts_match_pandas,
+    assert_same_table,
+    fake_design,
+    synthetic,
+)
 
-from test_stream import SYN_KEYS, assert_counts_match_pandas, assert_same_table, fake_design, synthetic  # noqa: E402
+import pramopt  # noqa: E402
+from pramopt import (  # noqa: E402
+    InvalidParameterError,  # noqa: E402
+    count_dask,
+    release_dask,
+    release_file,  # noqa: E402
+)
+from pramopt.errors import DesignMismatchError  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def client():
     """Two worker processes with one thread each (the suite's only cluster; closed at the end)."""
     with dask.config.set({"dataframe.convert-string": False}):
-        cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                           dashboard_address=None, silence_logs=50)
+        cluster = distributed.LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            silence_logs=50,
+        )
         with distributed.Client(cluster) as c:
             yield c
         cluster.close()
@@ -50,8 +65,10 @@ def test_count_dask_equals_in_memory(frame):
     assert_same_table(got, pramopt.frequency_table(local, SYN_KEYS))
     assert_counts_match_pandas(got, local, SYN_KEYS)
     dom = {"d": [False, True, "never"]}
-    assert_same_table(count_dask(frame["ddf"], ["d", "e"], domains=dom),
-                      pramopt.frequency_table(local, ["d", "e"], domains=dom))
+    assert_same_table(
+        count_dask(frame["ddf"], ["d", "e"], domains=dom),
+        pramopt.frequency_table(local, ["d", "e"], domains=dom),
+    )
 
 
 def test_count_dask_categories_only_in_some_partitions(client):

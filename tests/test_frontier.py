@@ -3,6 +3,7 @@
 Its points are checked against separate designs and against C1 computed here from its
 definition; its files are read back; bad α are refused before any work.
 """
+
 from __future__ import annotations
 
 import base64
@@ -44,7 +45,7 @@ def c1_from_definition(P, df, qi, size=3) -> float:
         keys = [tuple(c[i] for i in pi) for c in cells]
         for k0 in set(keys):
             inside = np.array([k == k0 for k in keys])
-            mass = P[:, inside].sum(axis=1)          # P(released value of π is k0 | original m)
+            mass = P[:, inside].sum(axis=1)  # P(released value of π is k0 | original m)
             worst = max(worst, float(mass.max() / (U0 @ mass)))
     return worst
 
@@ -52,9 +53,20 @@ def c1_from_definition(P, df, qi, size=3) -> float:
 def test_the_table_has_one_row_per_alpha_and_design(fr):
     pts = fr.points
     names = ["optimal", *pramopt.baselines.BASELINES]
-    assert list(pts.columns[:9]) == ["alpha", "design", "kind", "status", "meets_c1", "loss", "expected_changes",
-                                     "max_risk", "seconds"]
-    assert [(a, n) for a, n in zip(pts["alpha"], pts["design"])] == [(a, n) for a in ALPHAS for n in names]
+    assert list(pts.columns[:9]) == [
+        "alpha",
+        "design",
+        "kind",
+        "status",
+        "meets_c1",
+        "loss",
+        "expected_changes",
+        "max_risk",
+        "seconds",
+    ]
+    assert [(a, n) for a, n in zip(pts["alpha"], pts["design"])] == [
+        (a, n) for a in ALPHAS for n in names
+    ]
     assert fr.alphas == ALPHAS and fr.names == tuple(names)
     assert (pts["seconds"] > 0).all()
 
@@ -69,7 +81,9 @@ def test_the_points_equal_separate_designs(fr, example):
         assert row["expected_changes"] == pytest.approx(r.expected_changes, rel=1e-6, abs=1e-9)
         # and the table says what the matrix gives: sum_m U0(m) (1 - P_mm)
         P = fr.result(a).matrix
-        assert row["expected_changes"] == pytest.approx(float(fr.table.counts @ (1 - P.diagonal())), rel=1e-9)
+        assert row["expected_changes"] == pytest.approx(
+            float(fr.table.counts @ (1 - P.diagonal())), rel=1e-9
+        )
 
 
 def test_each_baseline_point_is_calibrated_alone_and_verified(fr, example):
@@ -91,7 +105,10 @@ def test_every_point_meeting_c1_has_its_risk_at_most_alpha(fr, example):
     for a, name in zip(ok["alpha"], ok["design"]):
         P = fr.result(a, name).matrix
         assert c1_from_definition(P, example, QI) <= a + 1e-12
-        assert c1_risk(P, fr.table.codes, fr.table.counts, pramopt.resolve_combinations(QI)).max_risk <= a + 1e-12
+        assert (
+            c1_risk(P, fr.table.codes, fr.table.counts, pramopt.resolve_combinations(QI)).max_risk
+            <= a + 1e-12
+        )
 
 
 def test_a_baseline_that_cannot_reach_alpha_is_shown_as_failing(fr, example):
@@ -124,42 +141,66 @@ def test_the_frequency_table_is_counted_once(example, monkeypatch):
     monkeypatch.setattr(D, "frequency_table", lambda *a, **k: calls.append(1) or real(*a, **k))
     seen = []
     real_design = ru.design
-    monkeypatch.setattr(ru, "design", lambda data, *a, **k: seen.append(data) or real_design(data, *a, **k))
+    monkeypatch.setattr(
+        ru, "design", lambda data, *a, **k: seen.append(data) or real_design(data, *a, **k)
+    )
     f = pramopt.frontier(example, QI, (0.1, 0.2), baselines="none")
     assert len(calls) == 1 and all(d is f.table for d in seen) and len(seen) == 2
 
 
 def test_progress_is_called_per_point_and_its_errors_stop_the_frontier(example):
     events = []
-    pramopt.frontier(example, QI, (0.2,), baselines=["retention"],
-                     progress=lambda a, n, r: events.append((a, n, r is None)))
-    assert events == [(0.2, "optimal", True), (0.2, "optimal", False), (0.2, "retention", True),
-                      (0.2, "retention", False)]
+    pramopt.frontier(
+        example,
+        QI,
+        (0.2,),
+        baselines=["retention"],
+        progress=lambda a, n, r: events.append((a, n, r is None)),
+    )
+    assert events == [
+        (0.2, "optimal", True),
+        (0.2, "optimal", False),
+        (0.2, "retention", True),
+        (0.2, "retention", False),
+    ]
 
     def boom(*_):
         raise RuntimeError("stop")
+
     with pytest.raises(CallbackError, match="stop"):
         pramopt.frontier(example, QI, (0.2,), baselines="none", progress=boom)
 
 
-@pytest.mark.parametrize("alphas", [(), [0.1, 0.1], [0.0, 0.1], [0.1, 1.0], [0.1, "x"], "0.1", [np.nan], None])
+@pytest.mark.parametrize(
+    "alphas", [(), [0.1, 0.1], [0.0, 0.1], [0.1, 1.0], [0.1, "x"], "0.1", [np.nan], None]
+)
 def test_bad_alphas_are_refused_naming_alphas(example, alphas, monkeypatch):
     import pramopt.tradeoff as ru
 
-    monkeypatch.setattr(ru, "design", lambda *a, **k: pytest.fail("designed before checking alphas"))
+    monkeypatch.setattr(
+        ru, "design", lambda *a, **k: pytest.fail("designed before checking alphas")
+    )
     with pytest.raises(InvalidParameterError, match="'alphas' parameter of frontier"):
         pramopt.frontier(example, QI, alphas)
 
 
-@pytest.mark.parametrize("kw, needle", [
-    ({"alpha": 0.1}, "alphas=\\[...\\]"), ({"gamma": 2.0}, "'gamma'"), ({"baselines": "bogus"}, "'baselines'"),
-    ({"baselines": ["ifpr", "ifpr"]}, "'baselines'"), ({"bogus": 1}, "unknown parameters"),
-    ({"household": "v1"}, "'household' parameter of design is not supported by frontier"),
-])
+@pytest.mark.parametrize(
+    "kw, needle",
+    [
+        ({"alpha": 0.1}, "alphas=\\[...\\]"),
+        ({"gamma": 2.0}, "'gamma'"),
+        ({"baselines": "bogus"}, "'baselines'"),
+        ({"baselines": ["ifpr", "ifpr"]}, "'baselines'"),
+        ({"bogus": 1}, "unknown parameters"),
+        ({"household": "v1"}, "'household' parameter of design is not supported by frontier"),
+    ],
+)
 def test_bad_options_are_refused_before_any_design(example, kw, needle, monkeypatch):
     import pramopt.tradeoff as ru
 
-    monkeypatch.setattr(ru, "design", lambda *a, **k: pytest.fail("designed before checking the options"))
+    monkeypatch.setattr(
+        ru, "design", lambda *a, **k: pytest.fail("designed before checking the options")
+    )
     with pytest.raises(InvalidParameterError, match=needle):
         pramopt.frontier(example, QI, (0.1,), **kw)
 
@@ -170,7 +211,10 @@ def test_auto_leaves_the_baselines_out_of_large_tables_with_a_note(example, monk
     monkeypatch.setattr(ru, "BASELINE_MAX_CELLS", 10)
     f = pramopt.frontier(example, QI, (0.2,))
     assert f.names == ("optimal",) and "left out" in f.notes[0]
-    assert pramopt.frontier(example, QI, (0.2,), baselines=["retention"]).names == ("optimal", "retention")
+    assert pramopt.frontier(example, QI, (0.2,), baselines=["retention"]).names == (
+        "optimal",
+        "retention",
+    )
 
 
 def _run(argv):
@@ -184,14 +228,35 @@ def test_the_command_writes_table_figure_and_page(tmp_path, example):
     data = tmp_path / "ex.csv"
     example.to_csv(data, index=False)
     out = tmp_path / "f"
-    code, stdout, err = _run(["frontier", "--data", str(data), "--qi", ",".join(QI), "--alphas", "0.2,0.1",
-                              "--baselines", "retention,ifpr", "--out", str(out)])
+    code, stdout, err = _run(
+        [
+            "frontier",
+            "--data",
+            str(data),
+            "--qi",
+            ",".join(QI),
+            "--alphas",
+            "0.2,0.1",
+            "--baselines",
+            "retention,ifpr",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0, err
-    assert sorted(p.name for p in out.iterdir()) == ["frontier.csv", "frontier.html", "frontier.png"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "frontier.csv",
+        "frontier.html",
+        "frontier.png",
+    ]
     t = pd.read_csv(out / "frontier.csv")
-    assert list(zip(t["alpha"], t["design"])) == [(a, n) for a in (0.1, 0.2) for n in ("optimal", "retention", "ifpr")]
+    assert list(zip(t["alpha"], t["design"])) == [
+        (a, n) for a in (0.1, 0.2) for n in ("optimal", "retention", "ifpr")
+    ]
     r = pramopt.design(example, QI, alpha=0.2)  # the optimal row is the design of the same file
-    assert t[(t.alpha == 0.2) & (t.design == "optimal")]["loss"].iloc[0] == pytest.approx(r.loss, rel=1e-6)
+    assert t[(t.alpha == 0.2) & (t.design == "optimal")]["loss"].iloc[0] == pytest.approx(
+        r.loss, rel=1e-6
+    )
     png = (out / "frontier.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     page = (out / "frontier.html").read_text()
@@ -201,7 +266,10 @@ def test_the_command_writes_table_figure_and_page(tmp_path, example):
     # one stderr line per point, in the progress style
     assert len([line for line in err.splitlines() if "α = " in line and "loss" in line]) == 6
     # run again: the frontier folder is replaced; a folder of something else is not
-    assert _run(["frontier", "--alphas", "0.2", "--baselines", "none", "-q", "--out", str(out)])[0] == 0
+    assert (
+        _run(["frontier", "--alphas", "0.2", "--baselines", "none", "-q", "--out", str(out)])[0]
+        == 0
+    )
     assert len(pd.read_csv(out / "frontier.csv")) == 1
     other = tmp_path / "other"
     other.mkdir()
@@ -214,7 +282,9 @@ def test_the_command_writes_table_figure_and_page(tmp_path, example):
 def test_the_command_refuses_bad_alphas_before_any_work(tmp_path, alphas, monkeypatch):
     import pramopt.tradeoff as ru
 
-    monkeypatch.setattr(ru, "design", lambda *a, **k: pytest.fail("designed before checking --alphas"))
+    monkeypatch.setattr(
+        ru, "design", lambda *a, **k: pytest.fail("designed before checking --alphas")
+    )
     code, _, err = _run(["frontier", "--alphas", alphas, "--out", str(tmp_path / "f")])
     assert code == 2 and "--alphas" in err and "Traceback" not in err
     assert not (tmp_path / "f").exists()
@@ -226,8 +296,11 @@ def test_a_spec_gives_the_alphas(tmp_path):
     spec = Path(__file__).resolve().parents[1] / "models" / "example_frontier.toml"
     s = pramopt.load_spec(spec)
     assert s.frontier["alphas"] == [0.05, 0.1, 0.2]
-    text = spec.read_text().replace('baselines = "all"', 'baselines = "none"').replace(
-        "alphas = [0.05, 0.1, 0.2]", "alphas = [0.2, 0.1]")
+    text = (
+        spec.read_text()
+        .replace('baselines = "all"', 'baselines = "none"')
+        .replace("alphas = [0.05, 0.1, 0.2]", "alphas = [0.2, 0.1]")
+    )
     (tmp_path / "s.toml").write_text(text)
     code, _, err = _run(["frontier", str(tmp_path / "s.toml"), "-q", "--out", str(tmp_path / "f")])
     assert code == 0, err
@@ -241,14 +314,21 @@ def test_options_that_restrict_or_reweight_the_optimal_design_are_noted(example)
     """max_changed_variables restricts the optimal design only (the baselines change any number of
     variables: checked here from their matrices), and change_weights makes it minimise another
     objective than the loss the points compare: both are said in the notes."""
-    f = pramopt.frontier(example, QI, (0.2,), baselines=["retention"], max_changed_variables=2,
-                         change_weights={"v5": 2})
+    f = pramopt.frontier(
+        example,
+        QI,
+        (0.2,),
+        baselines=["retention"],
+        max_changed_variables=2,
+        change_weights={"v5": 2},
+    )
     opt, base = f.result(0.2), f.result(0.2, "retention")
     codes = opt.table.codes
 
     def farthest(P):
         D = P.toarray()
         return max(int(np.count_nonzero(codes[k] != codes[l])) for k, l in zip(*np.nonzero(D)))
+
     assert opt.success and farthest(opt.matrix) <= 2 < farthest(base.matrix)
     assert any("max_changed_variables" in n for n in f.notes)
     assert any("change_weights" in n for n in f.notes)

@@ -3,6 +3,7 @@
 Every figure is checked against an independent computation: the record-level matrix entry by entry
 from its definition, C1 by brute force over (m, π, k0), released frequencies by Monte Carlo.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -25,11 +26,19 @@ def households(n_households=120, seed=0) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     rows = []
     for g in range(n_households):
-        region = rng.choice([1, 2, 3, 4, 5], p=[.4, .3, .15, .1, .05])
-        roof = rng.choice(["a", "b", "c"], p=[.6, .3, .1])
+        region = rng.choice([1, 2, 3, 4, 5], p=[0.4, 0.3, 0.15, 0.1, 0.05])
+        roof = rng.choice(["a", "b", "c"], p=[0.6, 0.3, 0.1])
         for i in range(int(rng.integers(1, 6))):
-            rows.append(dict(hid=1000 + g, region=region, roof=roof, relat=1 if i == 0 else rng.choice([2, 3], p=[.3, .7]),
-                             sex=rng.choice([1, 2]), income=round(float(rng.normal()), 6)))
+            rows.append(
+                dict(
+                    hid=1000 + g,
+                    region=region,
+                    roof=roof,
+                    relat=1 if i == 0 else rng.choice([2, 3], p=[0.3, 0.7]),
+                    sex=rng.choice([1, 2]),
+                    income=round(float(rng.normal()), 6),
+                )
+            )
     return pd.DataFrame(rows)
 
 
@@ -63,10 +72,17 @@ def test_record_matrix_factorises(result):
     Ph, Pp = _dense(result.household_matrix), _dense(result.person_matrix)
     hix = {tuple(r): i for i, r in enumerate(lay.household_table.codes.tolist())}
     pix = {tuple(r): i for i, r in enumerate(lay.person_table.codes.tolist())}
-    hpos, ppos = [t.qi.index(q) for q in result.household_keys], [t.qi.index(q) for q in result.person_keys]
+    hpos, ppos = (
+        [t.qi.index(q) for q in result.household_keys],
+        [t.qi.index(q) for q in result.person_keys],
+    )
     # every pair (h', p') a row can reach is a column
-    reach = {(h2, p2) for m in t.codes.tolist() for h2 in np.flatnonzero(Ph[hix[tuple(m[j] for j in hpos)]])
-             for p2 in np.flatnonzero(Pp[pix[tuple(m[j] for j in ppos)]])}
+    reach = {
+        (h2, p2)
+        for m in t.codes.tolist()
+        for h2 in np.flatnonzero(Ph[hix[tuple(m[j] for j in hpos)]])
+        for p2 in np.flatnonzero(Pp[pix[tuple(m[j] for j in ppos)]])
+    }
     assert len(reach) == cols.shape[0]
     for i, m in enumerate(t.codes.tolist()):
         h, p = hix[tuple(m[j] for j in hpos)], pix[tuple(m[j] for j in ppos)]
@@ -89,7 +105,9 @@ def _brute_c1(R, codes, counts, cols, combos):
     return best
 
 
-@pytest.mark.parametrize("design", ["result", "conditional"], ids=["one-person-matrix", "per-household-cell"])
+@pytest.mark.parametrize(
+    "design", ["result", "conditional"], ids=["one-person-matrix", "per-household-cell"]
+)
 def test_full_c1_by_brute_force_over_released_pairs(design, request):
     res = request.getfixturevalue(design)
     R, cols = res.record_matrix()
@@ -113,7 +131,9 @@ def _count_released(out, res, col_index, total):
     """Add the released records of ``out`` to ``total``, per released cell of ``res``'s record matrix
     (a KeyError: a cell the matrix cannot reach)."""
     qi = list(res.table.qi)
-    t = pramopt.frequency_table(out, qi, domains={q: list(c) for q, c in zip(qi, res.table.categories)})
+    t = pramopt.frequency_table(
+        out, qi, domains={q: list(c) for q, c in zip(qi, res.table.categories)}
+    )
     for c, n in zip(t.codes.tolist(), t.counts):
         total[col_index[tuple(c)]] += n
 
@@ -122,7 +142,7 @@ def _assert_within_5_se(data, mean, expected, reps):
     """Mean released counts within 5 standard errors of U0^T R, a household moving its members
     together: a count's variance is at most sum_g size_g^2 / 4."""
     sizes = data.groupby("hid").size().to_numpy()
-    se = np.sqrt((sizes ** 2).sum() / 4 / reps)
+    se = np.sqrt((sizes**2).sum() / 4 / reps)
     assert np.max(np.abs(mean - expected)) < 5 * se
 
 
@@ -149,38 +169,58 @@ def test_loss_counts_the_shared_household_draw(data, result):
     # Monte Carlo of E||mu_hat - mu||^2 over the released pairs, mu_hat = P^-T U / n on the pair space
     lay = result.layout
     Kh, Kp = lay.household_table.n_cells, lay.person_table.n_cells
-    Q = np.kron(np.linalg.inv(_dense(result.household_matrix)), np.linalg.inv(_dense(result.person_matrix)))
+    Q = np.kron(
+        np.linalg.inv(_dense(result.household_matrix)), np.linalg.inv(_dense(result.person_matrix))
+    )
     qi = list(result.table.qi)
     hix = {tuple(r): i for i, r in enumerate(lay.household_table.codes.tolist())}
     pix = {tuple(r): i for i, r in enumerate(lay.person_table.codes.tolist())}
-    hpos, ppos = [qi.index(q) for q in result.household_keys], [qi.index(q) for q in result.person_keys]
+    hpos, ppos = (
+        [qi.index(q) for q in result.household_keys],
+        [qi.index(q) for q in result.person_keys],
+    )
 
     def pair_counts(frame):
-        t = pramopt.frequency_table(frame, qi, domains={q: list(c) for q, c in zip(qi, result.table.categories)})
+        t = pramopt.frequency_table(
+            frame, qi, domains={q: list(c) for q, c in zip(qi, result.table.categories)}
+        )
         U = np.zeros(Kh * Kp)
         for c, n in zip(t.codes.tolist(), t.counts):
             U[hix[tuple(c[j] for j in hpos)] * Kp + pix[tuple(c[j] for j in ppos)]] += n
         return U
+
     n = len(data)
     mu = pair_counts(data) / n
     reps = 150
-    err = [np.sum((Q.T @ pair_counts(pramopt.release(data, result, seed=s)) / n - mu) ** 2) for s in range(reps)]
+    err = [
+        np.sum((Q.T @ pair_counts(pramopt.release(data, result, seed=s)) / n - mu) ** 2)
+        for s in range(reps)
+    ]
     sd = np.std(err) / np.sqrt(reps)
     assert abs(np.mean(err) - result.loss) < 5 * sd
 
 
 def test_errors_name_the_parameter(data):
-    with pytest.raises(InvalidParameterError, match="'household' parameter of design must name a column"):
+    with pytest.raises(
+        InvalidParameterError, match="'household' parameter of design must name a column"
+    ):
         pramopt.design(data, QI, household="nope")
-    with pytest.raises(InvalidParameterError, match=r"names 'sex', which is not constant within household hid = \d+"):
+    with pytest.raises(
+        InvalidParameterError,
+        match=r"names 'sex', which is not constant within household hid = \d+",
+    ):
         pramopt.design(data, QI, household="hid", household_keys=["region", "sex"])
-    with pytest.raises(InvalidParameterError, match="'household_keys' parameter of design must list identifying"):
+    with pytest.raises(
+        InvalidParameterError, match="'household_keys' parameter of design must list identifying"
+    ):
         pramopt.design(data, QI, household="hid", household_keys=["income"])
     with pytest.raises(InvalidParameterError, match="needs the microdata as a DataFrame"):
         pramopt.design(pramopt.frequency_table(data, QI), QI, household="hid")
     with pytest.raises(InvalidParameterError, match="cannot be combined with fixed"):
         pramopt.design(data, QI, household="hid", fixed=["region"])
-    with pytest.raises(InvalidParameterError, match="cannot be combined with max_changed_variables=1"):
+    with pytest.raises(
+        InvalidParameterError, match="cannot be combined with max_changed_variables=1"
+    ):
         pramopt.design(data, QI, household="hid", max_changed_variables=1)
     # a record's diagonal is Ph[h, h] Pp[p, p]: a floor on each part is not one on the records
     with pytest.raises(InvalidParameterError, match="cannot be combined with min_diagonal=0.4"):
@@ -192,8 +232,13 @@ def test_errors_name_the_parameter(data):
 def test_release_file_refuses_what_a_household_release_does_not_do(data, result, tmp_path):
     src = tmp_path / "data.csv"
     data.to_csv(src, index=False)
-    for kw, needle in (({"batch_size": 10}, "'batch_size'"), ({"allow_unverified": True}, "'allow_unverified'")):
-        with pytest.raises(InvalidParameterError, match=needle + " parameter of release_file is not supported"):
+    for kw, needle in (
+        ({"batch_size": 10}, "'batch_size'"),
+        ({"allow_unverified": True}, "'allow_unverified'"),
+    ):
+        with pytest.raises(
+            InvalidParameterError, match=needle + " parameter of release_file is not supported"
+        ):
             pramopt.release_file(src, tmp_path / "out.csv", result, seed=1, **kw)
     assert not (tmp_path / "out.csv").exists()
 
@@ -204,7 +249,9 @@ def test_release_refuses_a_household_that_differs_on_a_household_key(data, resul
     hid = int(g[g > 1].index[0])
     i = bad.index[bad.hid == hid][1]
     bad.loc[i, "region"] = 3 if bad.loc[i, "region"] != 3 else 1
-    with pytest.raises(DesignMismatchError, match=rf"'region' differs within household hid = {hid}"):
+    with pytest.raises(
+        DesignMismatchError, match=rf"'region' differs within household hid = {hid}"
+    ):
         pramopt.release(bad, result, seed=1)
 
 
@@ -212,14 +259,46 @@ def test_cli_and_spec_round_trip(data, tmp_path, capsys):
     src = tmp_path / "h.csv"
     data.to_csv(src, index=False)
     d = tmp_path / "d"
-    assert main(["design", "--data", str(src), "--qi", ",".join(QI), "--household", "hid", "--out", str(d), "-q"]) == 0
+    assert (
+        main(
+            [
+                "design",
+                "--data",
+                str(src),
+                "--qi",
+                ",".join(QI),
+                "--household",
+                "hid",
+                "--out",
+                str(d),
+                "-q",
+            ]
+        )
+        == 0
+    )
     rec = json.loads((d / "design.json").read_text())
     assert rec["household"] == "hid" and rec["household_keys"] == ["region", "roof"]
     assert "households" in (d / "report.md").read_text()
     loaded = pramopt.load_design(d)
     assert loaded.success and loaded.check().max_risk <= ALPHA
     out = tmp_path / "o.csv"
-    assert main(["release", "--design", str(d), "--data", str(src), "--out", str(out), "--seed", "2", "-q"]) == 0
+    assert (
+        main(
+            [
+                "release",
+                "--design",
+                str(d),
+                "--data",
+                str(src),
+                "--out",
+                str(out),
+                "--seed",
+                "2",
+                "-q",
+            ]
+        )
+        == 0
+    )
     rel = pd.read_csv(out)
     assert (rel.groupby("hid")[["region", "roof"]].nunique() == 1).all().all()
     pd.testing.assert_series_equal(rel["income"], data["income"])
@@ -230,28 +309,40 @@ def test_cli_and_spec_round_trip(data, tmp_path, capsys):
         pramopt.load_design(d)
     # a spec with household keys
     spec = tmp_path / "h.toml"
-    spec.write_text(f'name = "h"\n[data]\npath = "{src.name}"\nqi = {json.dumps(QI)}\n'
-                    '[design]\nalpha = 0.1\nhousehold = "hid"\nhousehold_keys = ["region", "roof"]\n')
+    spec.write_text(
+        f'name = "h"\n[data]\npath = "{src.name}"\nqi = {json.dumps(QI)}\n'
+        '[design]\nalpha = 0.1\nhousehold = "hid"\nhousehold_keys = ["region", "roof"]\n'
+    )
     s = pramopt.load_spec(spec)
     from pramopt.spec import design_kwargs
+
     r = pramopt.design(s.load_data(), list(s.qi), **design_kwargs(s))
-    assert r.success and r.household == "hid" and tuple(r.params["household_keys"]) == ("region", "roof")
+    assert (
+        r.success
+        and r.household == "hid"
+        and tuple(r.params["household_keys"]) == ("region", "roof")
+    )
 
 
 # --- one person matrix per household cell --------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def conditional(data):
     """The household design whose person part depends on the household cell (the designer's other
     person parts switched off so that it is the one chosen)."""
     from pramopt.households import designer
+
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(designer, "solve_person", lambda *a, **k: None)
         mp.setattr(designer, "solve_person_replacement", lambda *a, **k: None)
         r = pramopt.design(data, QI, alpha=ALPHA, household="hid")
     assert r.success and r.details["person_structure"] == "by-household"
     lay = r.layout
-    assert r.person_matrix.shape == (lay.household_table.n_cells * lay.person_table.n_cells, lay.person_table.n_cells)
+    assert r.person_matrix.shape == (
+        lay.household_table.n_cells * lay.person_table.n_cells,
+        lay.person_table.n_cells,
+    )
     return r
 
 
@@ -312,7 +403,9 @@ def test_conditional_release_keeps_households_and_matches_the_record_matrix(data
     reps = 100
     total = np.zeros(cols.shape[0])
     h_of, p_of = _cell_maps(r)
-    enc = lambda f: np.column_stack([pd.Index(c).get_indexer(f[q]) for q, c in zip(qi, r.table.categories)])  # noqa: E731
+    enc = lambda f: np.column_stack(
+        [pd.Index(c).get_indexer(f[q]) for q, c in zip(qi, r.table.categories)]
+    )  # noqa: E731
     orig = enc(data)
     h0, p0 = np.array([h_of(c) for c in orig.tolist()]), np.array([p_of(c) for c in orig.tolist()])
     B = _blocks(r)
@@ -349,18 +442,26 @@ def test_conditional_loss_by_monte_carlo_on_the_pair_space(data, conditional):
     qi = list(r.table.qi)
 
     def pair_counts(frame):
-        t = pramopt.frequency_table(frame, qi, domains={q: list(c) for q, c in zip(qi, r.table.categories)})
+        t = pramopt.frequency_table(
+            frame, qi, domains={q: list(c) for q, c in zip(qi, r.table.categories)}
+        )
         U = np.zeros(Kh * Kp)
         for c, n in zip(t.codes.tolist(), t.counts):
             U[h_of(c) * Kp + p_of(c)] += n
         return U
+
     n = len(data)
     mu = pair_counts(data) / n
     # the independent-records part in closed form from the dense inverse
     U0P = pair_counts(data) @ P
-    assert r.details["loss_independent"] == pytest.approx(float(U0P @ np.sum(Q**2, axis=1)) / n**2 - 1 / n, rel=1e-9)
+    assert r.details["loss_independent"] == pytest.approx(
+        float(U0P @ np.sum(Q**2, axis=1)) / n**2 - 1 / n, rel=1e-9
+    )
     reps = 150
-    err = [np.sum((Q.T @ pair_counts(pramopt.release(data, r, seed=s)) / n - mu) ** 2) for s in range(reps)]
+    err = [
+        np.sum((Q.T @ pair_counts(pramopt.release(data, r, seed=s)) / n - mu) ** 2)
+        for s in range(reps)
+    ]
     sd = np.std(err) / np.sqrt(reps)
     assert abs(np.mean(err) - r.loss) < 5 * sd
     assert r.loss > r.details["loss_independent"]
@@ -368,10 +469,13 @@ def test_conditional_loss_by_monte_carlo_on_the_pair_space(data, conditional):
 
 def test_member_pairs_count_ordered_pairs_of_distinct_members(data, result):
     from pramopt.households.result import member_pairs
+
     lay = result.layout
     Kh, Kp = lay.household_table.n_cells, lay.person_table.n_cells
     h_of, p_of = _cell_maps(result)
-    codes = np.column_stack([pd.Index(c).get_indexer(data[q]) for q, c in zip(result.table.qi, result.table.categories)])
+    codes = np.column_stack(
+        [pd.Index(c).get_indexer(data[q]) for q, c in zip(result.table.qi, result.table.categories)]
+    )
     hh = pd.factorize(data["hid"])[0]
     hs = np.array([h_of(c) for c in codes.tolist()])
     ps = np.array([p_of(c) for c in codes.tolist()])
@@ -386,11 +490,14 @@ def test_member_pairs_count_ordered_pairs_of_distinct_members(data, result):
 
 def test_conditional_design_file_round_trip_and_the_old_format(conditional, result, tmp_path):
     from pramopt.households.design_file import _digest, save_household_design
+
     (tmp_path / "c").mkdir()
     (tmp_path / "o").mkdir()
     save_household_design(conditional, tmp_path / "c")
     rec = json.loads((tmp_path / "c" / "design.json").read_text())
-    assert rec["format"] == "pramopt-households/2" and rec["person_structure"] == "per household cell"
+    assert (
+        rec["format"] == "pramopt-households/2" and rec["person_structure"] == "per household cell"
+    )
     back = pramopt.load_design(tmp_path / "c")
     assert back.success and back.person_matrix.shape == conditional.person_matrix.shape
     assert (abs(back.person_matrix - conditional.person_matrix) > 0).nnz == 0
@@ -398,7 +505,9 @@ def test_conditional_design_file_round_trip_and_the_old_format(conditional, resu
     assert back.loss == conditional.loss
     # released the same way from the file as from memory
     df = households()
-    pd.testing.assert_frame_equal(pramopt.release(df, back, seed=5), pramopt.release(df, conditional, seed=5))
+    pd.testing.assert_frame_equal(
+        pramopt.release(df, back, seed=5), pramopt.release(df, conditional, seed=5)
+    )
     # a stacked matrix that claims to be shared is refused
     rec["person_structure"] = "shared"
     rec["record_sha256"] = _digest(rec)

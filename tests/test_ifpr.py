@@ -1,4 +1,5 @@
 """IFPR and the correct-match risk (Ghatak & Roy, ../shared/seeds/000_…; Nayak et al.)."""
+
 from __future__ import annotations
 
 import itertools
@@ -7,11 +8,24 @@ import math
 import numpy as np
 import pytest
 
+from pramopt.baselines.ifpr import (
+    ifpr_block_matrix,
+    ifpr_block_size,
+    ifpr_design,
+    ifpr_h,
+    ifpr_matrix,
+    ifpr_psi,
+    ifpr_theta,
+)
 from pramopt.errors import InvalidParameterError
-from pramopt.baselines.ifpr import (ifpr_block_matrix, ifpr_block_size, ifpr_design, ifpr_h, ifpr_matrix, ifpr_psi,
-                                    ifpr_theta)
-from pramopt.risk.correct_match import (correct_match_risk, correct_match_risks, expected_correct_match,
-                                        expected_squared_error, nayak_r1, simulate_intruder)
+from pramopt.risk.correct_match import (
+    correct_match_risk,
+    correct_match_risks,
+    expected_correct_match,
+    expected_squared_error,
+    nayak_r1,
+    simulate_intruder,
+)
 
 # Ghatak & Roy, Table 1: minimum block size K1(xi, T1); rows T1 = 1..10, columns xi below.
 TABLE1_XI = [0.1, 0.125, 0.15, 0.175, 0.2, 0.25, 0.3]
@@ -30,16 +44,18 @@ TABLE1 = [
 
 # Section 4 example (Table 2 frequencies and the printed matrix, 3 decimals).
 T_EX = [2, 205, 431, 106, 230, 221, 611, 194]
-P_EX = np.array([
-    [0.172, 0.166, 0, 0.166, 0.166, 0.166, 0, 0.166],
-    [0.002, 0.992, 0, 0.002, 0.002, 0.002, 0, 0.002],
-    [0, 0, 1, 0, 0, 0, 0, 0],
-    [0.003, 0.003, 0, 0.984, 0.003, 0.003, 0, 0.003],
-    [0.001, 0.001, 0, 0.001, 0.993, 0.001, 0, 0.001],
-    [0.001, 0.001, 0, 0.001, 0.001, 0.993, 0, 0.001],
-    [0, 0, 0, 0, 0, 0, 1, 0],
-    [0.002, 0.002, 0, 0.002, 0.002, 0.002, 0, 0.991],
-])
+P_EX = np.array(
+    [
+        [0.172, 0.166, 0, 0.166, 0.166, 0.166, 0, 0.166],
+        [0.002, 0.992, 0, 0.002, 0.002, 0.002, 0, 0.002],
+        [0, 0, 1, 0, 0, 0, 0, 0],
+        [0.003, 0.003, 0, 0.984, 0.003, 0.003, 0, 0.003],
+        [0.001, 0.001, 0, 0.001, 0.993, 0.001, 0, 0.001],
+        [0.001, 0.001, 0, 0.001, 0.001, 0.993, 0, 0.001],
+        [0, 0, 0, 0, 0, 0, 1, 0],
+        [0.002, 0.002, 0, 0.002, 0.002, 0.002, 0, 0.991],
+    ]
+)
 
 
 @pytest.mark.parametrize("T1,j", [(t, j) for t in range(1, 11) for j in range(len(TABLE1_XI))])
@@ -115,7 +131,9 @@ def test_r1_equation10_against_enumeration(seed):
     t = rng.integers(1, 4, size=k).tolist()
     alpha = rng.uniform(0.05, 0.95, size=k)
     for a in range(1, sum(t) + 1):
-        assert correct_match_risk(alpha, t, a, target=0) == pytest.approx(_r1_enumerate(alpha, t, a, 0), rel=1e-9, abs=1e-15)
+        assert correct_match_risk(alpha, t, a, target=0) == pytest.approx(
+            _r1_enumerate(alpha, t, a, 0), rel=1e-9, abs=1e-15
+        )
 
 
 def test_r1_with_certain_transitions():
@@ -123,7 +141,9 @@ def test_r1_with_certain_transitions():
     alpha = [0.5, 1.0, 0.2]
     t = [1, 1, 2]
     for a in range(1, 5):
-        assert correct_match_risk(alpha, t, a) == pytest.approx(_r1_enumerate(alpha, t, a, 0), abs=1e-15)
+        assert correct_match_risk(alpha, t, a) == pytest.approx(
+            _r1_enumerate(alpha, t, a, 0), abs=1e-15
+        )
 
 
 def test_r1_large_frequencies_do_not_overflow():
@@ -292,19 +312,22 @@ def test_block_matrix_rows_and_invariance():
     assert correct_match_risks(P, T).shape == (5,)
 
 
-@pytest.mark.parametrize("call,name", [
-    (lambda: ifpr_theta(1.5, 2), "'xi'"),
-    (lambda: ifpr_theta(0.1, 0), "'T1'"),
-    (lambda: ifpr_block_size("a", 2), "'xi'"),
-    (lambda: ifpr_design([1, -2, 3], 0.1), "'T'"),
-    (lambda: ifpr_design([1, 2, 3], 0.1, partners="x"), "'partners'"),
-    (lambda: ifpr_block_matrix([1, 2, 3], [[0, 5]], 0.5), "'blocks'"),
-    (lambda: ifpr_block_matrix([1, 2, 3], [[0, 1]], 1.5), "'theta'"),
-    (lambda: correct_match_risk([0.5, 0.2], [1, 2], 0), "'a'"),
-    (lambda: correct_match_risk([0.5, 1.2], [1, 2], 1), "'alpha'"),
-    (lambda: simulate_intruder(np.eye(2), [1, 2], n_sim=0), "'n_sim'"),
-    (lambda: nayak_r1([2, 5], 3.0), "'theta'"),
-])
+@pytest.mark.parametrize(
+    "call,name",
+    [
+        (lambda: ifpr_theta(1.5, 2), "'xi'"),
+        (lambda: ifpr_theta(0.1, 0), "'T1'"),
+        (lambda: ifpr_block_size("a", 2), "'xi'"),
+        (lambda: ifpr_design([1, -2, 3], 0.1), "'T'"),
+        (lambda: ifpr_design([1, 2, 3], 0.1, partners="x"), "'partners'"),
+        (lambda: ifpr_block_matrix([1, 2, 3], [[0, 5]], 0.5), "'blocks'"),
+        (lambda: ifpr_block_matrix([1, 2, 3], [[0, 1]], 1.5), "'theta'"),
+        (lambda: correct_match_risk([0.5, 0.2], [1, 2], 0), "'a'"),
+        (lambda: correct_match_risk([0.5, 1.2], [1, 2], 1), "'alpha'"),
+        (lambda: simulate_intruder(np.eye(2), [1, 2], n_sim=0), "'n_sim'"),
+        (lambda: nayak_r1([2, 5], 3.0), "'theta'"),
+    ],
+)
 def test_bad_input(call, name):
     with pytest.raises(InvalidParameterError, match=name):
         call()

@@ -7,6 +7,7 @@ wrapped here to record its calls); saving and loading gives back an equal design
 check parses every module of the core: none imports a kind's package, so the core works the same
 whichever kinds are registered.
 """
+
 from __future__ import annotations
 
 import ast
@@ -28,18 +29,29 @@ from pramopt.params import DesignParams
 
 ROOT = Path(pramopt.__file__).parent
 #: The capabilities the core calls (the rest of a DesignKind is data or the example).
-CALLED = ("design", "check_releasable", "release", "release_file", "load", "save", "report",
-          "release_note")
+CALLED = (
+    "design",
+    "check_releasable",
+    "release",
+    "release_file",
+    "load",
+    "save",
+    "report",
+    "release_note",
+)
 REGISTERED = list(kinds.KINDS.values())
 
 
 def _spied(kind, calls: list):
     """``kind`` with every capability the core calls wrapped to record its name in ``calls``."""
+
     def wrap(name, f):
         def recorded(*args, **kwargs):
             calls.append(name)
             return f(*args, **kwargs)
+
         return recorded
+
     return dataclasses.replace(kind, **{name: wrap(name, getattr(kind, name)) for name in CALLED})
 
 
@@ -168,18 +180,49 @@ def test_commands_dispatch(case, spy, tmp_path):
     src, out = tmp_path / "data.csv", tmp_path / "design"
     data.to_csv(src, index=False)
     flags = [x for k, v in options.items() for x in (f"--{k.replace('_', '-')}", str(v))]
-    assert main(["design", "--data", str(src), "--qi", ",".join(qi), *flags, "--out", str(out),
-                 "-q"]) == 0
+    assert (
+        main(["design", "--data", str(src), "--qi", ",".join(qi), *flags, "--out", str(out), "-q"])
+        == 0
+    )
     assert spy == ["design", "report", "save"]
     assert {p.name for p in out.iterdir()} == set(kind.files) | {"report.html", "report.md"}
     del spy[:]
     released = tmp_path / "released.csv"
-    assert main(["release", "--design", str(out), "--data", str(src), "--out", str(released),
-                 "--seed", "1"]) == 0
+    assert (
+        main(
+            [
+                "release",
+                "--design",
+                str(out),
+                "--data",
+                str(src),
+                "--out",
+                str(released),
+                "--seed",
+                "1",
+            ]
+        )
+        == 0
+    )
     assert spy == ["load", "check_releasable", "release_file", "release_note"]
     del spy[:]
-    assert main(["release", "--design", str(out), "--data", str(src),
-                 "--out", str(tmp_path / "r.parquet"), "--seed", "1", "-q"]) == 0
+    assert (
+        main(
+            [
+                "release",
+                "--design",
+                str(out),
+                "--data",
+                str(src),
+                "--out",
+                str(tmp_path / "r.parquet"),
+                "--seed",
+                "1",
+                "-q",
+            ]
+        )
+        == 0
+    )
     assert spy == ["load", "check_releasable", "release", "release_note"]
 
 
@@ -206,19 +249,25 @@ def _imported(path: Path) -> list[tuple[int, str]]:
             out += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             parts = package.split(".")
-            base = parts[:len(parts) - node.level + 1] if node.level else []
+            base = parts[: len(parts) - node.level + 1] if node.level else []
             mod = ".".join(base + ([node.module] if node.module else []))
             out += [(node.lineno, mod)] + [(node.lineno, f"{mod}.{a.name}") for a in node.names]
-        elif (_callee(node) in ("import_module", "__import__") and node.args
-              and isinstance(node.args[0], ast.Constant)):
+        elif (
+            _callee(node) in ("import_module", "__import__")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
             out.append((node.lineno, str(node.args[0].value)))
     return out
 
 
 def _kind_packages() -> set[str]:
     """The package of each registered kind (``pramopt.<name>``, where its design function lives)."""
-    return {".".join(k.design.__module__.split(".")[:2]) for k in kinds.KINDS.values()
-            if k.design.__module__.startswith("pramopt.")} | {"pramopt.households"}
+    return {
+        ".".join(k.design.__module__.split(".")[:2])
+        for k in kinds.KINDS.values()
+        if k.design.__module__.startswith("pramopt.")
+    } | {"pramopt.households"}
 
 
 def test_resolved_imports():
@@ -238,7 +287,9 @@ def test_no_core_module_imports_a_kind():
             name = _module_name(path)
             if name == "pramopt" or name == package or name.startswith(package + "."):
                 continue
-            bad += [f"{path.relative_to(ROOT.parent)}:{line} imports {mod}"
-                    for line, mod in _imported(path)
-                    if mod == package or mod.startswith(package + ".")]
+            bad += [
+                f"{path.relative_to(ROOT.parent)}:{line} imports {mod}"
+                for line, mod in _imported(path)
+                if mod == package or mod.startswith(package + ".")
+            ]
     assert not bad, "\n".join(bad)

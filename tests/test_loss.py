@@ -1,4 +1,5 @@
 """The exact L2 loss and the estimator (4) of Cator et al., Section 3."""
+
 from __future__ import annotations
 
 import itertools
@@ -13,7 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pramopt.loss import expected_changes, l2_loss
-from pramopt.optimize.objectives.l2 import SparseL2, l2_loss_and_grad, l2_loss_and_grad_sparse, l2_loss_sparse
+from pramopt.optimize.objectives.l2 import (
+    SparseL2,
+    l2_loss_and_grad,
+    l2_loss_and_grad_sparse,
+    l2_loss_sparse,
+)
 
 
 def exact_expected_loss(P, xi, y):
@@ -49,7 +55,9 @@ def test_l2_formula_matches_monte_carlo():
     # Monte Carlo of PRAM on a small table: 40,000 replications; the standard error of the
     # mean squared error is estimated from the draws and the formula must lie within 4 of them.
     rng = np.random.default_rng(12345)
-    P = np.array([[0.7, 0.2, 0.1, 0.0], [0.1, 0.8, 0.05, 0.05], [0.0, 0.1, 0.9, 0.0], [0.05, 0.05, 0.0, 0.9]])
+    P = np.array(
+        [[0.7, 0.2, 0.1, 0.0], [0.1, 0.8, 0.05, 0.05], [0.0, 0.1, 0.9, 0.0], [0.05, 0.05, 0.0, 0.9]]
+    )
     counts = np.array([5, 12, 3, 20])
     n = counts.sum()
     xi = np.repeat(np.arange(4), counts)
@@ -69,19 +77,35 @@ def test_estimator_is_exactly_unbiased():
     # the mean is U0 exactly (eq. (4) is unbiased) and the mean squared error of U/n is the
     # reported L2 loss, both against the law of the release enumerated here.
     import pandas as pd
+    from reference import l2_loss_from_covariance, release_outcomes
 
     import pramopt
     from pramopt.result import DesignResult, Status
-    from reference import l2_loss_from_covariance, release_outcomes
 
     values = np.array(["a", "b", "c"])
     units = [0, 0, 0, 1, 2]
     df = pd.DataFrame({"x": values[units]})
     table = pramopt.frequency_table(df, ["x"])
     P = np.array([[0.7, 0.2, 0.1], [0.25, 0.6, 0.15], [0.1, 0.3, 0.6]])
-    res = DesignResult(matrix=P, status=Status.SUCCESS, loss=0.0, expected_changes=0.0, max_risk=0.0,
-                       min_diagonal=0.6, gamma=None, binding_rows=(), reduction=None, solver=None, stages=(),
-                       condition_number=1.0, message="", alpha=0.5, qi=("x",), combinations=(("x",),), table=table)
+    res = DesignResult(
+        matrix=P,
+        status=Status.SUCCESS,
+        loss=0.0,
+        expected_changes=0.0,
+        max_risk=0.0,
+        min_diagonal=0.6,
+        gamma=None,
+        binding_rows=(),
+        reduction=None,
+        solver=None,
+        stages=(),
+        condition_number=1.0,
+        message="",
+        alpha=0.5,
+        qi=("x",),
+        combinations=(("x",),),
+        table=table,
+    )
     U0 = table.counts.astype(float)
     n = U0.sum()
     mean, mse, total = np.zeros(3), 0.0, 0.0
@@ -118,7 +142,9 @@ def test_first_order_term_is_expected_changes():
     n = counts.sum()
     for t in (1e-4, 1e-5):
         P = np.eye(3) + t * E
-        assert l2_loss(P, counts) == pytest.approx(2 * expected_changes(P, counts) / n**2, rel=20 * t)
+        assert l2_loss(P, counts) == pytest.approx(
+            2 * expected_changes(P, counts) / n**2, rel=20 * t
+        )
 
 
 def test_singular_matrix_has_infinite_loss():
@@ -142,7 +168,9 @@ def receiver_design(K, r, rng, p_send=0.6, max_targets=3):
         targets = R[R != m]
         if targets.size and rng.random() < p_send:
             d = rng.uniform(0.3, 1.0)
-            t = rng.choice(targets, min(targets.size, int(rng.integers(1, max_targets + 1))), replace=False)
+            t = rng.choice(
+                targets, min(targets.size, int(rng.integers(1, max_targets + 1))), replace=False
+            )
             rows += [m] * (t.size + 1)
             cols += [m, *t]
             vals += [d, *((1 - d) * rng.dirichlet(np.ones(t.size)))]
@@ -162,7 +190,9 @@ def assert_matches_dense(P, counts, rng, n_pairs=200, n_cols=7):
     # the support (the block route: many pairs per receiver column)
     Gs = s.grad_support()
     Pc = P.tocoo()
-    np.testing.assert_allclose(Gs.toarray()[Pc.row, Pc.col], G[Pc.row, Pc.col], rtol=1e-9, atol=1e-12 * scale)
+    np.testing.assert_allclose(
+        Gs.toarray()[Pc.row, Pc.col], G[Pc.row, Pc.col], rtol=1e-9, atol=1e-12 * scale
+    )
     # scattered pairs anywhere, in and out of the support (the pairwise route)
     a, b = rng.integers(0, K, (2, n_pairs))
     np.testing.assert_allclose(s.grad_at(a, b), G[a, b], rtol=1e-9, atol=1e-12 * scale)
@@ -176,7 +206,9 @@ def assert_matches_dense(P, counts, rng, n_pairs=200, n_cols=7):
     return s
 
 
-@pytest.mark.parametrize("K,r,seed", [(5, 2, 0), (12, 1, 1), (12, 4, 2), (60, 6, 3), (120, 30, 4), (300, 20, 5)])
+@pytest.mark.parametrize(
+    "K,r,seed", [(5, 2, 0), (12, 1, 1), (12, 4, 2), (60, 6, 3), (120, 30, 4), (300, 20, 5)]
+)
 def test_sparse_loss_and_gradient_match_dense_inverse(K, r, seed):
     rng = np.random.default_rng(seed)
     P = receiver_design(K, r, rng)
@@ -223,8 +255,14 @@ def test_sparse_gradient_matches_finite_differences():
     R = SparseL2(P, counts).receivers
     nonR = np.setdiff1d(np.arange(K), R)
     sender = int(np.flatnonzero((P[:, R].sum(axis=1) > 0) & ~np.isin(np.arange(K), R))[0])
-    pairs = [(R[0], R[0]), (nonR[0], nonR[0]), (sender, int(R[np.argmax(P[sender, R])])),
-             (R[1], nonR[1]), (nonR[0], nonR[2]), (R[0], R[2])]
+    pairs = [
+        (R[0], R[0]),
+        (nonR[0], nonR[0]),
+        (sender, int(R[np.argmax(P[sender, R])])),
+        (R[1], nonR[1]),
+        (nonR[0], nonR[2]),
+        (R[0], R[2]),
+    ]
     s = SparseL2(P, counts)
     g = s.grad_at([p[0] for p in pairs], [p[1] for p in pairs])
     h = 1e-6
@@ -280,8 +318,12 @@ def test_sparse_rejects_bad_shapes():
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
-@given(K=st.integers(2, 25), frac=st.floats(0.0, 1.0), p_send=st.floats(0.0, 1.0),
-       seed=st.integers(0, 2**32 - 1))
+@given(
+    K=st.integers(2, 25),
+    frac=st.floats(0.0, 1.0),
+    p_send=st.floats(0.0, 1.0),
+    seed=st.integers(0, 2**32 - 1),
+)
 def test_sparse_property_agrees_with_dense(K, frac, p_send, seed):
     rng = np.random.default_rng(seed)
     P = receiver_design(K, int(round(frac * K)), rng, p_send=p_send, max_targets=K)
@@ -318,8 +360,10 @@ def scaling_design(K, r, rng, dense_block):
     d = rng.uniform(0.3, 1.0, K)
     B *= ((1 - d) / B.sum(axis=1))[:, None]
     B[R, np.arange(r)] = 0.0
-    return (sp.csr_matrix((B.ravel(), (np.repeat(np.arange(K), r), np.tile(R, K))), shape=(K, K))
-            + sp.diags(d)).tocsr()
+    return (
+        sp.csr_matrix((B.ravel(), (np.repeat(np.arange(K), r), np.tile(R, K))), shape=(K, K))
+        + sp.diags(d)
+    ).tocsr()
 
 
 @pytest.mark.slow
@@ -344,7 +388,9 @@ def test_sparse_scaling(K, r, dense_block, capsys):
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     with capsys.disabled():
-        print(f"\nK={K} r={r} nnz={P.nnz}: loss {t1 - t0:.2f}s, grad on support {t2 - t1:.2f}s, "
-              f"100 columns {t3 - t2:.2f}s, peak {peak / 2**20:.0f} MiB (one dense K x K: {8 * K * K / 2**20:.0f} MiB)")
+        print(
+            f"\nK={K} r={r} nnz={P.nnz}: loss {t1 - t0:.2f}s, grad on support {t2 - t1:.2f}s, "
+            f"100 columns {t3 - t2:.2f}s, peak {peak / 2**20:.0f} MiB (one dense K x K: {8 * K * K / 2**20:.0f} MiB)"
+        )
     assert np.isfinite(s.loss) and np.all(np.isfinite(Gs.data)) and Gc.shape == (K, 100)
     assert peak < max((2 if dense_block else 1) * 8 * K * K, 64 * 2**20)

@@ -7,18 +7,18 @@ that it fails outside the class, on a perturbed permutation; and that the design
 is the dense full-C1 optimum of the expected changes over n**2, below the designer's loss and below
 every end point a multi-start solver reaches on small tables.
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
-
-import pramopt
-from pramopt.verify import c1_risk
-
-from benchmarks._common import zipf_frame
-from benchmarks.optimality import end_points
 from full_c1 import min_changes
 from reference import l2_loss_from_covariance
+
+import pramopt
+from benchmarks._common import zipf_frame
+from benchmarks.optimality import end_points
+from pramopt.verify import c1_risk
 
 
 def _n2_loss(P: np.ndarray, U: np.ndarray) -> float:
@@ -51,7 +51,9 @@ def _blocks(rng, K):
     return P
 
 
-@pytest.mark.parametrize("make", [_dominant, _replacement, _blocks], ids=["general", "replacement", "blocks"])
+@pytest.mark.parametrize(
+    "make", [_dominant, _replacement, _blocks], ids=["general", "replacement", "blocks"]
+)
 def test_loss_is_at_least_the_expected_changes_over_n2_for_the_designs_structures(make):
     rng = np.random.default_rng(7)
     for _ in range(300):
@@ -86,7 +88,7 @@ def test_reported_bound_is_the_full_optimum_of_the_changes_over_n2_and_below_eve
     assert res.success
     n = res.counts.sum()
     bound = res.details["loss_lower_bound"]
-    assert bound == pytest.approx(min_changes(res.table, 0.1) / n ** 2, rel=1e-4)
+    assert bound == pytest.approx(min_changes(res.table, 0.1) / n**2, rel=1e-4)
     assert 0 < bound <= res.loss
     for structure in ("general", "replacement", "blocks"):
         other = pramopt.design(df, qi, alpha=0.1, structure=structure)
@@ -110,7 +112,9 @@ def test_bound_is_below_every_end_point_of_a_multistart_solver():
     assert K <= 8  # small enough for a dense solver in a test
     rng = np.random.default_rng(0)
     starts = [res.matrix.toarray(), np.eye(K)] + [
-        lam * np.eye(K) + (1 - lam) * rng.dirichlet(np.full(K, 0.3), size=K) for lam in (0.9, 0.7, 0.5, 0.6, 0.8, 0.4)]
+        lam * np.eye(K) + (1 - lam) * rng.dirichlet(np.full(K, 0.3), size=K)
+        for lam in (0.9, 0.7, 0.5, 0.6, 0.8, 0.4)
+    ]
     reached = []
     for _, P in end_points(t, alpha, ((str(i), P0) for i, P0 in enumerate(starts)), maxiter=100):
         if np.linalg.cond(P) < 1e8 and np.diag(np.linalg.inv(P)).min() >= 1 - 1e-9:

@@ -5,6 +5,7 @@ from the codes by brute force; C1 by the full, unreduced rows of tests/full_c1.p
 covariance formula of tests/reference.py; the smallest feasible distance on a case small enough to
 argue by hand.
 """
+
 from __future__ import annotations
 
 import io
@@ -16,18 +17,17 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
+from full_c1 import full_c1_rows
+from reference import l2_loss_from_covariance
 
 import pramopt
 from pramopt.cli import main
 from pramopt.errors import InvalidParameterError
 from pramopt.example import EXAMPLE_QI, example_data
-from pramopt.verified_result import finish
 from pramopt.result import Status
 from pramopt.spec import design_kwargs, load_spec
+from pramopt.verified_result import finish
 from pramopt.verify import changed_variables_violations
-
-from full_c1 import full_c1_rows
-from reference import l2_loss_from_covariance
 
 
 def _distances(P, codes):
@@ -100,15 +100,22 @@ def test_change_weights_reduce_changes_of_the_weighted_variable(example):
 
     def changes_of(res, j):  # expected records whose value of variable j changes, from P and U0
         codes = res.table.codes
-        return sum(res.table.counts[k] * v for k, l, v, _ in _distances(res.matrix, codes) if codes[k, j] != codes[l, j])
+        return sum(
+            res.table.counts[k] * v
+            for k, l, v, _ in _distances(res.matrix, codes)
+            if codes[k, j] != codes[l, j]
+        )
 
     j = qi.index("v5")
     assert changes_of(heavy, j) < 0.8 * changes_of(plain, j)
     # the reported loss stays the exact L2 loss; the weighted objective adds (2/n^2) sum U0 P w h
     n = heavy.table.counts.sum()
-    assert heavy.loss == pytest.approx(l2_loss_from_covariance(heavy.matrix.toarray(), heavy.table.counts), rel=1e-8)
-    assert heavy.details["weighted_objective"] == pytest.approx(heavy.loss + 2 / n**2 * 5 * changes_of(heavy, j),
-                                                                rel=1e-10)
+    assert heavy.loss == pytest.approx(
+        l2_loss_from_covariance(heavy.matrix.toarray(), heavy.table.counts), rel=1e-8
+    )
+    assert heavy.details["weighted_objective"] == pytest.approx(
+        heavy.loss + 2 / n**2 * 5 * changes_of(heavy, j), rel=1e-10
+    )
 
 
 def test_the_check_fails_closed_on_a_forged_matrix(example):
@@ -122,8 +129,15 @@ def test_the_check_fails_closed_on_a_forged_matrix(example):
     P[k, far] += 1e-6
     P[k, k] -= 1e-6
     assert changed_variables_violations(sp.csr_matrix(P), codes, 1) == (1, 3)
-    out = finish(P, res.table, [tuple(qi.index(v) for v in c) for c in res.combinations], 0.1, Status.SUCCESS,
-                 "forged", params={"max_changed_variables": 1})
+    out = finish(
+        P,
+        res.table,
+        [tuple(qi.index(v) for v in c) for c in res.combinations],
+        0.1,
+        Status.SUCCESS,
+        "forged",
+        params={"max_changed_variables": 1},
+    )
     assert out.status is Status.UNVERIFIED and "does not meet it" in out.message
     # a NaN entry is a violation whatever the bound
     Q = np.eye(len(codes))
@@ -139,8 +153,16 @@ def _run(*argv):
 
 
 def test_cli_flags_and_spec_keys_round_trip(tmp_path):
-    code, _, err = _run("design", "--max-changed-variables", 2, "--change-weights", "v5=5,v1=0.5", "--out",
-                        tmp_path / "d", "--quiet")
+    code, _, err = _run(
+        "design",
+        "--max-changed-variables",
+        2,
+        "--change-weights",
+        "v5=5,v1=0.5",
+        "--out",
+        tmp_path / "d",
+        "--quiet",
+    )
     assert code == 0, err
     rec = json.loads((tmp_path / "d" / "design.json").read_text())
     assert rec["params"]["max_changed_variables"] == 2
@@ -150,21 +172,26 @@ def test_cli_flags_and_spec_keys_round_trip(tmp_path):
     P = pd.read_csv(tmp_path / "d" / "matrix.csv")
     assert again.matrix.nnz == int((P.probability > 0).sum())
     spec = tmp_path / "s.toml"
-    spec.write_text('name = "s"\n[data]\nbuiltin = "example"\nqi = ["v1", "v2", "v3", "v4", "v5"]\n'
-                    '[design]\nalpha = 0.1\nmax_changed_variables = 2\nchange_weights = { v5 = 5 }\n')
+    spec.write_text(
+        'name = "s"\n[data]\nbuiltin = "example"\nqi = ["v1", "v2", "v3", "v4", "v5"]\n'
+        "[design]\nalpha = 0.1\nmax_changed_variables = 2\nchange_weights = { v5 = 5 }\n"
+    )
     kw = design_kwargs(load_spec(spec))
     assert kw["max_changed_variables"] == 2 and dict(kw["change_weights"]) == {"v5": 5}
     code, _, err = _run("design", "--change-weights", "v5", "--out", tmp_path / "e")
     assert code != 0 and "NAME=WEIGHT" in err
 
 
-@pytest.mark.parametrize("kw, needle", [
-    ({"max_changed_variables": 0}, "'max_changed_variables'"),
-    ({"change_weights": {"nope": 1}}, "'change_weights'"),
-    ({"change_weights": {"v5": -1}}, "change_weights['v5']"),
-    ({"max_changed_variables": 1, "structure": "blocks"}, "'max_changed_variables'"),
-    ({"max_changed_variables": 1, "epsilon": 2.0}, "'max_changed_variables'"),
-])
+@pytest.mark.parametrize(
+    "kw, needle",
+    [
+        ({"max_changed_variables": 0}, "'max_changed_variables'"),
+        ({"change_weights": {"nope": 1}}, "'change_weights'"),
+        ({"change_weights": {"v5": -1}}, "change_weights['v5']"),
+        ({"max_changed_variables": 1, "structure": "blocks"}, "'max_changed_variables'"),
+        ({"max_changed_variables": 1, "epsilon": 2.0}, "'max_changed_variables'"),
+    ],
+)
 def test_bad_values_are_refused_by_name(example, kw, needle):
     df, qi = example
     with pytest.raises(InvalidParameterError, match=None) as e:
@@ -176,7 +203,9 @@ def test_no_distance_helps_when_no_general_design_exists():
     """Every one of the 8 cells holds 2 records and is its own group (n = 16): the released counts D_m
     sum to 16, so some D_m <= 2 and that cell's P_mm <= 0.1 * 2 < 0.51 whatever the transitions; no
     max_changed_variables can help, and the result says so."""
-    df = pd.DataFrame([c for c in itertools.product([0, 1], repeat=3) for _ in range(2)], columns=["a", "b", "c"])
+    df = pd.DataFrame(
+        [c for c in itertools.product([0, 1], repeat=3) for _ in range(2)], columns=["a", "b", "c"]
+    )
     res = pramopt.design(df, ["a", "b", "c"], 0.1, max_changed_variables=1)
     assert res.status is Status.INFEASIBLE
     assert res.details["smallest_max_changed_variables"] is None
@@ -195,8 +224,12 @@ def test_closed_forms_under_change_weights_report_the_exact_loss(example, struct
     assert res.loss == pytest.approx(exact, rel=1e-8)
     codes, U = res.table.codes, res.table.counts
     j = qi.index("v5")
-    weighted = sum(U[k] * v * 5 for k, l, v, _ in _distances(res.matrix, codes) if codes[k, j] != codes[l, j])
-    assert res.details["weighted_objective"] == pytest.approx(exact + 2 / U.sum() ** 2 * weighted, rel=1e-8)
+    weighted = sum(
+        U[k] * v * 5 for k, l, v, _ in _distances(res.matrix, codes) if codes[k, j] != codes[l, j]
+    )
+    assert res.details["weighted_objective"] == pytest.approx(
+        exact + 2 / U.sum() ** 2 * weighted, rel=1e-8
+    )
 
 
 @pytest.mark.parametrize("w", [float("inf"), -float("inf")])
@@ -231,7 +264,10 @@ def test_replacement_is_not_used_when_kept_cells_receive_from_too_far():
 
 def test_cli_names_the_flag_of_a_bad_weight(tmp_path):
     code, _, err = _run("design", "--change-weights", "v5=-1", "--out", tmp_path / "d")
-    assert code == 2 and "--change-weights (entry 'v5') must be a real number in [0, inf); got -1.0" in err
+    assert (
+        code == 2
+        and "--change-weights (entry 'v5') must be a real number in [0, inf); got -1.0" in err
+    )
     assert not (tmp_path / "d").exists()
 
 
@@ -263,34 +299,56 @@ def test_changes_bound_under_max_changed_is_below_the_exact_restricted_minimum(s
     design meeting the full C1 within distance 1: the exact minimum over P (full C1 rows from the
     definition, P_mk = 0 beyond distance 1) is at least the bound, which is itself above the
     unrestricted bound (the restriction is felt)."""
+    from full_c1 import row_sums
     from scipy.optimize import linprog
 
-    from full_c1 import row_sums
     from pramopt.frequency.combinations import resolve_combinations
     from pramopt.optimize.problem import DesignProblem
     from pramopt.optimize.relaxation import changes_bound
     from pramopt.params import DesignParams
 
     rng = np.random.default_rng(seed)
-    df = pd.DataFrame({f"v{i}": rng.choice(L, 250, p=(w := 1 / np.arange(1, L + 1) ** 1.5) / w.sum())
-                       for i, L in enumerate((3, 3, 2, 3))})
+    df = pd.DataFrame(
+        {
+            f"v{i}": rng.choice(L, 250, p=(w := 1 / np.arange(1, L + 1) ** 1.5) / w.sum())
+            for i, L in enumerate((3, 3, 2, 3))
+        }
+    )
     t = pramopt.frequency_table(df, list(df.columns))
     combos = resolve_combinations(t.qi, None, None, "test")
 
     def bound(d):
-        return changes_bound(DesignProblem.build(t, combos, DesignParams.from_options("design", alpha=0.1,
-                                                                                      max_changed_variables=d)))
+        return changes_bound(
+            DesignProblem.build(
+                t, combos, DesignParams.from_options("design", alpha=0.1, max_changed_variables=d)
+            )
+        )
+
     K, U = t.n_cells, t.counts.astype(float)
-    far = np.array([[sum(a != b for a, b in zip(t.codes[k], t.codes[m])) > 1 for m in range(K)] for k in range(K)])
+    far = np.array(
+        [
+            [sum(a != b for a, b in zip(t.codes[k], t.codes[m])) > 1 for m in range(K)]
+            for k in range(K)
+        ]
+    )
     A = full_c1_rows(t, 0.1)
-    res = linprog(-np.diag(U).ravel(), A_ub=A, b_ub=np.zeros(A.shape[0]), A_eq=row_sums(K), b_eq=np.ones(K),
-                  bounds=np.column_stack([np.zeros(K * K), np.where(far.ravel(), 0.0, 1.0)]), method="highs")
+    res = linprog(
+        -np.diag(U).ravel(),
+        A_ub=A,
+        b_ub=np.zeros(A.shape[0]),
+        A_eq=row_sums(K),
+        b_eq=np.ones(K),
+        bounds=np.column_stack([np.zeros(K * K), np.where(far.ravel(), 0.0, 1.0)]),
+        method="highs",
+    )
     assert res.status == 0
     exact = U.sum() + res.fun
     assert bound(None) < bound(1) <= exact + 1e-6
 
 
-@pytest.mark.parametrize("seed, d, kw", [(0, 1, {}), (1, 2, {}), (2, 1, {"fixed": ["v0"]}), (3, 2, {"keep": True})])
+@pytest.mark.parametrize(
+    "seed, d, kw", [(0, 1, {}), (1, 2, {}), (2, 1, {"fixed": ["v0"]}), (3, 2, {"keep": True})]
+)
 def test_permitted_pairs_are_those_of_the_brute_force_scan(seed, d, kw):
     """Every ordered pair of different cells at Hamming distance <= d, not out of a kept cell and
     within one stratum of the fixed variables, by a double loop over the cells."""
@@ -301,15 +359,26 @@ def test_permitted_pairs_are_those_of_the_brute_force_scan(seed, d, kw):
     rng = np.random.default_rng(seed)
     df = pd.DataFrame({f"v{i}": rng.integers(0, L, 300) for i, L in enumerate((3, 4, 2, 3, 2))})
     t = pramopt.frequency_table(df, list(df.columns))
-    keep = [dict(zip(t.qi, map(int, t.codes[i]))) for i in range(0, t.n_cells, 7)] if kw.get("keep") else None
-    p = DesignParams.from_options("design", alpha=0.1, max_changed_variables=d, fixed=kw.get("fixed"),
-                                  keep_cells=keep)
+    keep = (
+        [dict(zip(t.qi, map(int, t.codes[i]))) for i in range(0, t.n_cells, 7)]
+        if kw.get("keep")
+        else None
+    )
+    p = DesignParams.from_options(
+        "design", alpha=0.1, max_changed_variables=d, fixed=kw.get("fixed"), keep_cells=keep
+    )
     pb = DesignProblem.build(t, resolve_combinations(t.qi, None, None, "test"), p)
     kept = {tuple(c.values()) for c in keep or []}
     cells = [tuple(int(x) for x in c) for c in t.codes]
-    want = [(k, m) for k in range(len(cells)) for m in range(len(cells))
-            if k != m and cells[k] not in kept and sum(a != b for a, b in zip(cells[k], cells[m])) <= d
-            and (not kw.get("fixed") or cells[k][0] == cells[m][0])]
+    want = [
+        (k, m)
+        for k in range(len(cells))
+        for m in range(len(cells))
+        if k != m
+        and cells[k] not in kept
+        and sum(a != b for a, b in zip(cells[k], cells[m])) <= d
+        and (not kw.get("fixed") or cells[k][0] == cells[m][0])
+    ]
     r, c = pb.allowed_pairs(10**6)
     assert list(zip(r.tolist(), c.tolist())) == want
     assert pb.allowed_pairs(len(want) - 1) is None

@@ -1,4 +1,5 @@
 """Model-level checks against Cator, Hensbergen & Rozenholc (seed 001)."""
+
 from __future__ import annotations
 
 import itertools
@@ -60,8 +61,11 @@ def test_constant_matrix_gives_one_over_n():
 def brute_force_lhs(P, codes, counts, pi, m, k0):
     """Equation (1) written out with explicit loops (independent of both code paths)."""
     num = sum(P[m, k] for k in range(len(codes)) if tuple(codes[k, list(pi)]) == tuple(k0))
-    den = sum(counts[l] * sum(P[l, k] for k in range(len(codes)) if tuple(codes[k, list(pi)]) == tuple(k0))
-              for l in range(len(codes)))
+    den = sum(
+        counts[l]
+        * sum(P[l, k] for k in range(len(codes)) if tuple(codes[k, list(pi)]) == tuple(k0))
+        for l in range(len(codes))
+    )
     return num / den
 
 
@@ -83,12 +87,15 @@ def test_constraint_block_matches_equation_1():
         g = blk.g[w]
         ci = groups.combination[g]
         k0 = table.codes[groups.rep[g], list(combos[ci])]
-        assert ratio[w] == pytest.approx(brute_force_lhs(P, table.codes, table.counts, combos[ci], blk.m[w], k0), rel=1e-12)
+        assert ratio[w] == pytest.approx(
+            brute_force_lhs(P, table.codes, table.counts, combos[ci], blk.m[w], k0), rel=1e-12
+        )
 
 
 def test_cell_index_without_overflow():
     # 20 variables of 9 categories: 9^20 > 2^62 mixed-radix keys, so whole rows are matched.
     from pramopt.frequency.table import cell_index
+
     rng = np.random.default_rng(0)
     df = pd.DataFrame(rng.integers(0, 9, (200, 20)), columns=[f"x{i}" for i in range(20)])
     df.iloc[0] = np.arange(20) % 9  # ensure every column has all 9 categories somewhere

@@ -13,6 +13,7 @@ by brute force, and Theorem 3 via :func:`pramopt.risk.pk_anonymity` where the ro
 ``U0^T P``), ``violated`` finds exactly the rows the checker finds, and the pricing terms equal
 ``A^T y`` over the columns the rows give a transition outside the support.
 """
+
 from __future__ import annotations
 
 import math
@@ -46,9 +47,13 @@ K_STAR = 3.0
 def problem() -> DesignProblem:
     """About 12 cells of 40 records, several of them rare at alpha 0.2."""
     rng = np.random.default_rng(7)
-    df = pd.DataFrame({"a": rng.choice(2, 40, p=[0.7, 0.3]),
-                       "b": rng.choice(3, 40, p=[0.5, 0.3, 0.2]),
-                       "c": rng.choice(2, 40, p=[0.8, 0.2])})
+    df = pd.DataFrame(
+        {
+            "a": rng.choice(2, 40, p=[0.7, 0.3]),
+            "b": rng.choice(3, 40, p=[0.5, 0.3, 0.2]),
+            "c": rng.choice(2, 40, p=[0.8, 0.2]),
+        }
+    )
     t = pramopt.frequency_table(df, ["a", "b", "c"])
     p = DesignParams.from_options("design", alpha=ALPHA, change_weights={"a": 1.0, "b": 2.5})
     return DesignProblem.build(t, resolve_combinations(t.qi, None, None, "test"), p)
@@ -73,6 +78,7 @@ def _receivers(K: int, recv) -> Support:
 # ------------------------------------------------------------------------------------------
 # Objectives
 # ------------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module", params=sorted(OBJECTIVES))
 def objective(request, problem) -> Objective:
@@ -147,7 +153,7 @@ def test_gradient_on_blocks(objective, problem):
     rng = np.random.default_rng(4)
     K, counts = problem.K, problem.counts
     cells = rng.permutation(K)
-    bm = BlockModel([cells[: K // 2], cells[K // 2:]], K)
+    bm = BlockModel([cells[: K // 2], cells[K // 2 :]], K)
     z = bm.clean(np.concatenate([rng.uniform(0.5, 0.8, bm.B), rng.uniform(0.1, 1.0, K)]))
     f, g, _ = objective.on_blocks(bm, counts)(z)
     if objective.linear_cost(np.zeros(1, int), np.ones(1, int)) is None:
@@ -169,11 +175,18 @@ def test_gradient_on_blocks(objective, problem):
 # Constraints: how each is built on a support, and its independent checker
 # ------------------------------------------------------------------------------------------
 
+
 def _full_working_set(pb: DesignProblem) -> WorkingSet:
     """Every row (m, g) of C1 at level alpha."""
     G = pb.groups.n_groups
-    return WorkingSet(np.repeat(np.arange(pb.K), G), np.tile(np.arange(G), pb.K), pb.table,
-                      pb.groups, pb.combos, ALPHA)
+    return WorkingSet(
+        np.repeat(np.arange(pb.K), G),
+        np.tile(np.arange(G), pb.K),
+        pb.table,
+        pb.groups,
+        pb.combos,
+        ALPHA,
+    )
 
 
 def _c1(pb):
@@ -186,16 +199,23 @@ def _c1(pb):
         G = pb.groups.n_groups
         v = violated_rows(P, pb.table.codes, pb.counts, pb.combos, ALPHA)
         return {m * G + int(pb.groups.member[rep, ci]) for m, ci, rep in v}
+
     return build, check, None
 
 
 def _epsilon(pb):
     def check(P):  # Theorem 1 by definition, column by column
-        return {j for j in range(P.shape[1]) for m in range(P.shape[0]) for mm in range(P.shape[0])
-                if P[m, j] > math.exp(EPS) * P[mm, j]}
+        return {
+            j
+            for j in range(P.shape[1])
+            for m in range(P.shape[0])
+            for mm in range(P.shape[0])
+            if P[m, j] > math.exp(EPS) * P[mm, j]
+        }
 
     def whole(P, holds):
         assert (dp_epsilon(P) <= EPS) is holds
+
     return (lambda sup: CONSTRAINTS["epsilon"](EPS)), check, whole
 
 
@@ -210,14 +230,19 @@ def _pk(pb):
     def whole(P, holds):
         if holds:  # the rows are sufficient for Theorem 3 (not necessary)
             assert pk_anonymity(P, pb.n) >= K_STAR * (1 - 1e-12)
+
     return (lambda sup: CONSTRAINTS["pk"](r, s)), check, whole
 
 
 def _invariance(pb):
     def check(P):
         released = pb.counts @ P
-        return {k for k in range(pb.K)
-                if abs(released[k] - pb.counts[k]) > 1e-9 * max(pb.counts[k], 1.0)}
+        return {
+            k
+            for k in range(pb.K)
+            if abs(released[k] - pb.counts[k]) > 1e-9 * max(pb.counts[k], 1.0)
+        }
+
     return (lambda sup: CONSTRAINTS["invariance"](pb.counts)), check, None
 
 
@@ -243,12 +268,16 @@ def _matrices(pb):
 def _rows_hold(prog, x) -> bool:
     """Whether some auxiliary columns satisfy the program's rows at ``x`` (scipy's HiGHS)."""
     lo, hi = prog.col_lo.copy(), prog.col_hi.copy()
-    lo[:prog.n_x] = hi[:prog.n_x] = x
+    lo[: prog.n_x] = hi[: prog.n_x] = x
     A = prog.A.tocsr()
     fin_hi, fin_lo = np.isfinite(prog.row_hi), np.isfinite(prog.row_lo)
-    res = linprog(np.zeros(A.shape[1]), A_ub=sp.vstack([A[fin_hi], -A[fin_lo]]),
-                  b_ub=np.concatenate([prog.row_hi[fin_hi], -prog.row_lo[fin_lo]]),
-                  bounds=list(zip(lo, np.where(np.isfinite(hi), hi, None))), method="highs")
+    res = linprog(
+        np.zeros(A.shape[1]),
+        A_ub=sp.vstack([A[fin_hi], -A[fin_lo]]),
+        b_ub=np.concatenate([prog.row_hi[fin_hi], -prog.row_lo[fin_lo]]),
+        bounds=list(zip(lo, np.where(np.isfinite(hi), hi, None))),
+        method="highs",
+    )
     return res.status == 0
 
 
@@ -285,9 +314,14 @@ def test_pricing_terms_are_the_rows_of_a_new_transition(name, problem):
     rng = np.random.default_rng(8)
     y = rng.normal(size=prog_s.A.shape[0])
     r = prog_s.rows
-    duals = Duals(rows=y[r["rows"]], B=y[r["B"]] if "B" in r else np.zeros(0),
-                  N=y[r["N"]] if "N" in r else np.zeros(0), inv=y[r["inv"]] if "inv" in r else None,
-                  cols=np.zeros(prog_s.n_x), named={name: y[sl] for name, sl in r.items()})
+    duals = Duals(
+        rows=y[r["rows"]],
+        B=y[r["B"]] if "B" in r else np.zeros(0),
+        N=y[r["N"]] if "N" in r else np.zeros(0),
+        inv=y[r["inv"]] if "inv" in r else None,
+        cols=np.zeros(prog_s.n_x),
+        named={name: y[sl] for name, sl in r.items()},
+    )
     prices = c_small.prices(duals)
     if prices is None:  # an entry outside the support brings rows of its own
         assert prog_f.A.shape[0] > prog_s.A.shape[0]
@@ -299,7 +333,9 @@ def test_pricing_terms_are_the_rows_of_a_new_transition(name, problem):
     m, k = np.nonzero(out)
     cols = np.searchsorted(full.rows * K + full.cols, m * K + k)
     own = np.zeros(prog_f.A.shape[0])
-    own[r["rows"].stop:] = y[r["rows"].stop:]  # the row sums are the pricer's, not the constraint's
+    own[r["rows"].stop :] = y[
+        r["rows"].stop :
+    ]  # the row sums are the pricer's, not the constraint's
     want = -(prog_f.A[:, cols].T @ own)
     got = np.zeros(m.size)
     if prices.per_column is not None:

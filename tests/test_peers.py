@@ -1,19 +1,20 @@
 """The peers as they really behave: the recorded runs of the real packages (pymasq 0.6.5 and
 pram 0.2.0 under pandas < 3, benchmarks/peers_real.py) against the formulas of benchmarks/peers.py,
 and the rows of benchmarks/results/peers.csv against computations written here."""
+
 from __future__ import annotations
 
 import itertools
 import json
+
 import numpy as np
 import pandas as pd
 import pytest
+from test_design import brute_force_max_risk
 
 import pramopt
 from benchmarks import peers as B
 from benchmarks._common import RESULTS, TESTDATA_KEYS7
-
-from test_design import brute_force_max_risk
 
 REAL = RESULTS / "peers_real"
 
@@ -88,7 +89,9 @@ def test_pymasq_real_matrices_use_count_sorted_frequencies(shared_data):
         np.testing.assert_allclose(f @ I, f, rtol=1e-12)  # idealised: invariant
         np.testing.assert_allclose(M.sum(axis=1), 1, atol=1e-12)
     assert B.invariance_error(t, real) > 1
-    assert max(float(np.abs(a - b).max()) for a, b in zip(real, ideal)) == pytest.approx(0.298, abs=0.001)
+    assert max(float(np.abs(a - b).max()) for a, b in zip(real, ideal)) == pytest.approx(
+        0.298, abs=0.001
+    )
     # the same call with the values read as numbers (no category 0) raises KeyError: 0
     assert rec["pymasq_numeric_values"]["error"] == "KeyError: 0"
 
@@ -108,8 +111,12 @@ def test_peer_table_rows_name_what_ran_and_match_the_records():
     tab = pd.read_csv(path, comment="#")
     rec = _record("example")
     names = set(tab.peer)
-    assert {"pymasq 0.6.5 (real package)", "idealised formula after pymasq 0.6.5", "pram 0.2.0 (real package)",
-            "sdcMicro 5.8.1 pram() formula, as released"} <= names
+    assert {
+        "pymasq 0.6.5 (real package)",
+        "idealised formula after pymasq 0.6.5",
+        "pram 0.2.0 (real package)",
+        "sdcMicro 5.8.1 pram() formula, as released",
+    } <= names
     for row in tab.itertuples(index=False):
         if row.peer.endswith("(real package)"):
             pkg = row.peer.split()[0]
@@ -122,14 +129,20 @@ def test_peer_table_rows_name_what_ran_and_match_the_records():
     t = pramopt.frequency_table(df, qi)
     ex = tab[tab.dataset == "example"].set_index("peer")
     combos = list(itertools.combinations(range(len(qi)), 3))
-    for name, mats in (("pymasq 0.6.5 (real package)", B.real_pymasq_matrices(t, rec)),
-                       ("pram 0.2.0 (real package)", B.real_pram_matrices(t, rec))):
+    for name, mats in (
+        ("pymasq 0.6.5 (real package)", B.real_pymasq_matrices(t, rec)),
+        ("pram 0.2.0 (real package)", B.real_pram_matrices(t, rec)),
+    ):
         P = _restricted_by_loops(t, mats)
-        assert ex.loc[name, "max_risk_restricted"] == pytest.approx(brute_force_max_risk(P, df, qi, combos), rel=1e-3)
+        assert ex.loc[name, "max_risk_restricted"] == pytest.approx(
+            brute_force_max_risk(P, df, qi, combos), rel=1e-3
+        )
         every = itertools.product(*[range(len(c)) for c in t.categories])
         present = {tuple(c) for c in t.codes}
         inside = np.zeros(t.n_cells)
         for k in every:
             if tuple(k) in present:
                 inside += np.prod([mats[v][t.codes[:, v], k[v]] for v in range(len(qi))], axis=0)
-        assert ex.loc[name, "mean_leaving"] == pytest.approx(t.counts @ (1 - inside) / t.n, rel=1e-3, abs=1e-9)
+        assert ex.loc[name, "mean_leaving"] == pytest.approx(
+            t.counts @ (1 - inside) / t.n, rel=1e-3, abs=1e-9
+        )

@@ -1,4 +1,5 @@
 """ε-DP and Pk-anonymity of PRAM matrices (Ikarashi et al., ../shared/seeds/002_…)."""
+
 from __future__ import annotations
 
 import itertools
@@ -8,8 +9,15 @@ import numpy as np
 import pytest
 
 from pramopt.errors import InvalidParameterError
-from pramopt.risk.dp_pk_anonymity import (dp_epsilon, dp_epsilon_product, dp_epsilon_retention, pk_anonymity,
-                                         pk_anonymity_product, pk_anonymity_retention, pk_ratio)
+from pramopt.risk.dp_pk_anonymity import (
+    dp_epsilon,
+    dp_epsilon_product,
+    dp_epsilon_retention,
+    pk_anonymity,
+    pk_anonymity_product,
+    pk_anonymity_retention,
+    pk_ratio,
+)
 
 # Section 2.3: retention-replacement on "sex" with ρ = 1/2.
 A22 = np.array([[0.75, 0.25], [0.25, 0.75]])
@@ -80,6 +88,7 @@ def test_factorised_minimum_equals_k4_loop(seed):
 
 def test_pk_ratio_is_fast_on_400_cells():
     import time
+
     A = np.random.default_rng(0).dirichlet(np.ones(400), size=400)
     t = time.perf_counter()
     pk_ratio(A)
@@ -105,16 +114,19 @@ def test_epsilon_infinite_and_identity():
     assert dp_epsilon_retention([3], 1.0) == math.inf
 
 
-@pytest.mark.parametrize("call,name", [
-    (lambda: pk_anonymity(A22, 0), "'n_records'"),
-    (lambda: pk_anonymity(np.array([[0.5, 0.6], [0.5, 0.5]]), 3), "'P'"),
-    (lambda: dp_epsilon([[1.0, -0.1, 0.1]]), "'P'"),
-    (lambda: dp_epsilon("x"), "'P'"),
-    (lambda: dp_epsilon_retention([2, 0], 0.5), "'levels'"),
-    (lambda: dp_epsilon_retention([2, 3], [0.5]), "'rho'"),
-    (lambda: pk_anonymity_retention(10, [2], 1.5), "'rho'"),
-    (lambda: pk_anonymity_product([], 3), "'matrices'"),
-])
+@pytest.mark.parametrize(
+    "call,name",
+    [
+        (lambda: pk_anonymity(A22, 0), "'n_records'"),
+        (lambda: pk_anonymity(np.array([[0.5, 0.6], [0.5, 0.5]]), 3), "'P'"),
+        (lambda: dp_epsilon([[1.0, -0.1, 0.1]]), "'P'"),
+        (lambda: dp_epsilon("x"), "'P'"),
+        (lambda: dp_epsilon_retention([2, 0], 0.5), "'levels'"),
+        (lambda: dp_epsilon_retention([2, 3], [0.5]), "'rho'"),
+        (lambda: pk_anonymity_retention(10, [2], 1.5), "'rho'"),
+        (lambda: pk_anonymity_product([], 3), "'matrices'"),
+    ],
+)
 def test_bad_input(call, name):
     with pytest.raises(InvalidParameterError, match=name):
         call()

@@ -6,6 +6,7 @@ every permutation of the records (Section 3, ``_brute_k`` of test_privacy) where
 tiny, and from Theorem 3's minimum over every (u, v, u', v') otherwise; C1 by brute force over
 the records (test_contract).
 """
+
 from __future__ import annotations
 
 import math
@@ -13,16 +14,20 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from test_contract import brute_force_risk
+from test_privacy import _brute_k
 
 import pramopt
 from pramopt.baselines.retention_meeting import retention_meeting
 from pramopt.errors import InvalidParameterError
 from pramopt.frequency.table import frequency_table
-from pramopt.optimize.constraints.column_ratio import (RatioBound, balancing_weights, dense_support, ratio_rows,
-                                                       ratio_slack)
-
-from test_contract import brute_force_risk
-from test_privacy import _brute_k
+from pramopt.optimize.constraints.column_ratio import (
+    RatioBound,
+    balancing_weights,
+    dense_support,
+    ratio_rows,
+    ratio_slack,
+)
 
 QI = ["a", "b", "c"]
 
@@ -32,8 +37,13 @@ def small():
     """~12 cells, 200 records, a few rare cells (C1 binds at alpha 0.2)."""
     rng = np.random.default_rng(3)
     n = 200
-    return pd.DataFrame({"a": rng.choice(2, n, p=[0.7, 0.3]), "b": rng.choice(3, n, p=[0.6, 0.3, 0.1]),
-                         "c": rng.choice(2, n, p=[0.9, 0.1])})
+    return pd.DataFrame(
+        {
+            "a": rng.choice(2, n, p=[0.7, 0.3]),
+            "b": rng.choice(3, n, p=[0.6, 0.3, 0.1]),
+            "c": rng.choice(2, n, p=[0.9, 0.1]),
+        }
+    )
 
 
 def brute_epsilon_holds(P, eps, rtol=0.0) -> bool:
@@ -54,8 +64,8 @@ def brute_epsilon_holds(P, eps, rtol=0.0) -> bool:
 def brute_ar(P) -> float:
     """Theorem 3's AR = min P[u,v']P[v,u'] / (P[u,u']P[v,v']) over every (u, v, u', v')."""
     P = np.asarray(P)
-    num = P[:, None, None, :] * P[None, :, :, None]        # [u, v, u', v'] = P[u,v'] P[v,u']
-    den = P[:, None, :, None] * P[None, :, None, :]        # P[u,u'] P[v,v']
+    num = P[:, None, None, :] * P[None, :, :, None]  # [u, v, u', v'] = P[u,v'] P[v,u']
+    den = P[:, None, :, None] * P[None, :, None, :]  # P[u,u'] P[v,v']
     with np.errstate(divide="ignore", invalid="ignore"):
         r = np.where(den > 0, num / den, np.inf)
     return float(min(1.0, r.min()))
@@ -64,6 +74,7 @@ def brute_ar(P) -> float:
 # ------------------------------------------------------------------------------------------
 # The rows themselves against brute force
 # ------------------------------------------------------------------------------------------
+
 
 def _rows_hold(P, bound: RatioBound) -> bool:
     """Whether some L >= 0 satisfies the program's ratio rows at x = P (the best L is the column min)."""
@@ -102,8 +113,8 @@ def test_k_rows_are_sufficient_and_weights_tighten_them(seed):
     r_plain, r_scaled = ratio_slack(P), ratio_slack(P, s)
     assert r_scaled <= r_plain * (1 + 1e-9)
     ar = brute_ar(P)
-    assert ar >= 1 / r_plain ** 2 * (1 - 1e-9)
-    assert ar >= 1 / r_scaled ** 2 * (1 - 1e-9)
+    assert ar >= 1 / r_plain**2 * (1 - 1e-9)
+    assert ar >= 1 / r_scaled**2 * (1 - 1e-9)
     assert _rows_hold(P, RatioBound(r_scaled * (1 + 1e-9), s))
     # the rows at the r Theorem 3 allows hold with the balancing weights whenever they are tight
     if math.isclose(r_scaled, 1 / math.sqrt(ar), rel_tol=1e-6):
@@ -113,6 +124,7 @@ def test_k_rows_are_sufficient_and_weights_tighten_them(seed):
 # ------------------------------------------------------------------------------------------
 # Designs
 # ------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("eps", [0.5, 1.0, 2.0, 4.0])
 def test_epsilon_design_holds_by_brute_force_and_beats_retention(small, eps):
@@ -185,6 +197,7 @@ def test_the_result_reproduces_and_saves(small, tmp_path):
     assert again.loss == pytest.approx(res.loss, rel=1e-6)
     assert res.figures()["epsilon"] == res.details["epsilon"]
     from pramopt.io import load_design, save_design
+
     save_design(res, tmp_path)
     back = load_design(tmp_path)
     assert back.details["epsilon"] == pytest.approx(res.details["epsilon"])
@@ -219,17 +232,20 @@ def test_the_optimiser_itself_meets_the_rows(small, eps, k):
         assert 1 + (len(small) - 1) * brute_ar(P) >= k * (1 - 1e-5)
 
 
-@pytest.mark.parametrize("kw,name", [
-    (dict(alpha=None), "'alpha'"),
-    (dict(epsilon=-1.0), "'epsilon'"),
-    (dict(epsilon=0.0), "'epsilon'"),
-    (dict(k=0.5), "'k'"),
-    (dict(k=1e6), "'k'"),
-    (dict(epsilon=1.0, fixed=["a"]), "'fixed'"),
-    (dict(epsilon=1.0, invariant=True), "'invariant'"),
-    (dict(k=2.0, structure="blocks"), "'structure'"),
-    (dict(alpha="x", epsilon=1.0), "'alpha'"),
-])
+@pytest.mark.parametrize(
+    "kw,name",
+    [
+        (dict(alpha=None), "'alpha'"),
+        (dict(epsilon=-1.0), "'epsilon'"),
+        (dict(epsilon=0.0), "'epsilon'"),
+        (dict(k=0.5), "'k'"),
+        (dict(k=1e6), "'k'"),
+        (dict(epsilon=1.0, fixed=["a"]), "'fixed'"),
+        (dict(epsilon=1.0, invariant=True), "'invariant'"),
+        (dict(k=2.0, structure="blocks"), "'structure'"),
+        (dict(alpha="x", epsilon=1.0), "'alpha'"),
+    ],
+)
 def test_bad_input_is_refused_with_the_parameter_named(small, kw, name):
     with pytest.raises(InvalidParameterError, match=name):
         pramopt.design(small, QI, **kw)
@@ -237,6 +253,7 @@ def test_bad_input_is_refused_with_the_parameter_named(small, kw, name):
 
 def test_too_many_cells_is_refused_before_any_work():
     from pramopt.params import PRIVACY_MAX_CELLS
+
     rng = np.random.default_rng(0)
     n = 3 * PRIVACY_MAX_CELLS
     df = pd.DataFrame({"a": rng.integers(0, 40, n), "b": rng.integers(0, 40, n)})
@@ -247,15 +264,37 @@ def test_too_many_cells_is_refused_before_any_work():
 
 def test_cli_epsilon_and_k(tmp_path, small):
     import json
+
     from pramopt.cli import main
+
     path = tmp_path / "d.csv"
     small.to_csv(path, index=False)
     out = tmp_path / "out"
-    rc = main(["design", "--data", str(path), "--qi", "a,b,c", "--alpha", "none", "--epsilon", "2", "--k", "5",
-               "--out", str(out), "--quiet"])
+    rc = main(
+        [
+            "design",
+            "--data",
+            str(path),
+            "--qi",
+            "a,b,c",
+            "--alpha",
+            "none",
+            "--epsilon",
+            "2",
+            "--k",
+            "5",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
     assert rc == 0
     doc = json.loads((out / "design.json").read_text())
-    assert doc["params"]["alpha"] is None and doc["params"]["epsilon"] == 2.0 and doc["params"]["k"] == 5.0
+    assert (
+        doc["params"]["alpha"] is None
+        and doc["params"]["epsilon"] == 2.0
+        and doc["params"]["k"] == 5.0
+    )
     md = (out / "report.md").read_text()
     assert "ε (Theorem 1), measured" in md and "Pk-anonymity k, measured" in md
 
@@ -263,7 +302,9 @@ def test_cli_epsilon_and_k(tmp_path, small):
 @pytest.mark.slow  # about a minute: 47 cells under C1, epsilon and k together
 def test_privacy_spec_meets_its_expected_figures(tmp_path):
     from pathlib import Path
+
     from pramopt.cli import main
+
     spec = Path(__file__).resolve().parents[1] / "models" / "example_privacy.toml"
     assert main(["design", str(spec), "--out", str(tmp_path / "d"), "--check", "--quiet"]) == 0
 

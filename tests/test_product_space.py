@@ -1,4 +1,5 @@
 """Per-variable PRAM measured as released (over the product space), against brute force."""
+
 from __future__ import annotations
 
 import itertools
@@ -6,20 +7,33 @@ import itertools
 import numpy as np
 import pandas as pd
 import pytest
+from reference import l2_loss_from_covariance
 
 import pramopt
 from pramopt.baselines.calibrate import sdcmicro_on_cells
-from pramopt.baselines.product_space import assess_product_space, product_space_loss, sdcmicro_matrices
+from pramopt.baselines.product_space import (
+    assess_product_space,
+    product_space_loss,
+    sdcmicro_matrices,
+)
 from pramopt.loss import l2_loss
-
-from reference import l2_loss_from_covariance
 
 
 @pytest.fixture(scope="module")
 def sparse_table():
     # 3 x 3 x 2 = 18 combinations, 9 present: per-variable PRAM releases into the other 9
     rng = np.random.default_rng(5)
-    cells = [(0, 0, 0), (0, 1, 1), (1, 0, 1), (1, 2, 0), (2, 2, 1), (0, 0, 1), (2, 1, 0), (1, 1, 1), (2, 0, 0)]
+    cells = [
+        (0, 0, 0),
+        (0, 1, 1),
+        (1, 0, 1),
+        (1, 2, 0),
+        (2, 2, 1),
+        (0, 0, 1),
+        (2, 1, 0),
+        (1, 1, 1),
+        (2, 0, 0),
+    ]
     sizes = rng.integers(1, 40, len(cells))
     rows = [c for c, s in zip(cells, sizes) for _ in range(s)]
     df = pd.DataFrame(rows, columns=["a", "b", "c"])

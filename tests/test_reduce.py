@@ -1,4 +1,5 @@
 """The reducer is safe (Cator et al., Section 4, bounds (2) and (5))."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -7,12 +8,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import pramopt
-from pramopt.optimize.constraints.c1 import C1Rows, build_groups, c1_block
-from pramopt.optimize.support import Support
-from pramopt.optimize.constraints.c1 import reduce_constraints
 from pramopt.optimize.backends import chain
+from pramopt.optimize.constraints.c1 import C1Rows, build_groups, c1_block, reduce_constraints
 from pramopt.optimize.program import build_program
-from pramopt.optimize.support import clean
+from pramopt.optimize.support import Support, clean
 from pramopt.verify import c1_risk
 
 
@@ -24,12 +23,19 @@ def small_data(draw):
     seed = draw(st.integers(0, 10_000))
     rng = np.random.default_rng(seed)
     # skewed marginals so that some cells and triples are rare
-    cols = {f"v{i}": rng.choice(L, n, p=np.arange(L, 0, -1) / (L * (L + 1) / 2)) for i, L in enumerate(levels)}
+    cols = {
+        f"v{i}": rng.choice(L, n, p=np.arange(L, 0, -1) / (L * (L + 1) / 2))
+        for i, L in enumerate(levels)
+    }
     return pd.DataFrame(cols)
 
 
-@settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(df=small_data(), gamma=st.sampled_from([0.6, 0.8, 0.95]), alpha=st.sampled_from([0.15, 0.25]))
+@settings(
+    max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(
+    df=small_data(), gamma=st.sampled_from([0.6, 0.8, 0.95]), alpha=st.sampled_from([0.15, 0.25])
+)
 def test_reduced_optimum_satisfies_full_c1(df, gamma, alpha):
     # Solve the *reduced* problem only (no lazy generation, no full check inside the solver),
     # with the floor P_kk >= gamma it relies on; the independent verifier must then find the
@@ -46,8 +52,12 @@ def test_reduced_optimum_satisfies_full_c1(df, gamma, alpha):
     # the reduced problem may be infeasible at a high floor: step down as the designer does
     for floor in [g for g in (0.95, 0.8, 0.6, 0.51) if g <= gamma]:
         red = reduce_constraints(table, groups, alpha, floor, lazy_outside=False)
-        lp = chain(build_program(sup, [C1Rows(c1_block(sup, groups, counts, red.m, red.g), alpha * (1 - 1e-6))]),
-                   "HIGHS")
+        lp = chain(
+            build_program(
+                sup, [C1Rows(c1_block(sup, groups, counts, red.m, red.g), alpha * (1 - 1e-6))]
+            ),
+            "HIGHS",
+        )
         lo = np.zeros(sup.size)
         lo[sup.diag] = floor
         out = lp.solve(c, lo, np.ones(sup.size))

@@ -1,4 +1,5 @@
 """The refinement's curved model: the L2 loss's Hessian diagonal, the QP step, the iteration count."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -6,16 +7,15 @@ import pytest
 import scipy.sparse as sp
 
 import pramopt
+from benchmarks.refine_models import column_blocks, l2_column_curvature_on_support
 from pramopt.example import EXAMPLE_QI
 from pramopt.loss import l2_loss
 from pramopt.optimize.backends.clarabel_qp import solve_qp
 from pramopt.optimize.objectives.l2 import l2_loss_and_grad
 from pramopt.optimize.objectives.l2_curvature import l2_hessian_diagonal
-from pramopt.optimize.support import Support
 from pramopt.optimize.strategies import general
+from pramopt.optimize.support import Support
 from pramopt.verify import c1_risk
-
-from benchmarks.refine_models import column_blocks, l2_column_curvature_on_support
 
 QI = list(EXAMPLE_QI)
 
@@ -65,8 +65,9 @@ def test_column_blocks_match_central_differences_of_the_gradient():
             fd = dg[sup.rows[idx], sup.cols[idx]]
             np.testing.assert_allclose(Hj[:, a], fd, rtol=1e-5, atol=1e-7 * np.abs(fd).max())
             seen += 1
-        np.testing.assert_allclose(np.diag(Hj), l2_hessian_diagonal(P, counts, sup.rows[idx], sup.cols[idx]),
-                                   rtol=1e-9)
+        np.testing.assert_allclose(
+            np.diag(Hj), l2_hessian_diagonal(P, counts, sup.rows[idx], sup.cols[idx]), rtol=1e-9
+        )
     assert seen == sup.size
     # the model: symmetric, positive semidefinite, zero between columns, and the exact block
     # wherever that block is already positive definite above the floor
@@ -77,7 +78,9 @@ def test_column_blocks_match_central_differences_of_the_gradient():
     exact = 0
     for idx, Hj in column_blocks(sup, x, counts):
         if np.linalg.eigvalsh(Hj).min() > 1e-3 * np.median(np.abs(np.diag(Hj))):
-            np.testing.assert_allclose(B[np.ix_(idx, idx)], Hj, rtol=1e-8, atol=1e-12 * np.abs(Hj).max())
+            np.testing.assert_allclose(
+                B[np.ix_(idx, idx)], Hj, rtol=1e-8, atol=1e-12 * np.abs(Hj).max()
+            )
             exact += 1
     assert exact > 0
 
@@ -112,10 +115,13 @@ def test_qp_step_is_feasible_and_minimises_the_model(example):
     assert y is not None
     assert np.all(y >= lo_r - 1e-8) and np.all(y <= hi_r + 1e-8)
     # the program's rows hold at the QP's point (the auxiliary columns at their best values)
-    np.testing.assert_allclose(np.bincount(prog.support.rows, weights=y, minlength=prog.support.K), 1.0, atol=1e-7)
+    np.testing.assert_allclose(
+        np.bincount(prog.support.rows, weights=y, minlength=prog.support.K), 1.0, atol=1e-7
+    )
     # the model's value there is no worse than at the current point and at the LP's vertex
     model = lambda z: g @ (z - x) + 0.5 * (z - x) @ (B * (z - x))  # noqa: E731
     from pramopt.optimize.backends import chain
+
     lp = chain(prog, None).solve(g, lo_r, hi_r).x
     assert model(y) <= min(model(x), model(lp)) + 1e-9 * abs(f)
 
@@ -137,8 +143,13 @@ def test_qp_with_a_coupled_hessian_matches_cvxpy_and_its_kkt_conditions(example)
     f_ = np.array([rng.choice(np.flatnonzero(sup.cols == sup.cols[i])) for i in e])
     ok = f_ != e
     e, f_ = e[ok], f_[ok]
-    M = sp.csr_matrix((np.concatenate([np.ones(e.size), -np.ones(e.size)]),
-                       (np.tile(np.arange(e.size), 2), np.concatenate([e, f_]))), shape=(e.size, nx))
+    M = sp.csr_matrix(
+        (
+            np.concatenate([np.ones(e.size), -np.ones(e.size)]),
+            (np.tile(np.arange(e.size), 2), np.concatenate([e, f_])),
+        ),
+        shape=(e.size, nx),
+    )
     # (on the scale of the gradient, so that the model is well conditioned and its optimum sharp)
     H = (sc * (sp.diags(np.full(nx, 2.0)) + M.T @ sp.diags(rng.uniform(1, 20, e.size)) @ M)).tocsr()
     lo_r, hi_r = np.maximum(lo, x - 0.05), np.minimum(hi, x + 0.05)
@@ -151,7 +162,10 @@ def test_qp_with_a_coupled_hessian_matches_cvxpy_and_its_kkt_conditions(example)
     col_lo, col_hi = prog.col_lo.astype(float).copy(), prog.col_hi.astype(float).copy()
     col_lo[:nx], col_hi[:nx] = lo_r, hi_r
     A = sp.csr_matrix(prog.A)
-    cons = [y >= np.where(np.isfinite(col_lo), col_lo, -1e9), y <= np.where(np.isfinite(col_hi), col_hi, 1e9)]
+    cons = [
+        y >= np.where(np.isfinite(col_lo), col_lo, -1e9),
+        y <= np.where(np.isfinite(col_hi), col_hi, 1e9),
+    ]
     fin_lo, fin_hi = np.isfinite(prog.row_lo), np.isfinite(prog.row_hi)
     cons += [A[fin_lo] @ y >= prog.row_lo[fin_lo], A[fin_hi] @ y <= prog.row_hi[fin_hi]]
     ref = cp.Problem(cp.Minimize(c @ y + 0.5 * cp.quad_form(y[:nx], H / sc, assume_PSD=True)), cons)
@@ -183,7 +197,9 @@ def test_curved_refinement_beats_long_slp_in_few_iterations(example, monkeypatch
     new = pramopt.design(example, QI, alpha=0.1, structure="general", support=support)
     with monkeypatch.context() as m:
         m.setattr(general, "REFINE_QP_MAX", -1)  # no support is small enough for curved steps
-        old = pramopt.design(example, QI, alpha=0.1, structure="general", support=support, max_iter=300)
+        old = pramopt.design(
+            example, QI, alpha=0.1, structure="general", support=support, max_iter=300
+        )
     assert old.success and new.success
     assert _refine_stage(new).iterations <= 20
     assert new.loss <= old.loss * (1 + 1e-3)
@@ -243,13 +259,13 @@ def test_qp_multipliers_price_a_transition_as_the_derivative_of_the_step(example
     assert gcols(np.array([k]))[m, 0] == pytest.approx(g[j], rel=1e-9)  # the gradient pricing uses
     less = Support.from_pairs(np.delete(sup.rows, j), np.delete(sup.cols, j), K)
     v0, out, _ = step(less)
-    d = Pricer(less, cg.counts, cg.load(less).program.constraints, out.duals,
-               cg.problem.allowed).reduced_costs(np.array([k]), gcols(np.array([k])))[m, 0]
+    d = Pricer(
+        less, cg.counts, cg.load(less).program.constraints, out.duals, cg.problem.allowed
+    ).reduced_costs(np.array([k]), gcols(np.array([k])))[m, 0]
     assert d < 0  # priced as attractive
     eps = 1e-4
     v1, _, _ = step(less.union([m], [k]), hi_j=eps)
     assert (v1 - v0) / eps == pytest.approx(d, rel=0.05)
-
 
 
 def _dense_bfgs(B0, pairs):
@@ -267,6 +283,7 @@ def test_qp_with_curvature_pairs_solves_the_bfgs_model(example):
     # built by the textbook update, given as an explicit coupled Hessian (a path checked against
     # cvxpy above); the two optima and their model values must agree.
     from pramopt.optimize.strategies.refine import _bfgs_times
+
     prog, x, lo, hi, evaluate = _first_subproblem(example)
     f, g, _ = evaluate(x)
     sc = np.abs(g).max()
@@ -280,8 +297,12 @@ def test_qp_with_curvature_pairs_solves_the_bfgs_model(example):
     Bm = _dense_bfgs(B0, pairs)
     # _bfgs_times (the model's curvature in the refinement's predicted decrease) is that matrix
     v = rng.standard_normal(nx)
-    np.testing.assert_allclose(_bfgs_times(B0, pairs, v), Bm @ v, rtol=1e-9, atol=1e-9 * np.abs(Bm @ v).max())
-    np.testing.assert_allclose(Bm @ pairs[-1][0], pairs[-1][1], rtol=1e-8, atol=1e-10 * sc)  # secant
+    np.testing.assert_allclose(
+        _bfgs_times(B0, pairs, v), Bm @ v, rtol=1e-9, atol=1e-9 * np.abs(Bm @ v).max()
+    )
+    np.testing.assert_allclose(
+        Bm @ pairs[-1][0], pairs[-1][1], rtol=1e-8, atol=1e-10 * sc
+    )  # secant
     lo_r, hi_r = np.maximum(lo, x - 0.05), np.minimum(hi, x + 0.05)
     lifted = solve_qp(prog, (g - B0 * x) / sc, B0 / sc, lo_r, hi_r, scale=sc, pairs=pairs, center=x)
     explicit = solve_qp(prog, (g - Bm @ x) / sc, sp.csr_matrix(Bm / sc), lo_r, hi_r, scale=sc)
@@ -295,7 +316,9 @@ def test_qp_with_curvature_pairs_solves_the_bfgs_model(example):
     assert model(lifted.x) < model(x)
     np.testing.assert_allclose(lifted.x, explicit.x, atol=1e-4)
     # the multipliers price as the explicit model's: reduced costs agree
-    np.testing.assert_allclose(lifted.duals.cols, explicit.duals.cols, atol=1e-5 * np.abs(explicit.duals.cols).max())
+    np.testing.assert_allclose(
+        lifted.duals.cols, explicit.duals.cols, atol=1e-5 * np.abs(explicit.duals.cols).max()
+    )
 
 
 def test_curvature_pairs_are_the_hessian_times_the_step():
@@ -304,6 +327,7 @@ def test_curvature_pairs_are_the_hessian_times_the_step():
     # central differences above), for a step inside one column
     from pramopt.optimize.objectives.l2 import L2Loss
     from pramopt.optimize.strategies.refine import _pairs
+
     P, counts = _sparse_design()
     rows, cols = np.nonzero(P)
     sup = Support.from_pairs(rows, cols, P.shape[0])
@@ -323,6 +347,8 @@ def test_curvature_pairs_are_the_hessian_times_the_step():
         assert len(out) == 1
         sp_, y = out[0]
         np.testing.assert_allclose(sp_, s)
-        np.testing.assert_allclose(y[idx], Hj @ s[idx], rtol=2e-3, atol=2e-3 * np.abs(Hj @ s[idx]).max())
+        np.testing.assert_allclose(
+            y[idx], Hj @ s[idx], rtol=2e-3, atol=2e-3 * np.abs(Hj @ s[idx]).max()
+        )
         checked += 1
     assert checked >= 2

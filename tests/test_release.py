@@ -1,4 +1,5 @@
 """Release (PRAM draws) and the unbiased estimator (4) of Cator et al."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -55,7 +56,11 @@ def test_estimate_is_unbiased_in_expectation(example, result):
     # and E[U_k] = sum over records of P[cell of record, k] (the law of the release, by loops)
     cells = result.cells.reset_index(drop=True)
     one_each = cells.assign(record=np.arange(len(cells)))
-    per_record = pramopt.estimate(one_each, result, by="record")["estimate"].to_numpy().reshape(len(cells), len(cells))
+    per_record = (
+        pramopt.estimate(one_each, result, by="record")["estimate"]
+        .to_numpy()
+        .reshape(len(cells), len(cells))
+    )
     P = result.to_dense()
     pos = {tuple(c): i for i, c in enumerate(cells[QI].itertuples(index=False))}
     EU = np.zeros(len(cells))
@@ -68,13 +73,32 @@ def test_estimate_monte_carlo_mean():
     # Monte Carlo of release + estimate on a small table with a moderately mixing P: the mean of
     # 4,000 estimates is within 5 standard errors of U0 for every cell (eq. (4) is unbiased).
     from pramopt.result import DesignResult, Status
+
     df = pd.DataFrame({"a": [0] * 30 + [1] * 20 + [2] * 10})
     table = pramopt.frequency_table(df, ["a"])
     P = np.array([[0.8, 0.15, 0.05], [0.1, 0.7, 0.2], [0.1, 0.3, 0.6]])
-    res = DesignResult(matrix=P, status=Status.SUCCESS, loss=0.0, expected_changes=0.0, max_risk=0.0,
-                       min_diagonal=0.6, gamma=None, binding_rows=(), reduction=None, solver=None, stages=(),
-                       condition_number=1.0, message="", alpha=0.5, qi=("a",), combinations=(("a",),), table=table)
-    ests = np.array([pramopt.estimate(pramopt.release(df, res, seed=s), res)["estimate"] for s in range(4000)])
+    res = DesignResult(
+        matrix=P,
+        status=Status.SUCCESS,
+        loss=0.0,
+        expected_changes=0.0,
+        max_risk=0.0,
+        min_diagonal=0.6,
+        gamma=None,
+        binding_rows=(),
+        reduction=None,
+        solver=None,
+        stages=(),
+        condition_number=1.0,
+        message="",
+        alpha=0.5,
+        qi=("a",),
+        combinations=(("a",),),
+        table=table,
+    )
+    ests = np.array(
+        [pramopt.estimate(pramopt.release(df, res, seed=s), res)["estimate"] for s in range(4000)]
+    )
     se = ests.std(axis=0, ddof=1) / np.sqrt(len(ests))
     assert np.all(np.abs(ests.mean(axis=0) - table.counts) <= 5 * se)
 
@@ -85,7 +109,9 @@ def test_estimate_by_other_column(example, result):
     assert set(est["region"]) == {"hi", "lo"}
     # summed over region the joint estimate equals the marginal one (linearity of (4))
     tot = est.groupby(QI)["estimate"].sum().to_numpy()
-    np.testing.assert_allclose(np.sort(tot), np.sort(pramopt.estimate(df, result)["estimate"]), rtol=1e-9)
+    np.testing.assert_allclose(
+        np.sort(tot), np.sort(pramopt.estimate(df, result)["estimate"]), rtol=1e-9
+    )
 
 
 def test_release_refuses_other_data(example, result):
@@ -101,11 +127,13 @@ def test_release_keeps_dtypes_and_missing_category():
     # not hide: that design is refused with the figure.)
     rng = np.random.default_rng(0)
     n = 300
-    df = pd.DataFrame({
-        "sex": rng.choice(["m", "f"], n),
-        "reg": pd.Categorical(rng.choice(["N", "S", "E", None], n, p=[0.5, 0.3, 0.17, 0.03])),
-        "age": rng.choice([1.0, 2.0, np.nan], n, p=[0.6, 0.38, 0.02]),
-    })
+    df = pd.DataFrame(
+        {
+            "sex": rng.choice(["m", "f"], n),
+            "reg": pd.Categorical(rng.choice(["N", "S", "E", None], n, p=[0.5, 0.3, 0.17, 0.03])),
+            "age": rng.choice([1.0, 2.0, np.nan], n, p=[0.6, 0.38, 0.02]),
+        }
+    )
     res = pramopt.design(df, ["sex", "reg", "age"], alpha=0.2, missing="category")
     assert res.success
     out = pramopt.release(df, res, seed=3)

@@ -4,6 +4,7 @@ Each test reproduces a failure seen in a randomized campaign (see ``random_cases
 property tests at the end run that campaign derandomised (and larger with ``-m slow``).  Every
 check of C1 here is the brute force of ``random_cases`` (written from the paper's definition).
 """
+
 from __future__ import annotations
 
 import json
@@ -13,11 +14,11 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
+from random_cases import brute_force_risk, campaign, make_case, option_violations, witness
 
 import pramopt
 from pramopt.optimize.strategies import Attempt, AttemptStatus
 from pramopt.optimize.strategies import blocks as blocks_mod
-from random_cases import brute_force_risk, campaign, make_case, option_violations, witness
 
 QI = ["v1", "v2", "v3", "v4", "v5"]
 
@@ -34,6 +35,7 @@ def _assert_safe_and_honoured(res, case, opts):
 
 
 # -- options keep their promises --------------------------------------------------------------
+
 
 def test_block_design_honours_min_diagonal():
     # seed 43: blocks at min_diagonal 0.7 once returned SUCCESS with a smallest diagonal of 0.01
@@ -56,6 +58,7 @@ def test_min_diagonal_honoured_in_auto_mode(example):
 
 
 # -- a weaker option never turns a success into a failure -----------------------------------
+
 
 @pytest.mark.parametrize("seed", [4, 33, 95])
 def test_invariant_in_auto_mode_is_not_falsely_infeasible(seed):
@@ -84,20 +87,28 @@ def test_margin_zero_grows(example):
 def _identity_at_margin_zero(real):
     def solve(problem, target, a_solve, trace):
         if a_solve >= problem.alpha:  # the margin-0 attempt: a design that fails the check
-            return Attempt(AttemptStatus.OK, P=sp.identity(problem.K, format="csr"), reduction=None, solver="x")
+            return Attempt(
+                AttemptStatus.OK, P=sp.identity(problem.K, format="csr"), reduction=None, solver="x"
+            )
         return real(problem, target, a_solve, trace)
+
     return solve
 
 
 def test_block_path_grows_the_margin(example, monkeypatch):
-    monkeypatch.setattr(blocks_mod, "_solve_at_size", _identity_at_margin_zero(blocks_mod._solve_at_size))
+    monkeypatch.setattr(
+        blocks_mod, "_solve_at_size", _identity_at_margin_zero(blocks_mod._solve_at_size)
+    )
     res = pramopt.design(example, QI, alpha=0.1, margin=0, structure="blocks", max_iter=5)
     assert res.success and res.max_risk <= 0.1, res.message
 
 
 def test_block_path_reports_unverified_not_infeasible(example, monkeypatch):
     def never(problem, target, a_solve, trace):
-        return Attempt(AttemptStatus.OK, P=sp.identity(problem.K, format="csr"), reduction=None, solver="x")
+        return Attempt(
+            AttemptStatus.OK, P=sp.identity(problem.K, format="csr"), reduction=None, solver="x"
+        )
+
     monkeypatch.setattr(blocks_mod, "_solve_at_size", never)
     res = pramopt.design(example, QI, alpha=0.1, structure="blocks")
     assert res.status is pramopt.Status.UNVERIFIED and not res.success
@@ -105,6 +116,7 @@ def test_block_path_reports_unverified_not_infeasible(example, monkeypatch):
 
 
 # -- INFEASIBLE only when an option rules every design out, and then it is named ---------------
+
 
 def test_infeasible_names_min_diagonal(example):
     # invariant designs of the example at alpha 0.1 have diagonal floors of at most 0.4 (flow relaxation)
@@ -139,10 +151,13 @@ def test_infeasible_names_options_that_forbid_together(example):
 
 # -- errors at the door ---------------------------------------------------------------------------
 
+
 def test_unhashable_values_are_refused_with_the_variable_named(example):
     df = example.copy()
     df["v2"] = df["v2"].apply(lambda x: [x])
-    with pytest.raises(pramopt.InvalidParameterError, match="'v2' must hold numbers or strings; record 0"):
+    with pytest.raises(
+        pramopt.InvalidParameterError, match="'v2' must hold numbers or strings; record 0"
+    ):
         pramopt.design(df, QI, alpha=0.1)
 
 
@@ -160,10 +175,15 @@ def test_integer_column_names(example):
 def test_progress_callback_errors_are_wrapped(example):
     def bad(*args):
         raise RuntimeError("boom")
-    with pytest.raises(pramopt.CallbackError, match="progress callback raised RuntimeError: boom") as e:
+
+    with pytest.raises(
+        pramopt.CallbackError, match="progress callback raised RuntimeError: boom"
+    ) as e:
         pramopt.design(example, QI, alpha=0.1, progress=bad)
     assert isinstance(e.value.__cause__, RuntimeError)
-    with pytest.raises(pramopt.InvalidParameterError, match="'progress' parameter of design must be a callable"):
+    with pytest.raises(
+        pramopt.InvalidParameterError, match="'progress' parameter of design must be a callable"
+    ):
         pramopt.design(example, QI, alpha=0.1, progress=3)
 
 
@@ -175,10 +195,14 @@ def test_large_problems_warn_before_the_work(monkeypatch):
 
     def stop(*a, **k):  # the warning must come before the designer starts
         raise RuntimeError("started")
+
     monkeypatch.setattr(designer._Designer, "run", stop)
     rng = np.random.default_rng(5)
     df = pd.DataFrame({f"q{i}": rng.integers(0, 3, 300) for i in range(12)})
-    with pytest.warns(pramopt.LargeProblemWarning, match="220 combinations of 12 identifying variables.*combination_size"):
+    with pytest.warns(
+        pramopt.LargeProblemWarning,
+        match="220 combinations of 12 identifying variables.*combination_size",
+    ):
         with pytest.raises(RuntimeError, match="started"):
             pramopt.design(df, list(df.columns), alpha=0.1)
     with warnings.catch_warnings():
@@ -188,6 +212,7 @@ def test_large_problems_warn_before_the_work(monkeypatch):
 
 
 # -- every check fails closed ---------------------------------------------------------------------
+
 
 def _bad_matrices(K):
     base = np.full((K, K), 1.0 / K)
@@ -226,12 +251,14 @@ def test_every_check_fails_closed(example, bad):
     res = pramopt.design(example, QI, alpha=0.1, max_iter=3)
     if M.shape == res.matrix.shape:
         import dataclasses
+
         forged = dataclasses.replace(res, matrix=sp.csr_array(M))
         with pytest.raises(pramopt.DesignMismatchError):
             pramopt.release(example, forged, seed=1)
 
 
 # -- release trusts nothing it reads -----------------------------------------------------------
+
 
 def test_edited_matrix_csv_is_detected(example, tmp_path):
     res = pramopt.design(example, QI, alpha=0.1, max_iter=3)
@@ -251,6 +278,7 @@ def test_edited_matrix_csv_is_detected(example, tmp_path):
 
 
 # -- the property tests ---------------------------------------------------------------------------
+
 
 def _assert_campaign(figures):
     problems = "\n".join(f"seed {s}: {p[:300]}" for s, p in figures["problems"])
@@ -274,5 +302,7 @@ def test_random_designs_campaign_large():
 
 
 def test_workers_without_fixed_is_refused(example):
-    with pytest.raises(pramopt.InvalidParameterError, match="'workers' and 'client' parameters of design"):
+    with pytest.raises(
+        pramopt.InvalidParameterError, match="'workers' and 'client' parameters of design"
+    ):
         pramopt.design(example, QI, alpha=0.1, workers=2)

@@ -3,22 +3,25 @@
 Every figure is checked against an independent computation: dense inverses for the loss and the
 condition number, the definition of the flows, designs verified by the full C1 check for the bound.
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from full_c1 import min_changes
 
 import pramopt
+from benchmarks._common import zipf_frame
 from pramopt.frequency.combinations import resolve_combinations
 from pramopt.optimize.problem import DesignProblem
 from pramopt.optimize.relaxation import changes_bound, floor_bound, flow_relaxation
-from pramopt.optimize.strategies.replacement import (replacement_condition, replacement_loss,
-                                                     replacement_matrix)
+from pramopt.optimize.strategies.replacement import (
+    replacement_condition,
+    replacement_loss,
+    replacement_matrix,
+)
 from pramopt.params import DesignParams
 from pramopt.verify import c1_risk
-
-from benchmarks._common import zipf_frame
-from full_c1 import min_changes
 
 
 def _problem(df, qi, **kw):
@@ -41,8 +44,11 @@ def test_flow_bound_is_above_the_floor_of_every_verified_design(seed):
     pb = _problem(df, qi)
     bound = floor_bound(pb)
     assert bound is not None and 0.0 <= bound <= 1.0
-    designs = [pramopt.design(df, qi, alpha=0.1, structure="general", support="dense"),
-               pramopt.baseline(df, qi, "rr", 0.1), pramopt.baseline(df, qi, "rr", 0.1, per_attribute=True)]
+    designs = [
+        pramopt.design(df, qi, alpha=0.1, structure="general", support="dense"),
+        pramopt.baseline(df, qi, "rr", 0.1),
+        pramopt.baseline(df, qi, "rr", 0.1, per_attribute=True),
+    ]
     used = 0
     for res in designs:
         if not res.success:
@@ -128,7 +134,9 @@ def test_replacement_design_is_verified_and_has_the_replacement_form():
     m0 = send[0]
     for m in send[1:]:
         C = np.setdiff1d(np.arange(P.shape[0]), [m0, m])
-        np.testing.assert_allclose(off[m, C] * off[m0, C].sum(), off[m0, C] * off[m, C].sum(), atol=1e-12)
+        np.testing.assert_allclose(
+            off[m, C] * off[m0, C].sum(), off[m0, C] * off[m, C].sum(), atol=1e-12
+        )
     assert res.loss == pytest.approx(pramopt.l2_loss(P, t.counts), rel=1e-9)
 
 
@@ -146,7 +154,9 @@ def test_changes_bound_is_below_the_full_c1_optimum_and_every_design(seed):
     assert res.expected_changes >= lb
 
 
-def test_changes_bound_over_some_combinations_is_their_own_optimum_and_below_the_full_one(monkeypatch):
+def test_changes_bound_over_some_combinations_is_their_own_optimum_and_below_the_full_one(
+    monkeypatch,
+):
     # Keeping the rows of fewer combinations lowers the minimum: the bound over a subset must
     # equal the exact minimum over that subset's full C1 (built from the definition) and stay
     # below the exact minimum over every combination.
@@ -158,7 +168,11 @@ def test_changes_bound_over_some_combinations_is_their_own_optimum_and_below_the
     pb = _problem(df, qi)
     rare = int((pb.counts < 10).sum())
     used = bound_combinations(pb, 2 * rare)
-    assert len(used) == 2 and bound_combinations(pb, 4 * rare) == (0, 1, 2, 3) and bound_combinations(pb, rare - 1) == ()
+    assert (
+        len(used) == 2
+        and bound_combinations(pb, 4 * rare) == (0, 1, 2, 3)
+        and bound_combinations(pb, rare - 1) == ()
+    )
     lb = changes_bound(pb, combinations=used)
     sub = min_changes(pb.table, 0.1, combos=[pb.combos[i] for i in used])
     best = min_changes(pb.table, 0.1)
@@ -196,7 +210,9 @@ def test_replacement_design_honours_min_diagonal():
     qi = list(df.columns)
     free = pramopt.design(df, qi, alpha=0.1, structure="replacement")
     assert free.success
-    ok = pramopt.design(df, qi, alpha=0.1, structure="replacement", min_diagonal=round(free.min_diagonal - 0.05, 3))
+    ok = pramopt.design(
+        df, qi, alpha=0.1, structure="replacement", min_diagonal=round(free.min_diagonal - 0.05, 3)
+    )
     assert ok.success and ok.matrix.diagonal().min() >= round(free.min_diagonal - 0.05, 3)
     no = pramopt.design(df, qi, alpha=0.1, structure="replacement", min_diagonal=0.999)
     assert not no.success and "0.999" in no.message

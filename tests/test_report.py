@@ -1,4 +1,5 @@
 """Reports: self-contained HTML with real PNG figures, risk tables checked against pandas."""
+
 from __future__ import annotations
 
 import base64
@@ -15,9 +16,19 @@ import scipy.sparse as sp
 
 import pramopt
 from pramopt.example import EXAMPLE_QI
-from pramopt.report import (ReportData, change_vs_frequency_figure, explanations, from_result, render_html,
-                            render_markdown, risk_by_combination, top_flows, variable_changes, variable_margins,
-                            variable_transitions)
+from pramopt.report import (
+    ReportData,
+    change_vs_frequency_figure,
+    explanations,
+    from_result,
+    render_html,
+    render_markdown,
+    risk_by_combination,
+    top_flows,
+    variable_changes,
+    variable_margins,
+    variable_transitions,
+)
 
 QI = list(EXAMPLE_QI)
 CHROMIUM = Path("/usr/bin/chromium")
@@ -38,7 +49,9 @@ def test_html_is_self_contained_with_three_png_figures(html):
     assert not re.search(r"""(src|href)=['"]?(https?:|//|file:)""", html)
     assert "<style>" in html and "<script" not in html
     imgs = re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", html)
-    assert len(imgs) == 3  # changes against frequency, per-variable utility, per-variable transitions
+    assert (
+        len(imgs) == 3
+    )  # changes against frequency, per-variable utility, per-variable transitions
     for b in imgs:
         png = base64.b64decode(b)
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
@@ -46,8 +59,12 @@ def test_html_is_self_contained_with_three_png_figures(html):
 
 def test_risk_before_matches_group_sizes_and_after_meets_alpha(result):
     data = pramopt.example_data()
-    df = risk_by_combination(result.matrix, result.table,
-                             [tuple(QI.index(v) for v in c) for c in result.combinations], alpha=0.1)
+    df = risk_by_combination(
+        result.matrix,
+        result.table,
+        [tuple(QI.index(v) for v in c) for c in result.combinations],
+        alpha=0.1,
+    )
     # with P = I the C1 risk of a combination is 1 / (its smallest group), computed by pandas
     for row in df.itertuples(index=False):
         cols = row.combination.split(", ")
@@ -70,6 +87,7 @@ def test_markdown_has_the_summary_and_risk_tables(result):
 
 def test_failed_status_is_flagged(result):
     import dataclasses
+
     bad = dataclasses.replace(result, status=pramopt.Status.INFEASIBLE)
     d = from_result(bad)
     assert "NOT SAFE TO RELEASE" in render_html(d) and "NOT SAFE TO RELEASE" in render_markdown(d)
@@ -80,15 +98,30 @@ def test_renders_in_headless_chromium(html, tmp_path):
     page = tmp_path / "report.html"
     page.write_text(html, encoding="utf-8")
     shot = tmp_path / "shot.png"
-    subprocess.run([str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu",
-                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                    "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}",
-                    "--window-size=1200,2000", page.as_uri()],
-                   capture_output=True, timeout=60, cwd=tmp_path)
+    subprocess.run(
+        [
+            str(CHROMIUM),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            f"--screenshot={shot}",
+            "--window-size=1200,2000",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert shot.exists()
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20000
     import matplotlib.image as mpimg
+
     img = mpimg.imread(shot)
     assert img.shape[0] >= 1000 and img.shape[1] >= 1000
     # a non-trivial page: many distinct colours, not a blank screen
@@ -100,11 +133,16 @@ def test_figure_1_shows_expected_changes_beside_the_probability(html, result):
     # the paper's near-linear Figure 1 is the expected number of changed records per cell,
     # U0(m)(1 - P_mm); the per-record probability 1 - P_mm is the second panel, and the caption
     # says which is which
-    caption = re.search(r"<h2>Changes against frequency</h2><figure>.*?<figcaption>(.*?)</figcaption>", html, re.S)
+    caption = re.search(
+        r"<h2>Changes against frequency</h2><figure>.*?<figcaption>(.*?)</figcaption>", html, re.S
+    )
     assert caption is not None
     text = caption.group(1)
     assert "Figure 1 of Cator et al." in text and "expected number of changed records" in text
-    assert "U0(m)(1 − P_mm)" in text and "probability that one of its records changes, 1 − P_mm" in text
+    assert (
+        "U0(m)(1 − P_mm)" in text
+        and "probability that one of its records changes, 1 − P_mm" in text
+    )
     # what the caption claims, on the example: the senders (cells receiving nothing) change with
     # about the same probability, so expected changes grow linearly with U0(m)
     P = result.to_dense()
@@ -122,6 +160,7 @@ def test_figure_1_shows_expected_changes_beside_the_probability(html, result):
 # ---------------------------------------------------------------------------------------------
 # Utility per variable, against brute force over the dense matrix
 # ---------------------------------------------------------------------------------------------
+
 
 @pytest.fixture(params=[None, 1, 37], ids=["whole", "row-by-row", "pieces-of-37"])
 def flow_chunk(request, monkeypatch):
@@ -179,21 +218,28 @@ def test_transitions_per_variable_are_row_shares_of_the_joint_flows(result, flow
 
 @pytest.fixture
 def two_variables():
-    df = pd.DataFrame({"region": ["N"] * 10 + ["S"] * 5 + ["S"] * 20,
-                       "age": ["young"] * 10 + ["old"] * 5 + ["young"] * 20})
+    df = pd.DataFrame(
+        {
+            "region": ["N"] * 10 + ["S"] * 5 + ["S"] * 20,
+            "age": ["young"] * 10 + ["old"] * 5 + ["young"] * 20,
+        }
+    )
     table = pramopt.frequency_table(df, ["region", "age"])
     cells = [tuple(r) for r in table.cells().itertuples(index=False)]
     ny, so, sy = cells.index(("N", "young")), cells.index(("S", "old")), cells.index(("S", "young"))
     P = np.eye(3)
-    P[ny, ny], P[ny, so] = 0.7, 0.3      # 10 records x 0.3 = 3 expected: region and age change
-    P[so, so], P[so, sy] = 0.9, 0.1      # 5 x 0.1 = 0.5: only age changes
-    P[sy, sy], P[sy, ny] = 0.99, 0.01    # 20 x 0.01 = 0.2: only region changes
+    P[ny, ny], P[ny, so] = 0.7, 0.3  # 10 records x 0.3 = 3 expected: region and age change
+    P[so, so], P[so, sy] = 0.9, 0.1  # 5 x 0.1 = 0.5: only age changes
+    P[sy, sy], P[sy, ny] = 0.99, 0.01  # 20 x 0.01 = 0.2: only region changes
     return table, sp.csr_array(P)
 
 
 def test_top_flows_name_the_cells_and_the_values_that_change(two_variables, flow_chunk):
     table, P = two_variables
-    assert list(top_flows(P, table, n=2)["expected records"]) == [3.0, 0.5]  # the largest, across pieces
+    assert list(top_flows(P, table, n=2)["expected records"]) == [
+        3.0,
+        0.5,
+    ]  # the largest, across pieces
     f = top_flows(P, table)
     assert list(f["from"]) == ["N, young", "S, old", "S, young"]
     assert list(f["to"]) == ["S, old", "S, young", "N, young"]
@@ -223,13 +269,26 @@ def test_html_explains_what_a_newcomer_cannot_read(result, html):
     for key in result.reduction.as_dict():
         assert f"<th>{key}</th>" not in html and f"<td>{key}</td>" not in html
     # an assessment's ε = ∞, k = 1 and R1 "–" each get their sentence
-    figures = {"Pk-anonymity k": 1.0, "ε-DP": float("inf"), "max R1(1, T)": None, "condition number": 1.0}
+    figures = {
+        "Pk-anonymity k": 1.0,
+        "ε-DP": float("inf"),
+        "max R1(1, T)": None,
+        "condition number": 1.0,
+    }
     words = " ".join(explanations(figures))
     assert "ε = ∞: no finite ε-differential-privacy guarantee" in words
     assert "Pk-anonymity k = 1: the smallest value, no Pk-anonymity guarantee" in words
-    assert "max R1(1, T) –: the correct-match risk of Nayak et al. is defined for a matrix that acts on one" in words
-    d = ReportData(title="t", matrix=result.matrix, table=result.table,
-                   combinations=result.combination_indices, figures=figures)
+    assert (
+        "max R1(1, T) –: the correct-match risk of Nayak et al. is defined for a matrix that acts on one"
+        in words
+    )
+    d = ReportData(
+        title="t",
+        matrix=result.matrix,
+        table=result.table,
+        combinations=result.combination_indices,
+        figures=figures,
+    )
     page = render_html(d)
     assert "ε = ∞: no finite ε-differential-privacy guarantee" in page
     assert "max R1(1, T) –" in render_markdown(d)
@@ -246,17 +305,28 @@ def test_a_report_on_20000_cells_makes_nothing_k_by_k(monkeypatch):
     K = codes.shape[0]
     assert K == 20_000
     counts = np.random.default_rng(0).integers(1, 6, K)
-    table = FrequencyTable(qi=("a", "b", "c"), categories=tuple(pd.Index(range(L)) for L in levels),
-                           codes=codes, counts=counts)
+    table = FrequencyTable(
+        qi=("a", "b", "c"),
+        categories=tuple(pd.Index(range(L)) for L in levels),
+        codes=codes,
+        counts=counts,
+    )
     nxt = (np.arange(K) + 1) % K
-    P = sp.csr_array((np.r_[np.full(K, 0.9), np.full(K, 0.1)], (np.r_[np.arange(K), np.arange(K)],
-                                                                  np.r_[np.arange(K), nxt])), shape=(K, K))
+    P = sp.csr_array(
+        (
+            np.r_[np.full(K, 0.9), np.full(K, 0.1)],
+            (np.r_[np.arange(K), np.arange(K)], np.r_[np.arange(K), nxt]),
+        ),
+        shape=(K, K),
+    )
     # the figures take per-variable tables (categories x categories) and the diagonal; they are
     # left out here for time (matplotlib), the tables they are drawn from are all computed
     for key in plots.PLOTS:
         monkeypatch.setitem(plots.PLOTS, key, lambda figures: None)
     monkeypatch.setattr(plots, "png", lambda fig: "")
-    d = ReportData(title="big", matrix=P, table=table, combinations=[(0, 1, 2)], alpha=0.1, gamma=0.9)
+    d = ReportData(
+        title="big", matrix=P, table=table, combinations=[(0, 1, 2)], alpha=0.1, gamma=0.9
+    )
     tracemalloc.start()
     page = render_html(d)
     peak = tracemalloc.get_traced_memory()[1]
@@ -269,20 +339,38 @@ def test_a_report_on_20000_cells_makes_nothing_k_by_k(monkeypatch):
 # Rendering: user data escaped; every figure id wired to its words and templates
 # ---------------------------------------------------------------------------------------------
 
+
 def test_labels_with_markup_are_escaped_in_html_and_pipes_in_markdown():
     import html as stdlib_html
 
-    df = pd.DataFrame({"a<b": ["<i>x</i>"] * 10 + ["p & q"] * 5 + ["o'k|y"] * 20,
-                       "c": ["1"] * 10 + ["2"] * 5 + ["1"] * 20})
+    df = pd.DataFrame(
+        {
+            "a<b": ["<i>x</i>"] * 10 + ["p & q"] * 5 + ["o'k|y"] * 20,
+            "c": ["1"] * 10 + ["2"] * 5 + ["1"] * 20,
+        }
+    )
     table = pramopt.frequency_table(df, ["a<b", "c"])
     P = sp.csr_array(np.array([[0.8, 0.1, 0.1], [0.1, 0.8, 0.1], [0.1, 0.1, 0.8]]))
-    d = ReportData(title="<script>t</script> & co", matrix=P, table=table, combinations=[(0, 1)],
-                   alpha=0.5, figures={"note <b>": "x & <y>"})
+    d = ReportData(
+        title="<script>t</script> & co",
+        matrix=P,
+        table=table,
+        combinations=[(0, 1)],
+        alpha=0.5,
+        figures={"note <b>": "x & <y>"},
+    )
     page = render_html(d)
     for raw in ("<i>x</i>", "<script>", "<b>", "<y>", "a<b", "o'k"):
         assert raw not in page
-    for raw in ("<i>x</i>", "p & q", "o'k|y", "a<b", "<script>t</script> & co", "note <b>",
-                "x & <y>"):
+    for raw in (
+        "<i>x</i>",
+        "p & q",
+        "o'k|y",
+        "a<b",
+        "<script>t</script> & co",
+        "note <b>",
+        "x & <y>",
+    ):
         assert stdlib_html.escape(raw) in page
     assert f"<title>{stdlib_html.escape(d.title)}</title>" in page
     assert f"<summary>{stdlib_html.escape('a<b')}: transitions as a table (%)</summary>" in page
@@ -314,8 +402,11 @@ def test_every_figure_id_has_words_and_templates_and_templates_name_only_known_i
     assert [s.id for s in data.sections(d)] == ids
     assert set(words.WORDS) == set(ids)
     assert all(words.WORDS[i].title for i in ids)
-    names = {p.name for p in files("pramopt.report").joinpath("templates").iterdir()
-             if p.name.endswith(".j2")}
+    names = {
+        p.name
+        for p in files("pramopt.report").joinpath("templates").iterdir()
+        if p.name.endswith(".j2")
+    }
     per_figure = {f"{i}.{kind}.j2" for i in ids for kind in ("html", "md")}
     assert per_figure <= names
     assert names - per_figure == set(render.TEMPLATES)  # no template of an unknown figure

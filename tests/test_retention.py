@@ -1,4 +1,5 @@
 """Retention-replacement, Algorithms 1-3 and reconstruction (Ikarashi et al., ../shared/seeds/002_…)."""
+
 from __future__ import annotations
 
 import math
@@ -6,10 +7,17 @@ import math
 import numpy as np
 import pytest
 
+from pramopt.baselines.retention import (
+    reconstruct_counts,
+    reconstruction_error,
+    retention_matrix,
+    retention_matrix_multi,
+    retention_rho,
+    rho_from_epsilon,
+    rho_from_k,
+)
 from pramopt.errors import InvalidParameterError
 from pramopt.risk.dp_pk_anonymity import dp_epsilon, pk_anonymity
-from pramopt.baselines.retention import (reconstruct_counts, reconstruction_error, retention_matrix,
-                                           retention_matrix_multi, retention_rho, rho_from_epsilon, rho_from_k)
 
 
 def _k_eq7(n, levels, rho):
@@ -48,7 +56,9 @@ def test_kronecker_multi_attribute():
 def test_algorithm2_closed_form():
     # one attribute: ε = ln((1 + (V-1)ρ)/(1-ρ))  <=>  ρ = (e^ε - 1)/(e^ε + V - 1)
     for V, eps in [(2, 1.0), (5, 0.3), (10, 2.5)]:
-        assert rho_from_epsilon(eps, [V]) == pytest.approx((math.exp(eps) - 1) / (math.exp(eps) + V - 1), rel=1e-9)
+        assert rho_from_epsilon(eps, [V]) == pytest.approx(
+            (math.exp(eps) - 1) / (math.exp(eps) + V - 1), rel=1e-9
+        )
 
 
 def test_algorithm3_is_the_minimum():
@@ -75,18 +85,21 @@ def test_l1_error_d():
     assert reconstruction_error([4, 3, 3], [5, 1, 6], n_records=20) == pytest.approx(0.3)
 
 
-@pytest.mark.parametrize("call,name", [
-    (lambda: retention_rho(100, [2, 3]), "'k'"),
-    (lambda: retention_rho(0, [2, 3], k=2), "'n_records'"),
-    (lambda: retention_rho(100, [2, 3], k=0.5), "'k'"),
-    (lambda: retention_rho(100, [2, 3], epsilon=-1), "'epsilon'"),
-    (lambda: retention_rho(100, "ab", k=2), "'levels'"),
-    (lambda: retention_matrix(3, 1.5), "'rho'"),
-    (lambda: retention_matrix(0, 0.5), "'n_values'"),
-    (lambda: retention_matrix_multi([2, 3], [0.5, 0.5, 0.5]), "'rho'"),
-    (lambda: reconstruct_counts([1, 2], [np.eye(3)]), "'matrices'"),
-    (lambda: reconstruction_error([1, 2], [1, 2, 3]), "'reconstructed_counts'"),
-])
+@pytest.mark.parametrize(
+    "call,name",
+    [
+        (lambda: retention_rho(100, [2, 3]), "'k'"),
+        (lambda: retention_rho(0, [2, 3], k=2), "'n_records'"),
+        (lambda: retention_rho(100, [2, 3], k=0.5), "'k'"),
+        (lambda: retention_rho(100, [2, 3], epsilon=-1), "'epsilon'"),
+        (lambda: retention_rho(100, "ab", k=2), "'levels'"),
+        (lambda: retention_matrix(3, 1.5), "'rho'"),
+        (lambda: retention_matrix(0, 0.5), "'n_values'"),
+        (lambda: retention_matrix_multi([2, 3], [0.5, 0.5, 0.5]), "'rho'"),
+        (lambda: reconstruct_counts([1, 2], [np.eye(3)]), "'matrices'"),
+        (lambda: reconstruction_error([1, 2], [1, 2, 3]), "'reconstructed_counts'"),
+    ],
+)
 def test_bad_input(call, name):
     with pytest.raises(InvalidParameterError, match=name):
         call()

@@ -6,23 +6,25 @@ C1's definition (tests/full_c1.py, loops over combinations, groups and rows) on 
 of ``P = diag(1 - o) + o w^T``, solved by scipy's linprog; the loss's gradient with central
 differences; the loss itself with the covariance of the released counts (tests/reference.py).
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from full_c1 import full_c1_rows
+from reference import c1_max_risk_from_definition, l2_loss_from_covariance
 
 import pramopt
+from benchmarks._common import zipf_frame
 from pramopt.frequency.combinations import resolve_combinations
 from pramopt.optimize.problem import DesignProblem
 from pramopt.optimize.strategies.replacement import replacement_loss, replacement_matrix
-from pramopt.optimize.strategies.replacement_retentions import (optimise_retentions,
-                                                                 replacement_loss_grad)
+from pramopt.optimize.strategies.replacement_retentions import (
+    optimise_retentions,
+    replacement_loss_grad,
+)
 from pramopt.params import DesignParams
 from pramopt.verify import c1_risk
-
-from benchmarks._common import zipf_frame
-from full_c1 import full_c1_rows
-from reference import c1_max_risk_from_definition, l2_loss_from_covariance
 
 FLOOR = 1e-3
 
@@ -59,7 +61,7 @@ def _jacobian(w, pools):
     for k in range(K):
         row = np.where(pools == pools[k], w, 0.0)
         row[k] -= 1.0
-        J[k * K:(k + 1) * K, k] = row
+        J[k * K : (k + 1) * K, k] = row
     return J
 
 
@@ -72,8 +74,13 @@ def _dense(pb, w, pools, alpha, cost, kept=()):
     J = _jacobian(w, pools)
     hi = np.full(K, 1.0 - FLOOR)
     hi[list(kept)] = 0.0
-    res = linprog(cost, A_ub=A @ J, b_ub=-(A @ np.eye(K).ravel()), bounds=np.column_stack([np.zeros(K), hi]),
-                  method="highs")
+    res = linprog(
+        cost,
+        A_ub=A @ J,
+        b_ub=-(A @ np.eye(K).ravel()),
+        bounds=np.column_stack([np.zeros(K), hi]),
+        method="highs",
+    )
     assert res.status == 0, res.message
     return res.fun
 
@@ -88,11 +95,15 @@ CASES = [  # seed, records, levels, alpha, combination size, pools (None: one, e
 
 
 @pytest.mark.parametrize("seed,n,levels,alpha,size,pool", CASES)
-def test_changes_optimum_equals_the_dense_program_from_the_definition(seed, n, levels, alpha, size, pool):
+def test_changes_optimum_equals_the_dense_program_from_the_definition(
+    seed, n, levels, alpha, size, pool
+):
     df = _data(seed, n, levels)
     pb = _problem(df, alpha, size)
     assert 3 <= pb.K <= 40
-    pools = np.zeros(pb.K, dtype=np.int64) if pool is None else pb.table.codes[:, 0].astype(np.int64)
+    pools = (
+        np.zeros(pb.K, dtype=np.int64) if pool is None else pb.table.codes[:, 0].astype(np.int64)
+    )
     w = _w(pb, pools, seed)
     U = pb.counts
     cost = U * (1.0 - w)
@@ -147,8 +158,13 @@ def test_an_infeasible_program_is_reported_infeasible(seed):
     K = pb.K
     A = full_c1_rows(pb.table, alpha, combos=pb.combos)
     J = _jacobian(w, pools)
-    ref = linprog(np.zeros(K), A_ub=A @ J, b_ub=-(A @ np.eye(K).ravel()),
-                  bounds=[(0, 1 - FLOOR)] * K, method="highs")
+    ref = linprog(
+        np.zeros(K),
+        A_ub=A @ J,
+        b_ub=-(A @ np.eye(K).ravel()),
+        bounds=[(0, 1 - FLOOR)] * K,
+        method="highs",
+    )
     assert ref.status == 2  # infeasible
     prog = RetentionProgram(pb, w, pools, alpha, FLOOR)
     cost = pb.counts * np.random.default_rng(seed).uniform(-1.0, 1.0, K)
@@ -193,8 +209,15 @@ def test_invariant_optimum_equals_the_dense_program(seed):
     for k in range(K):
         C[k, np.arange(K) * K + k] = U
     cost = U * (1.0 - w)
-    ref = linprog(cost, A_ub=A @ J, b_ub=-(A @ np.eye(K).ravel()), A_eq=C @ J, b_eq=U - C @ np.eye(K).ravel(),
-                  bounds=[(0, 1 - FLOOR)] * K, method="highs")
+    ref = linprog(
+        cost,
+        A_ub=A @ J,
+        b_ub=-(A @ np.eye(K).ravel()),
+        A_eq=C @ J,
+        b_eq=U - C @ np.eye(K).ravel(),
+        bounds=[(0, 1 - FLOOR)] * K,
+        method="highs",
+    )
     assert ref.status == 0, ref.message
     res = optimise_retentions(pb, np.zeros(K), w, pools, alpha, FLOOR, objective="changes")
     assert res.changes == pytest.approx(ref.fun, rel=1e-6, abs=1e-7)
@@ -215,13 +238,18 @@ def test_loss_gradient_matches_central_differences():
     f, g = replacement_loss_grad(o, w, pools, U)
     assert f == pytest.approx(replacement_loss(o, w, pools, U), rel=1e-12)
     h = 1e-6
-    fd = [(replacement_loss(o + h * e, w, pools, U) - replacement_loss(o - h * e, w, pools, U)) / (2 * h)
-          for e in np.eye(K)]
+    fd = [
+        (replacement_loss(o + h * e, w, pools, U) - replacement_loss(o - h * e, w, pools, U))
+        / (2 * h)
+        for e in np.eye(K)
+    ]
     np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-9 * np.abs(g).max())
 
 
 @pytest.mark.parametrize("seed,n,levels,alpha,size,pool", CASES[:4])
-def test_loss_optimum_beats_the_start_and_matches_a_dense_local_search(seed, n, levels, alpha, size, pool):
+def test_loss_optimum_beats_the_start_and_matches_a_dense_local_search(
+    seed, n, levels, alpha, size, pool
+):
     # The start is the relaxation's retentions (as in the designer); the result must meet the full
     # C1, lose less than the start and not be beaten by a dense local search (SLSQP on the exact
     # loss from the covariance of the released counts, over C1's rows written from the definition).
@@ -232,13 +260,18 @@ def test_loss_optimum_beats_the_start_and_matches_a_dense_local_search(seed, n, 
 
     df = _data(seed, n, levels)
     pb = _problem(df, alpha, size)
-    pools = np.zeros(pb.K, dtype=np.int64) if pool is None else pb.table.codes[:, 0].astype(np.int64)
+    pools = (
+        np.zeros(pb.K, dtype=np.int64) if pool is None else pb.table.codes[:, 0].astype(np.int64)
+    )
     U = pb.counts
     sol = None
     for margin in (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4):
         sol = flow_relaxation(pb, alpha=alpha * (1 - margin), pools=pools)
         o0, w = _design_from(sol, pools, U)
-        if c1_risk(replacement_matrix(o0, w, pools), pb.table.codes, U, pb.combos).max_risk <= alpha:
+        if (
+            c1_risk(replacement_matrix(o0, w, pools), pb.table.codes, U, pb.combos).max_risk
+            <= alpha
+        ):
             break
     f0 = replacement_loss(o0, w, pools, U)
     res = optimise_retentions(pb, o0, w, pools, alpha, FLOOR)
@@ -257,9 +290,14 @@ def test_loss_optimum_beats_the_start_and_matches_a_dense_local_search(seed, n, 
     def loss(o):
         return l2_loss_from_covariance(np.eye(K) + (J @ o).reshape(K, K), U)
 
-    ref = minimize(loss, o0, method="SLSQP", bounds=[(0, 1 - FLOOR if f else 0) for f in free],
-                   constraints=[{"type": "ineq", "fun": lambda o: b - AJ @ o, "jac": lambda o: -AJ}],
-                   options={"maxiter": 500, "ftol": 1e-14})
+    ref = minimize(
+        loss,
+        o0,
+        method="SLSQP",
+        bounds=[(0, 1 - FLOOR if f else 0) for f in free],
+        constraints=[{"type": "ineq", "fun": lambda o: b - AJ @ o, "jac": lambda o: -AJ}],
+        options={"maxiter": 500, "ftol": 1e-14},
+    )
     assert np.max(AJ @ ref.x - b) <= 1e-8
     assert res.loss <= loss(ref.x) * (1 + 1e-4)
 
@@ -317,7 +355,9 @@ def test_retentions_are_optimised_at_the_requested_margin(margin):
     assert res.success
     stages = [s.detail for s in res.stages if s.name == "retentions"]
     assert stages and stages[0].startswith(f"at alpha*(1-{margin:g})")
-    worst = c1_max_risk_from_definition(res.to_dense(), res.counts, res.table.codes, pramopt.resolve_combinations(qi))
+    worst = c1_max_risk_from_definition(
+        res.to_dense(), res.counts, res.table.codes, pramopt.resolve_combinations(qi)
+    )
     assert worst <= 0.1 * (1 - margin) * (1 + 1e-7)
 
 

@@ -3,6 +3,7 @@
 References: Cator, Hensbergen & Rozenholc (seed 001): C1 is eq. (1), the L2 loss is at the end
 of Section 3, and Section 4 motivates supports that only move records into a few covering cells.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -10,28 +11,29 @@ import itertools
 import numpy as np
 import pytest
 import scipy.sparse as sp
-
-import pramopt
-from pramopt.optimize.strategies.blocks import BlockModel, make_blocks
-from pramopt.optimize.pricing import Pricer
-from pramopt.optimize.support import greedy_cover
-from pramopt.frequency.combinations import resolve_combinations
-from pramopt.frequency.table import frequency_table
-from pramopt.optimize.constraints.c1 import floor_upper_bound
-from pramopt.optimize.strategies.general import LP_GAP_RTOL
-from pramopt.example import EXAMPLE_QI
-from pramopt.loss import l2_loss
-from pramopt.optimize.objectives.l2 import l2_loss_and_grad
-from pramopt.optimize.constraints.c1 import C1Rows, build_groups, c1_block
-from pramopt.optimize.support import Support
-from pramopt.optimize.constraints.c1 import reduce_constraints
-from pramopt.optimize.backends.highs import load as load_highs
-from pramopt.optimize.objectives.l2 import block_loss_and_grad
-from pramopt.optimize.program import build_program
-from pramopt.spec import zipf_data
-
 from reference import l2_loss_from_covariance
 from test_design import brute_force_max_risk
+
+import pramopt
+from pramopt.example import EXAMPLE_QI
+from pramopt.frequency.combinations import resolve_combinations
+from pramopt.frequency.table import frequency_table
+from pramopt.loss import l2_loss
+from pramopt.optimize.backends.highs import load as load_highs
+from pramopt.optimize.constraints.c1 import (
+    C1Rows,
+    build_groups,
+    c1_block,
+    floor_upper_bound,
+    reduce_constraints,
+)
+from pramopt.optimize.objectives.l2 import block_loss_and_grad, l2_loss_and_grad
+from pramopt.optimize.pricing import Pricer
+from pramopt.optimize.program import build_program
+from pramopt.optimize.strategies.blocks import BlockModel, make_blocks
+from pramopt.optimize.strategies.general import LP_GAP_RTOL
+from pramopt.optimize.support import Support, greedy_cover
+from pramopt.spec import zipf_data
 
 
 def _model(df, qi, size=3):
@@ -60,7 +62,9 @@ def test_pricing_matches_highs_reduced_costs(example):
     lo = np.zeros(sup.size)
     lo[sup.diag] = 0.95
     assert lp.solve(c, lo, np.ones(sup.size)).x is not None
-    d = Pricer(sup, counts, [C1Rows(blk, 0.1, G)], lp.duals()).reduced_costs(np.arange(K))[sup.rows, sup.cols]
+    d = Pricer(sup, counts, [C1Rows(blk, 0.1, G)], lp.duals()).reduced_costs(np.arange(K))[
+        sup.rows, sup.cols
+    ]
     d[sup.diag] += c[sup.diag]
     col_dual = np.asarray(lp.h.getSolution().col_dual)[: sup.size] * lp.scale
     assert np.allclose(d, col_dual, atol=1e-9 * np.abs(col_dual).max())
@@ -73,7 +77,10 @@ def test_cover_with_column_generation_reaches_the_dense_lp_optimum(data, example
     if data == "example":
         df, qi = example, list(EXAMPLE_QI[:5])
     else:
-        df, qi = zipf_data(n=1500, seed=5, levels=[6, 5, 4, 3], exponent=1.2), ["z1", "z2", "z3", "z4"]
+        df, qi = (
+            zipf_data(n=1500, seed=5, levels=[6, 5, 4, 3], exponent=1.2),
+            ["z1", "z2", "z3", "z4"],
+        )
     dense = pramopt.design(df, qi, alpha=0.1, support="dense", refine_loss=False)
     cover = pramopt.design(df, qi, alpha=0.1, support="cover", refine_loss=False)
     assert dense.success and cover.success
@@ -92,7 +99,11 @@ def test_cover_refined_design_is_close_to_dense(example, cap, monkeypatch):
     import importlib
 
     if cap is not None:
-        monkeypatch.setattr(importlib.import_module("pramopt.optimize.strategies.general"), "REFINE_SUPPORT_MAX", cap)
+        monkeypatch.setattr(
+            importlib.import_module("pramopt.optimize.strategies.general"),
+            "REFINE_SUPPORT_MAX",
+            cap,
+        )
     qi = list(EXAMPLE_QI[:5])
     dense = pramopt.design(example, qi, alpha=0.1, support="dense")
     cover = pramopt.design(example, qi, alpha=0.1, support="cover")
@@ -115,7 +126,9 @@ def test_floor_upper_bound_formula_and_tightness():
     # design.floor_upper_bound; recomputed here from the raw data
     df, qi = _hard()
     t, combos, G = _model(df, qi)
-    n_groups = max(len({tuple(r) for r in df[[qi[i] for i in pi]].itertuples(index=False)}) for pi in combos)
+    n_groups = max(
+        len({tuple(r) for r in df[[qi[i] for i in pi]].itertuples(index=False)}) for pi in combos
+    )
     assert floor_upper_bound(t, G, 0.1) == pytest.approx(0.1 * len(df) / n_groups)
     # and it really caps the floor: no verified design has a larger minimum diagonal
     res = pramopt.design(df, qi, alpha=0.1)
@@ -170,7 +183,7 @@ def test_make_blocks_respects_targets_strata_and_kept_cells():
     cells = np.sort(np.concatenate(blocks))
     assert np.array_equal(cells, np.arange(t.n_cells))
     for b in blocks:
-        assert len(set(t.codes[b, 1])) == 1          # within one stratum of the fixed variable
+        assert len(set(t.codes[b, 1])) == 1  # within one stratum of the fixed variable
     assert any(len(b) == 1 and b[0] == 0 for b in blocks)
     big = [t.counts[b].sum() for b in blocks if not (len(b) == 1 and b[0] == 0)]
     assert min(big) >= 40 or len(big) <= 2
@@ -188,7 +201,9 @@ def test_sparse_lu_loss_and_condition_estimate(monkeypatch):
     P = bm.matrix(bm.clean(rng.random(bm.n_params)))
     counts = rng.integers(1, 9, K).astype(float)
     dense = l2_loss(P.toarray(), counts)
-    monkeypatch.setattr(L, "DENSE_MAX", 5)  # blocks of 10: sparse LU and the estimate, not the dense forms
+    monkeypatch.setattr(
+        L, "DENSE_MAX", 5
+    )  # blocks of 10: sparse LU and the estimate, not the dense forms
     assert L.l2_loss(P, counts) == pytest.approx(dense, rel=1e-9)
     est = L.condition_number(P)
     exact = np.linalg.cond(P.toarray(), 1)
@@ -214,7 +229,7 @@ def test_loss_and_condition_split_over_components_equal_the_dense_formulas(monke
     Pd = P.toarray()
     Q = np.linalg.inv(Pd)
     n = counts.sum()
-    dense_loss = float(np.sum(Q ** 2, axis=1) @ (counts @ Pd)) / n**2 - 1.0 / n
+    dense_loss = float(np.sum(Q**2, axis=1) @ (counts @ Pd)) / n**2 - 1.0 / n
     monkeypatch.setattr(L, "DENSE_MAX", 20)
     assert L._components(P) is not None and len(L._components(P)) == len(sizes)
     assert L.l2_loss(P, counts) == pytest.approx(dense_loss, rel=1e-9)
@@ -263,21 +278,31 @@ def test_refine_pairs_keep_each_movers_smallest_gradients(monkeypatch):
 def _max_floor_full_c1(t, alpha):
     """Largest common diagonal floor of any P meeting the *full* C1 (every m, pi, k0), by one
     dense LP (tests/full_c1.py builds its rows from the definition) with scipy's linprog."""
-    from scipy.optimize import linprog
-
     from full_c1 import full_c1_rows, row_sums
+    from scipy.optimize import linprog
 
     K = t.n_cells
     C1 = full_c1_rows(t, alpha)
-    floor = sp.csr_matrix((np.concatenate([-np.ones(K), np.ones(K)]),
-                           (np.tile(np.arange(K), 2), np.concatenate([np.arange(K) * (K + 1), np.full(K, K * K)]))),
-                          shape=(K, K * K + 1))  # t <= P_mm
+    floor = sp.csr_matrix(
+        (
+            np.concatenate([-np.ones(K), np.ones(K)]),
+            (np.tile(np.arange(K), 2), np.concatenate([np.arange(K) * (K + 1), np.full(K, K * K)])),
+        ),
+        shape=(K, K * K + 1),
+    )  # t <= P_mm
     A_ub = sp.vstack([sp.hstack([C1, sp.csr_matrix((C1.shape[0], 1))]), floor], format="csr")
     A_eq = np.hstack([row_sums(K), np.zeros((K, 1))])
     c = np.zeros(K * K + 1)
     c[-1] = -1.0
-    res = linprog(c, A_ub=A_ub, b_ub=np.zeros(A_ub.shape[0]), A_eq=A_eq, b_eq=np.ones(K),
-                  bounds=[(0, 1)] * (K * K) + [(None, 1)], method="highs")
+    res = linprog(
+        c,
+        A_ub=A_ub,
+        b_ub=np.zeros(A_ub.shape[0]),
+        A_eq=A_eq,
+        b_eq=np.ones(K),
+        bounds=[(0, 1)] * (K * K) + [(None, 1)],
+        method="highs",
+    )
     assert res.status == 0
     return -res.fun
 
@@ -301,8 +326,11 @@ def test_phase_one_floor_against_a_full_c1_lp(seed, n, rung):
     from pramopt.optimize.relaxation import floor_bound
     from pramopt.params import DesignParams
 
-    pb = DesignProblem.build(t, resolve_combinations(t.qi, None, None, "x"),
-                             DesignParams.from_options("design", alpha=0.1))
+    pb = DesignProblem.build(
+        t,
+        resolve_combinations(t.qi, None, None, "x"),
+        DesignParams.from_options("design", alpha=0.1),
+    )
     assert best - 1e-7 <= floor_bound(pb) <= best + 0.01
     if rung is None:
         # the relaxation proves it before phase one runs; the designer makes the better of

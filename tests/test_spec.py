@@ -1,4 +1,5 @@
 """Specs in models/: every one loads and validates; the example spec meets its expected figures."""
+
 from __future__ import annotations
 
 import io
@@ -11,8 +12,8 @@ import numpy as np
 import pytest
 
 import pramopt
-from pramopt.errors import InvalidParameterError
 from pramopt.cli import main
+from pramopt.errors import InvalidParameterError
 from pramopt.spec import load_spec, zipf_data
 
 MODELS = Path(__file__).resolve().parents[1] / "models"
@@ -32,7 +33,9 @@ def test_every_spec_validates_and_its_data_has_the_qi(path):
     if spec.data_path is not None:
         # relative paths are resolved against the spec file's own folder
         assert spec.data_path == (MODELS / raw["data"]["path"]).resolve()
-        assert spec.data_path.parent.name == "data" and spec.data_path.parent.parent.name == "shared"
+        assert (
+            spec.data_path.parent.name == "data" and spec.data_path.parent.parent.name == "shared"
+        )
         if not spec.data_path.exists():
             pytest.skip(f"data not found at {spec.data_path}")
     df = spec.load_data()
@@ -61,7 +64,11 @@ def test_example_spec_designs_with_its_expected_figures(tmp_path):
 
 
 def test_check_flags_missed_expected_figures(tmp_path):
-    text = (MODELS / "example.toml").read_text().replace("loss = { max = 1e-5 }", "loss = { max = 1e-9 }")
+    text = (
+        (MODELS / "example.toml")
+        .read_text()
+        .replace("loss = { max = 1e-5 }", "loss = { max = 1e-9 }")
+    )
     (tmp_path / "models").mkdir()
     spec = tmp_path / "models" / "strict.toml"
     spec.write_text(text)
@@ -71,13 +78,19 @@ def test_check_flags_missed_expected_figures(tmp_path):
     assert code == 1 and "loss" in err.getvalue()
 
 
-@pytest.mark.parametrize("edit, needle", [
-    (lambda t: t.replace("[design]", "[design]\nbogus = 1"), "bogus"),
-    (lambda t: t.replace("alpha = 0.1", ""), "alpha"),
-    (lambda t: t.replace('builtin = "example"', 'builtin = "other"'), "builtin"),
-    (lambda t: t.replace('builtin = "example"', 'builtin = "example"\npath = "x.csv"'), "exactly one"),
-    (lambda t: t + "\n[extra]\n", "unknown top-level"),
-])
+@pytest.mark.parametrize(
+    "edit, needle",
+    [
+        (lambda t: t.replace("[design]", "[design]\nbogus = 1"), "bogus"),
+        (lambda t: t.replace("alpha = 0.1", ""), "alpha"),
+        (lambda t: t.replace('builtin = "example"', 'builtin = "other"'), "builtin"),
+        (
+            lambda t: t.replace('builtin = "example"', 'builtin = "example"\npath = "x.csv"'),
+            "exactly one",
+        ),
+        (lambda t: t + "\n[extra]\n", "unknown top-level"),
+    ],
+)
 def test_invalid_specs_are_refused(tmp_path, edit, needle):
     p = tmp_path / "bad.toml"
     p.write_text(edit((MODELS / "example.toml").read_text()))

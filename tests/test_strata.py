@@ -5,6 +5,7 @@ records: the merged design must meet the full C1 over every triple, and C1 withi
 with each triple extended by the fixed variable; parallel, sequential and Dask runs must give
 the same matrix.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -69,8 +70,13 @@ def test_merged_design_meets_c1_by_brute_force(sequential, example):
     for v in sorted(example[FIXED].unique()):
         rows = np.flatnonzero(res.cells[FIXED].to_numpy() == v)
         sub = example[example[FIXED] == v]
-        within = brute_force_risk(P[np.ix_(rows, rows)], res.cells.iloc[rows], sub, QI,
-                                  [tuple(sorted(set(pi) | {f})) for pi in triples(QI)])
+        within = brute_force_risk(
+            P[np.ix_(rows, rows)],
+            res.cells.iloc[rows],
+            sub,
+            QI,
+            [tuple(sorted(set(pi) | {f})) for pi in triples(QI)],
+        )
         assert within <= 0.1, v
     # the per-stratum figures and the loss of a block-diagonal matrix
     assert [s["status"] for s in res.details["strata"]] == ["success", "success"]
@@ -126,8 +132,9 @@ def test_too_small_stratum_is_infeasible_and_named(example):
 
 def test_a_failing_stratum_is_named(example):
     # a hard diagonal floor the small stratum cannot meet with a general design
-    res = pramopt.design(example, QI, alpha=0.1, fixed=[FIXED], workers=1, structure="general",
-                         min_diagonal=0.9)
+    res = pramopt.design(
+        example, QI, alpha=0.1, fixed=[FIXED], workers=1, structure="general", min_diagonal=0.9
+    )
     assert res.status is Status.INFEASIBLE, res.message
     assert res.message.startswith("Stratum v1=1 (281 records, 23 cells) failed:")
     assert [s["status"] for s in res.details["strata"]] == ["success", "infeasible"]
@@ -155,8 +162,9 @@ def test_bad_workers_and_client():
 
 def test_dask_cluster_gives_the_same_matrix(sequential, example):
     distributed = pytest.importorskip("distributed")
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                       dashboard_address=None, silence_logs=50)
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=50
+    )
     try:
         with distributed.Client(cluster) as client:
             res = pramopt.design(example, QI, alpha=0.1, fixed=[FIXED], client=client)

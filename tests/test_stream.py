@@ -5,6 +5,7 @@ The reference for counting is pandas: ``frequency_table`` on the frame pandas re
 in-memory ``pramopt.release`` of the frame pandas reads, with the same seed (the same records
 however the input is split), and P itself for the distribution of the draws.
 """
+
 from __future__ import annotations
 
 import csv
@@ -20,11 +21,10 @@ import pyarrow.parquet as pq
 import pytest
 
 import pramopt
-from pramopt import InvalidParameterError
+from pramopt import InvalidParameterError, count_file, release_file
 from pramopt.errors import DesignMismatchError
 from pramopt.publish.sampling import BLOCK
 from pramopt.result import DesignResult, Status
-from pramopt import count_file, release_file
 
 TD_KEYS = ["urbrur", "roof", "walls", "water", "electcon", "relat", "sex"]
 SYN_KEYS = ["a", "b", "c", "d", "e"]
@@ -44,10 +44,25 @@ def fake_design(table, P=None, stay=0.7, seed=1) -> DesignResult:
         P = (1 - stay) * Q / Q.sum(axis=1, keepdims=True) + stay * np.eye(K)
     # alpha = 1: every matrix meets C1 at 1 (each left-hand side is at most 1/U0(m)), so the
     # release's own re-check of C1 lets any P through
-    return DesignResult(matrix=P, status=Status.SUCCESS, loss=0.0, expected_changes=0.0, max_risk=0.0,
-                        min_diagonal=float(np.min(np.diag(P))), gamma=None, binding_rows=(), reduction=None,
-                        solver=None, stages=(), condition_number=1.0, message="", alpha=1.0, qi=table.qi,
-                        combinations=(table.qi,), table=table)
+    return DesignResult(
+        matrix=P,
+        status=Status.SUCCESS,
+        loss=0.0,
+        expected_changes=0.0,
+        max_risk=0.0,
+        min_diagonal=float(np.min(np.diag(P))),
+        gamma=None,
+        binding_rows=(),
+        reduction=None,
+        solver=None,
+        stages=(),
+        condition_number=1.0,
+        message="",
+        alpha=1.0,
+        qi=table.qi,
+        combinations=(table.qi,),
+        table=table,
+    )
 
 
 def assert_same_table(a, b):
@@ -64,8 +79,10 @@ def assert_counts_match_pandas(table, df, qi):
     sizes = df.groupby(qi, dropna=False).size()
     assert table.n == len(df) and table.n_cells == len(sizes)
     cells = table.cells()
-    lookup = {tuple("<NA>" if pd.isna(v) else v for v in (k if isinstance(k, tuple) else (k,))): int(c)
-              for k, c in sizes.items()}
+    lookup = {
+        tuple("<NA>" if pd.isna(v) else v for v in (k if isinstance(k, tuple) else (k,))): int(c)
+        for k, c in sizes.items()
+    }
     for row, count in zip(cells.itertuples(index=False), table.counts):
         assert lookup[tuple("<NA>" if pd.isna(v) else v for v in row)] == count
 
@@ -77,15 +94,17 @@ def md5(path) -> str:
 def synthetic(n=3000, seed=0) -> pd.DataFrame:
     """Key columns with missing values, quoting hazards and a type that changes at the very end."""
     rng = np.random.default_rng(seed)
-    df = pd.DataFrame({
-        "a": rng.choice([1, 2, 3], n).astype(float),
-        "b": rng.choice(["x", "y", "z,w", 'q"r', "line\nbreak", None], n),
-        "c": rng.choice([1.5, 2.0, np.nan], n, p=[0.5, 0.49, 0.01]),
-        "d": rng.choice([True, False], n),
-        "e": rng.choice(["01", "1", "NA", "a"], n),
-        "income": np.round(rng.lognormal(10, 0.5, n), 2),
-        "note": rng.choice(["", "ok", "say \"hi\"", "a,b"], n),
-    })
+    df = pd.DataFrame(
+        {
+            "a": rng.choice([1, 2, 3], n).astype(float),
+            "b": rng.choice(["x", "y", "z,w", 'q"r', "line\nbreak", None], n),
+            "c": rng.choice([1.5, 2.0, np.nan], n, p=[0.5, 0.49, 0.01]),
+            "d": rng.choice([True, False], n),
+            "e": rng.choice(["01", "1", "NA", "a"], n),
+            "income": np.round(rng.lognormal(10, 0.5, n), 2),
+            "note": rng.choice(["", "ok", 'say "hi"', "a,b"], n),
+        }
+    )
     df.loc[n - 1, "a"] = np.nan  # integers until the last record: pandas reads the column as float
     return df
 
@@ -102,6 +121,7 @@ def files(tmp_path_factory):
 # ---------------------------------------------------------------------------------------------
 # Counting
 # ---------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("batch_size", [1, 7, 1000, 10**7])
 def test_count_testdata_equals_in_memory(shared_data, batch_size):
@@ -142,14 +162,23 @@ def test_count_late_integer_type_change_in_csv(tmp_path):
 def test_count_parquet_categorical_and_arrow_nulls(tmp_path):
     rng = np.random.default_rng(2)
     n = 2000
-    df = pd.DataFrame({"cat": pd.Categorical(rng.choice(["u", "v", "w"], n), categories=["w", "u", "v", "z"]),
-                       "s": rng.choice(["p", "q"], n)})
+    df = pd.DataFrame(
+        {
+            "cat": pd.Categorical(rng.choice(["u", "v", "w"], n), categories=["w", "u", "v", "z"]),
+            "s": rng.choice(["p", "q"], n),
+        }
+    )
     df.to_parquet(tmp_path / "cat.parquet", row_group_size=300)
-    assert_same_table(count_file(tmp_path / "cat.parquet", ["cat", "s"], batch_size=64),
-                      pramopt.frequency_table(pd.read_parquet(tmp_path / "cat.parquet"), ["cat", "s"]))
+    assert_same_table(
+        count_file(tmp_path / "cat.parquet", ["cat", "s"], batch_size=64),
+        pramopt.frequency_table(pd.read_parquet(tmp_path / "cat.parquet"), ["cat", "s"]),
+    )
     # int64 with nulls written by Arrow (no pandas metadata): pandas reads float64
-    pq.write_table(pa.table({"x": pa.array([1, None, 3, 1] * 50), "y": pa.array(["a", None, "b", "a"] * 50)}),
-                   tmp_path / "nulls.parquet", row_group_size=37)
+    pq.write_table(
+        pa.table({"x": pa.array([1, None, 3, 1] * 50), "y": pa.array(["a", None, "b", "a"] * 50)}),
+        tmp_path / "nulls.parquet",
+        row_group_size=37,
+    )
     got = count_file(tmp_path / "nulls.parquet", ["x", "y"], batch_size=16)
     ref_df = pd.read_parquet(tmp_path / "nulls.parquet")
     assert_same_table(got, pramopt.frequency_table(ref_df, ["x", "y"]))
@@ -159,9 +188,13 @@ def test_count_parquet_categorical_and_arrow_nulls(tmp_path):
 def test_count_domains_and_max_categories(files):
     df = pd.read_csv(files / "syn.csv")
     dom = {"d": [False, True, "never"]}
-    assert_same_table(count_file(files / "syn.csv", ["d", "e"], domains=dom),
-                      pramopt.frequency_table(df, ["d", "e"], domains=dom))
-    with pytest.raises(InvalidParameterError, match="'e' has 4 categories, more than max_categories=3"):
+    assert_same_table(
+        count_file(files / "syn.csv", ["d", "e"], domains=dom),
+        pramopt.frequency_table(df, ["d", "e"], domains=dom),
+    )
+    with pytest.raises(
+        InvalidParameterError, match="'e' has 4 categories, more than max_categories=3"
+    ):
         count_file(files / "syn.csv", ["d", "e"], max_categories=3, batch_size=50)
     with pytest.raises(InvalidParameterError, match="must contain every value of 'd'"):
         count_file(files / "syn.csv", ["d"], domains={"d": [True]})
@@ -169,7 +202,10 @@ def test_count_domains_and_max_categories(files):
 
 def test_count_errors(files, tmp_path):
     csv_path = files / "syn.csv"
-    with pytest.raises(InvalidParameterError, match=r"The 'batch_size' parameter of count_file must be an integer >= 1; got 0\."):
+    with pytest.raises(
+        InvalidParameterError,
+        match=r"The 'batch_size' parameter of count_file must be an integer >= 1; got 0\.",
+    ):
         count_file(csv_path, SYN_KEYS, batch_size=0)
     with pytest.raises(InvalidParameterError, match="batch_size"):
         count_file(csv_path, SYN_KEYS, batch_size=2.5)
@@ -179,7 +215,9 @@ def test_count_errors(files, tmp_path):
     with pytest.raises(InvalidParameterError, match=r"must end in \.csv, \.parquet or \.pq"):
         count_file(tmp_path / "data.txt", ["a"])
     assert count_file(tmp_path / "data.txt", ["a"], format="csv").n == 1
-    with pytest.raises(InvalidParameterError, match=r"The 'format' parameter of count_file must be one of"):
+    with pytest.raises(
+        InvalidParameterError, match=r"The 'format' parameter of count_file must be one of"
+    ):
         count_file(tmp_path / "data.txt", ["a"], format="xls")
     with pytest.raises(InvalidParameterError, match=r"\['nope'\] not among"):
         count_file(csv_path, ["a", "nope"])
@@ -199,6 +237,7 @@ def test_count_errors(files, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Release
 # ---------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", ["syn.csv", "syn.parquet"])
 def test_release_identical_across_batch_sizes_and_to_in_memory(files, tmp_path, name):
@@ -241,9 +280,13 @@ def test_release_real_design_on_example(example, result, tmp_path):
     example.to_csv(tmp_path / "ex.csv", index=False)
     example.to_parquet(tmp_path / "ex.parquet", index=False)
     for ext, read in ((".csv", pd.read_csv), (".parquet", pd.read_parquet)):
-        rel = release_file(tmp_path / f"ex{ext}", tmp_path / f"r{ext}", result, seed=3, batch_size=300)
+        rel = release_file(
+            tmp_path / f"ex{ext}", tmp_path / f"r{ext}", result, seed=3, batch_size=300
+        )
         out = read(tmp_path / f"r{ext}")
-        pd.testing.assert_frame_equal(out, pramopt.release(read(tmp_path / f"ex{ext}"), result, seed=3))
+        pd.testing.assert_frame_equal(
+            out, pramopt.release(read(tmp_path / f"ex{ext}"), result, seed=3)
+        )
         assert rel.changed == int((out[qi].to_numpy() != example[qi].to_numpy()).any(axis=1).sum())
 
 
@@ -257,10 +300,21 @@ def test_release_draws_follow_rows_of_P(tmp_path):
     df.to_parquet(tmp_path / "mc.parquet", index=False)
     table = pramopt.frequency_table(df, ["k"])
     P = np.array([[0.7, 0.2, 0.1], [0.05, 0.9, 0.05], [1 / 3, 1 / 3, 1 / 3]])
-    release_file(tmp_path / "mc.parquet", tmp_path / "out.parquet", fake_design(table, P), seed=11, batch_size=4093)
+    release_file(
+        tmp_path / "mc.parquet",
+        tmp_path / "out.parquet",
+        fake_design(table, P),
+        seed=11,
+        batch_size=4093,
+    )
     out = pd.read_parquet(tmp_path / "out.parquet")
     assert (out["v"] == df["v"]).all()
-    freq = pd.crosstab(df["k"], out["k"]).reindex(index=["a", "b", "c"], columns=["a", "b", "c"]).to_numpy() / R
+    freq = (
+        pd.crosstab(df["k"], out["k"])
+        .reindex(index=["a", "b", "c"], columns=["a", "b", "c"])
+        .to_numpy()
+        / R
+    )
     se = np.sqrt(P * (1 - P) / R)
     assert np.all(np.abs(freq - P) <= 5 * se)
 
@@ -272,7 +326,9 @@ def test_release_without_seed_differs(files, tmp_path):
     release_file(files / "syn.parquet", tmp_path / "b.parquet", res)
     # about 900 records change in each release; two independent releases coincide with
     # probability far below 1e-100
-    assert not pd.read_parquet(tmp_path / "a.parquet").equals(pd.read_parquet(tmp_path / "b.parquet"))
+    assert not pd.read_parquet(tmp_path / "a.parquet").equals(
+        pd.read_parquet(tmp_path / "b.parquet")
+    )
 
 
 def test_release_refusals_leave_nothing(files, tmp_path):
@@ -316,9 +372,14 @@ def test_release_refusals_leave_nothing(files, tmp_path):
 def test_release_parameter_errors(files, tmp_path):
     src = files / "syn.csv"
     res = fake_design(pramopt.frequency_table(pd.read_csv(src), SYN_KEYS))
-    with pytest.raises(InvalidParameterError, match=r"The 'batch_size' parameter of release_file must be an integer >= 1; got -1\."):
+    with pytest.raises(
+        InvalidParameterError,
+        match=r"The 'batch_size' parameter of release_file must be an integer >= 1; got -1\.",
+    ):
         release_file(src, tmp_path / "r.csv", res, batch_size=-1)
-    with pytest.raises(InvalidParameterError, match=r"The 'seed' parameter of release_file must be an integer >= 0"):
+    with pytest.raises(
+        InvalidParameterError, match=r"The 'seed' parameter of release_file must be an integer >= 0"
+    ):
         release_file(src, tmp_path / "r.csv", res, seed=-5)
     with pytest.raises(InvalidParameterError, match="no such file"):
         release_file(tmp_path / "missing.csv", tmp_path / "r.csv", res)
@@ -342,19 +403,54 @@ def test_cli_streams_csv_and_matches_library(example, result, tmp_path):
 
     qi = list(pramopt.example.EXAMPLE_QI)
     example.to_csv(tmp_path / "ex.csv", index=False)
-    assert main(["design", "--data", str(tmp_path / "ex.csv"), "--qi", ",".join(qi), "--out",
-                 str(tmp_path / "d"), "-q"]) == 0
+    assert (
+        main(
+            [
+                "design",
+                "--data",
+                str(tmp_path / "ex.csv"),
+                "--qi",
+                ",".join(qi),
+                "--out",
+                str(tmp_path / "d"),
+                "-q",
+            ]
+        )
+        == 0
+    )
     loaded = pramopt.load_design(tmp_path / "d")
     # the command line reads identifying values as text, ordered as the numbers they write: the
     # library's cells and counts, with the file's text as labels
-    assert loaded.table.checksum() == pramopt.count_file(tmp_path / "ex.csv", qi, keys_as_text=True).checksum()
+    assert (
+        loaded.table.checksum()
+        == pramopt.count_file(tmp_path / "ex.csv", qi, keys_as_text=True).checksum()
+    )
     np.testing.assert_array_equal(loaded.table.codes, result.table.codes)
     np.testing.assert_array_equal(loaded.table.counts, result.table.counts)
-    assert [list(c) for c in loaded.table.categories] == [[str(v) for v in c] for c in result.table.categories]
-    assert main(["release", "--design", str(tmp_path / "d"), "--data", str(tmp_path / "ex.csv"), "--out",
-                 str(tmp_path / "r.csv"), "--seed", "9", "-q"]) == 0
-    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "r.csv", dtype=str),
-                                  pramopt.release(pd.read_csv(tmp_path / "ex.csv", dtype=str), loaded, seed=9))
+    assert [list(c) for c in loaded.table.categories] == [
+        [str(v) for v in c] for c in result.table.categories
+    ]
+    assert (
+        main(
+            [
+                "release",
+                "--design",
+                str(tmp_path / "d"),
+                "--data",
+                str(tmp_path / "ex.csv"),
+                "--out",
+                str(tmp_path / "r.csv"),
+                "--seed",
+                "9",
+                "-q",
+            ]
+        )
+        == 0
+    )
+    pd.testing.assert_frame_equal(
+        pd.read_csv(tmp_path / "r.csv", dtype=str),
+        pramopt.release(pd.read_csv(tmp_path / "ex.csv", dtype=str), loaded, seed=9),
+    )
 
 
 @pytest.mark.slow
@@ -380,11 +476,23 @@ print(json.dumps({'peak': hwm()}))
     peaks = {}
     for n in (200_000, 2_000_000):
         rng = np.random.default_rng(0)
-        pd.DataFrame({"a": rng.integers(0, 20, n), "b": rng.choice(["x", "y", "z"], n),
-                      "v": rng.random(n)}).to_parquet(tmp_path / f"{n}.parquet", row_group_size=50_000)
-        r = subprocess.run([sys.executable, "-c", script, str(tmp_path / f"{n}.parquet"), str(tmp_path / "o.parquet")],
-                           capture_output=True, text=True, cwd=ROOT, timeout=300,
-                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+        pd.DataFrame(
+            {"a": rng.integers(0, 20, n), "b": rng.choice(["x", "y", "z"], n), "v": rng.random(n)}
+        ).to_parquet(tmp_path / f"{n}.parquet", row_group_size=50_000)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                script,
+                str(tmp_path / f"{n}.parquet"),
+                str(tmp_path / "o.parquet"),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=300,
+            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        )
         assert r.returncode == 0, r.stderr
         peaks[n] = float(r.stdout.strip().splitlines()[-1].split(":")[1].strip(" }"))
     assert peaks[2_000_000] - peaks[200_000] < 60, peaks

@@ -5,6 +5,7 @@ Every asserted number comes from the paper (the Example / equation is cited) or 
 formula evaluated here independently of the code under test (Fractions, closed forms of the
 paper's expressions, a plain-Python bisection).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,9 +19,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from pramopt.errors import InvalidParameterError
 from pramopt import magnitude as T
 from pramopt.cli import sensitivity as sensitivity_cli
+from pramopt.errors import InvalidParameterError
 
 FAST = settings(max_examples=40, deadline=None)
 
@@ -94,8 +95,7 @@ def test_example_1_dominance_and_bounds():
 
 def test_example_1_vectorised():
     """Example 1 as a DataFrame of (cell, contribution) rows, with custom column names."""
-    df = pd.DataFrame({"id": ["ns", "s", "ns", "s", "ns", "s"],
-                       "v": [59, 61, 40, 20, 1, 19]})
+    df = pd.DataFrame({"id": ["ns", "s", "ns", "s", "ns", "s"], "v": [59, 61, 40, 20, 1, 19]})
     verdict = T.dominance(df, 1, 0.6, cell="id", value="v")
     assert isinstance(verdict, pd.Series)
     assert list(verdict.index) == ["ns", "s"]  # order of first appearance
@@ -206,10 +206,12 @@ def test_constructions_1_2_match_equations(n, k, extra):
     assert r == pytest.approx(lemma1_r(n, k, N), abs=1e-8)
     R = [r**i * (r - 1) / (r ** (N + 1) - r) for i in range(1, N + 1)]  # equation (3)
     eps = (R[n - 1] - R[n]) / 3
-    want = R[: n - 1] + [R[n - 1] - eps, R[n] + eps] + R[n + 1:]
+    want = R[: n - 1] + [R[n - 1] - eps, R[n] + eps] + R[n + 1 :]
     assert np.allclose(ns.contributions, want, rtol=1e-9, atol=1e-15)
     assert ns.epsilon == pytest.approx(eps, rel=1e-9)
-    assert np.allclose(s.contributions, R[:n] + [(1 - k) / (N - n)] * (N - n), rtol=1e-9, atol=1e-15)
+    assert np.allclose(
+        s.contributions, R[:n] + [(1 - k) / (N - n)] * (N - n), rtol=1e-9, atol=1e-15
+    )
     # step 4 of Construction 1 / step 3 of Construction 2
     assert math.fsum(desc(ns.contributions)[:n]) == pytest.approx(k - eps, abs=1e-10)
     assert math.fsum(desc(s.contributions)[:n]) == pytest.approx(k, abs=1e-10)
@@ -253,7 +255,8 @@ def test_theorem_1(n, k, extra):
 
     def holds(N):
         return tail_share(T.construction_1(n, k, N).contributions, n + 1) < tail_share(
-            T.construction_2(n, k, N).contributions, n + 1)
+            T.construction_2(n, k, N).contributions, n + 1
+        )
 
     N0 = first_n(holds, start)
     assert N0 is not None
@@ -281,7 +284,8 @@ def test_theorem_2(n, k, extra):
 
     def holds(N):
         return ref_entropy(T.construction_1(n, k, N).contributions) < ref_entropy(
-            T.construction_2(n, k, N).contributions)
+            T.construction_2(n, k, N).contributions
+        )
 
     N0 = first_n(holds, start)
     assert N0 is not None
@@ -289,7 +293,7 @@ def test_theorem_2(n, k, extra):
     ns, s = T.construction_1(n, k, N), T.construction_2(n, k, N)
     h_ns, h_s = T.entropy(ns.contributions), T.entropy(s.contributions)
     assert h_ns == pytest.approx(ref_entropy(ns.contributions), abs=1e-10)
-    R = [ns.r ** i * (ns.r - 1) / (ns.r ** (N + 1) - ns.r) for i in range(1, N + 1)]
+    R = [ns.r**i * (ns.r - 1) / (ns.r ** (N + 1) - ns.r) for i in range(1, N + 1)]
     eq9 = -math.fsum(a * math.log2(a) for a in R[:n]) - (1 - k) * math.log2((1 - k) / (N - n))
     assert h_s == pytest.approx(eq9, abs=1e-9)
     assert h_ns < h_s
@@ -301,12 +305,16 @@ def test_theorem_2(n, k, extra):
 def test_theorem_2_needs_large_n():
     """For n = 1 and k = 0.95, expression (9) exceeds (8) only once 0.05 log2 N outgrows a
     constant: not at N = 2^12, but at N = 2^15 (the theorem's 'N large enough')."""
+
     def gap(N):
         return ref_entropy(T.construction_2(1, 0.95, N).contributions) - ref_entropy(
-            T.construction_1(1, 0.95, N).contributions)
+            T.construction_1(1, 0.95, N).contributions
+        )
+
     assert gap(2**12) < 0 < gap(2**15)
     assert T.entropy(T.construction_1(1, 0.95, 2**15).contributions) < T.entropy(
-        T.construction_2(1, 0.95, 2**15).contributions)
+        T.construction_2(1, 0.95, 2**15).contributions
+    )
 
 
 @FAST
@@ -315,9 +323,11 @@ def test_theorem_3(p, extra):
     """Theorem 3: for N large enough, the p%-rule calls X_ns safe and X_s sensitive, yet the
     coalition of the two second largest contributors bounds x1 more closely for X_ns
     (expressions (15)-(17))."""
+
     def holds(N):
         return tail_share(T.construction_3(p, N).contributions, 3) < tail_share(
-            T.construction_4(p, N).contributions, 3)
+            T.construction_4(p, N).contributions, 3
+        )
 
     N0 = first_n(holds, 3)
     assert N0 is not None
@@ -340,9 +350,11 @@ def test_theorem_3(p, extra):
 @given(p=st.floats(0.01, 0.99), extra=st.integers(0, 2000))
 def test_theorem_4(p, extra):
     """Theorem 4: for N large enough, H(X_ns) < H(X_s) (expressions (18), (19))."""
+
     def holds(N):
         return ref_entropy(T.construction_3(p, N).contributions) < ref_entropy(
-            T.construction_4(p, N).contributions)
+            T.construction_4(p, N).contributions
+        )
 
     N0 = first_n(holds, 3)
     assert N0 is not None
@@ -350,8 +362,11 @@ def test_theorem_4(p, extra):
     ns, s = T.construction_3(p, N), T.construction_4(p, N)
     r = ns.r
     x = (r ** (N + 1) - r) / (r - 1)
-    eq19 = (-(r / x) * math.log2(r / x) - (r**2 / x) * math.log2(r**2 / x)
-            - (p * r / x) * math.log2(p * r / (x * (N - 2))))
+    eq19 = (
+        -(r / x) * math.log2(r / x)
+        - (r**2 / x) * math.log2(r**2 / x)
+        - (p * r / x) * math.log2(p * r / (x * (N - 2)))
+    )
     h_ns, h_s = T.entropy(ns.contributions), T.entropy(s.contributions)
     assert h_s == pytest.approx(eq19, abs=1e-9)
     assert h_ns == pytest.approx(ref_entropy(ns.contributions), abs=1e-10)
@@ -470,24 +485,41 @@ def test_vectorised_equals_per_cell(cells):
 @pytest.mark.parametrize(
     "call, pattern",
     [
-        (lambda: T.p_percent([1, 2], 1.5),
-         r"The 'p' parameter of p_percent must be a real number in \(0, 1\).*got 1\.5\."),
-        (lambda: T.dominance([1, 2], 1, 60),
-         r"The 'k' parameter of dominance must be a real number in \(0, 1\] \(a proportion: 60% is 0\.6\); got 60\."),
-        (lambda: T.dominance([1, 2], 0, 0.6),
-         r"The 'n' parameter of dominance must be an integer >= 1; got 0\."),
+        (
+            lambda: T.p_percent([1, 2], 1.5),
+            r"The 'p' parameter of p_percent must be a real number in \(0, 1\).*got 1\.5\.",
+        ),
+        (
+            lambda: T.dominance([1, 2], 1, 60),
+            r"The 'k' parameter of dominance must be a real number in \(0, 1\] \(a proportion: 60% is 0\.6\); got 60\.",
+        ),
+        (
+            lambda: T.dominance([1, 2], 0, 0.6),
+            r"The 'n' parameter of dominance must be an integer >= 1; got 0\.",
+        ),
         (lambda: T.dominance([1, 2], 1.5, 0.6), r"'n' parameter of dominance .* got 1\.5\."),
-        (lambda: T.pq_rule([1, 2], 0.3, 0.2),
-         r"The 'q' parameter of pq_rule must be a real number in \(p = 0\.3, 1\].*got 0\.2\."),
+        (
+            lambda: T.pq_rule([1, 2], 0.3, 0.2),
+            r"The 'q' parameter of pq_rule must be a real number in \(p = 0\.3, 1\].*got 0\.2\.",
+        ),
         (lambda: T.pq_rule([1, 2], 0.3, 0.3), r"'q' parameter of pq_rule .*got 0\.3\."),
-        (lambda: T.entropy_rule([1, 2], 1.2),
-         r"The 't' parameter of entropy_rule must be a real number in \[0, 1\]; got 1\.2\."),
+        (
+            lambda: T.entropy_rule([1, 2], 1.2),
+            r"The 't' parameter of entropy_rule must be a real number in \[0, 1\]; got 1\.2\.",
+        ),
         (lambda: T.entropy_rule([1, 2], float("nan")), r"'t' parameter of entropy_rule"),
-        (lambda: T.coalition_bound([1, 2], 0),
-         r"The 'c' parameter of coalition_bound must be an integer >= 1; got 0\."),
-        (lambda: T.dominance([1, -2], 1, 0.6),
-         r"'contributions' parameter of dominance must be .*non-negative.*; got -2\.0 at position 1\."),
-        (lambda: T.entropy([]), r"'contributions' parameter of entropy must be a non-empty.*got an empty cell\."),
+        (
+            lambda: T.coalition_bound([1, 2], 0),
+            r"The 'c' parameter of coalition_bound must be an integer >= 1; got 0\.",
+        ),
+        (
+            lambda: T.dominance([1, -2], 1, 0.6),
+            r"'contributions' parameter of dominance must be .*non-negative.*; got -2\.0 at position 1\.",
+        ),
+        (
+            lambda: T.entropy([]),
+            r"'contributions' parameter of entropy must be a non-empty.*got an empty cell\.",
+        ),
         (lambda: T.entropy([0, 0]), r"positive cell total.*got a total of 0\."),
         (lambda: T.entropy([1, float("nan")]), r"got nan at position 1\."),
         (lambda: T.entropy([1, float("inf")]), r"got inf at position 1\."),
@@ -496,26 +528,51 @@ def test_vectorised_equals_per_cell(cells):
         (lambda: T.entropy([[1, 2], [3, 4]]), r"got an array of shape \(2, 2\)\."),
         (lambda: T.entropy(5), r"got 5\."),
         (lambda: T.entropy([1, 2], cell="x"), r"'cell' parameter of entropy must be None unless"),
-        (lambda: T.entropy(pd.DataFrame({"a": [1]})),
-         r"The 'cell' parameter of entropy must be a column of the DataFrame \(columns: 'a'\); got 'cell'\."),
-        (lambda: T.entropy(pd.DataFrame({"cell": ["A", "B"], "contribution": [1, -3]})),
-         r"holds non-negative finite real numbers; got -3\.0 in cell 'B'\."),
-        (lambda: T.entropy(pd.DataFrame({"cell": ["A", "B"], "contribution": [1, "x"]})),
-         r"got 'x' in cell 'B'\."),
-        (lambda: T.entropy(pd.DataFrame({"cell": ["A", None], "contribution": [1, 2]})),
-         r"has no missing ids; got a missing id at row 1\."),
-        (lambda: T.entropy(pd.DataFrame({"cell": ["A", "B"], "contribution": [1, 0]})),
-         r"got a total of 0 in cell 'B'\."),
-        (lambda: T.entropy(pd.DataFrame({"cell": [], "contribution": []})), r"got an empty DataFrame\."),
-        (lambda: T.construction_1(2, 0.5, 3),
-         r"The 'N' parameter of construction_1 must be an integer > n/k = 4 \(Lemma 1 needs n/N < k\); got 3\."),
-        (lambda: T.construction_1(1, 0.1 + 2**-56, 10),
-         r"The 'N' parameter of construction_1 must be an integer clearly above n/k = 9\.99.*; got 10\."),
-        (lambda: T.construction_2(1, 1.0, 5), r"'k' parameter of construction_2 .*\(0, 1\).*got 1\.0\."),
-        (lambda: T.construction_3(0.5, 2), r"'N' parameter of construction_3 must be an integer >= 3"),
+        (
+            lambda: T.entropy(pd.DataFrame({"a": [1]})),
+            r"The 'cell' parameter of entropy must be a column of the DataFrame \(columns: 'a'\); got 'cell'\.",
+        ),
+        (
+            lambda: T.entropy(pd.DataFrame({"cell": ["A", "B"], "contribution": [1, -3]})),
+            r"holds non-negative finite real numbers; got -3\.0 in cell 'B'\.",
+        ),
+        (
+            lambda: T.entropy(pd.DataFrame({"cell": ["A", "B"], "contribution": [1, "x"]})),
+            r"got 'x' in cell 'B'\.",
+        ),
+        (
+            lambda: T.entropy(pd.DataFrame({"cell": ["A", None], "contribution": [1, 2]})),
+            r"has no missing ids; got a missing id at row 1\.",
+        ),
+        (
+            lambda: T.entropy(pd.DataFrame({"cell": ["A", "B"], "contribution": [1, 0]})),
+            r"got a total of 0 in cell 'B'\.",
+        ),
+        (
+            lambda: T.entropy(pd.DataFrame({"cell": [], "contribution": []})),
+            r"got an empty DataFrame\.",
+        ),
+        (
+            lambda: T.construction_1(2, 0.5, 3),
+            r"The 'N' parameter of construction_1 must be an integer > n/k = 4 \(Lemma 1 needs n/N < k\); got 3\.",
+        ),
+        (
+            lambda: T.construction_1(1, 0.1 + 2**-56, 10),
+            r"The 'N' parameter of construction_1 must be an integer clearly above n/k = 9\.99.*; got 10\.",
+        ),
+        (
+            lambda: T.construction_2(1, 1.0, 5),
+            r"'k' parameter of construction_2 .*\(0, 1\).*got 1\.0\.",
+        ),
+        (
+            lambda: T.construction_3(0.5, 2),
+            r"'N' parameter of construction_3 must be an integer >= 3",
+        ),
         (lambda: T.construction_4(0.0, 5), r"'p' parameter of construction_4"),
-        (lambda: T.assess_cells([1, 2], n=1, k=0.6, p=0.1, t=0.5),
-         r"'df' parameter of assess_cells must be a pandas DataFrame"),
+        (
+            lambda: T.assess_cells([1, 2], n=1, k=0.6, p=0.1, t=0.5),
+            r"'df' parameter of assess_cells must be a pandas DataFrame",
+        ),
         (lambda: T.dominance([1, 2], 1, 0.6, tol=-1), r"'tol' parameter of dominance"),
     ],
 )
@@ -541,8 +598,22 @@ def test_cli_csv(tmp_path):
     src = tmp_path / "in.csv"
     src.write_text(EXAMPLE_1_CSV)
     out = tmp_path / "out.csv"
-    args = _parser().parse_args(["sensitivity", str(src), "--n", "1", "--k", "0.6", "--p", "0.1",
-                                 "--t", "0.5", "--out", str(out)])
+    args = _parser().parse_args(
+        [
+            "sensitivity",
+            str(src),
+            "--n",
+            "1",
+            "--k",
+            "0.6",
+            "--p",
+            "0.1",
+            "--t",
+            "0.5",
+            "--out",
+            str(out),
+        ]
+    )
     assert args.func is sensitivity_cli.run
     assert sensitivity_cli.run(args) == 0
     res = pd.read_csv(out).set_index("cell")
@@ -562,9 +633,30 @@ def test_cli_parquet_both_ways(tmp_path):
     df = pd.DataFrame({"id": ["007", "007", "007", "007"], "v": [50.0, 30.0, 15.0, 5.0]})
     df.to_parquet(tmp_path / "in.parquet")
     out = tmp_path / "res.pq"
-    args = _parser().parse_args(["sensitivity", str(tmp_path / "in.parquet"), "--cell", "id",
-                                 "--value", "v", "--n", "2", "--k", "0.85", "--p", "0.2",
-                                 "--q", "0.5", "--t", "0.5", "--c", "2", "--out", str(out)])
+    args = _parser().parse_args(
+        [
+            "sensitivity",
+            str(tmp_path / "in.parquet"),
+            "--cell",
+            "id",
+            "--value",
+            "v",
+            "--n",
+            "2",
+            "--k",
+            "0.85",
+            "--p",
+            "0.2",
+            "--q",
+            "0.5",
+            "--t",
+            "0.5",
+            "--c",
+            "2",
+            "--out",
+            str(out),
+        ]
+    )
     assert sensitivity_cli.run(args) == 0
     res = pd.read_parquet(out)
     assert list(res["id"]) == ["007"]
@@ -579,9 +671,24 @@ def test_cli_keeps_csv_ids_as_text(tmp_path):
     src = tmp_path / "in.csv"
     src.write_text("cell,contribution\n007,1\n007,2\n7,3\n")
     out = tmp_path / "o.csv"
-    sensitivity_cli.run(_parser().parse_args(
-        ["sensitivity", str(src), "--n", "1", "--k", "0.6", "--p", "0.1", "--t", "0.5",
-         "--out", str(out)]))
+    sensitivity_cli.run(
+        _parser().parse_args(
+            [
+                "sensitivity",
+                str(src),
+                "--n",
+                "1",
+                "--k",
+                "0.6",
+                "--p",
+                "0.1",
+                "--t",
+                "0.5",
+                "--out",
+                str(out),
+            ]
+        )
+    )
     res = pd.read_csv(out, dtype={"cell": str})
     assert list(res["cell"]) == ["007", "7"] and list(res["contributors"]) == [2, 1]
 
@@ -596,9 +703,16 @@ def test_cli_keeps_csv_ids_as_text(tmp_path):
         ([], "cell,contribution\nA,5\nA,-1\n", r"got -1\.0 in cell 'A'\."),
         ([], "cell,contribution\nA,5\nA,abc\n", r"got 'abc' in cell 'A'\."),
         ([], "", r"The 'input' parameter of sensitivity must be a readable CSV or Parquet file"),
-        (["--cell", "total"], "total,contribution\nA,1\n",
-         r"The 'cell' parameter of sensitivity must be a name other than the output columns"),
-        (["--value", "cell"], EXAMPLE_1_CSV, r"The 'value' parameter of sensitivity must be a column other"),
+        (
+            ["--cell", "total"],
+            "total,contribution\nA,1\n",
+            r"The 'cell' parameter of sensitivity must be a name other than the output columns",
+        ),
+        (
+            ["--value", "cell"],
+            EXAMPLE_1_CSV,
+            r"The 'value' parameter of sensitivity must be a column other",
+        ),
     ],
 )
 def test_cli_bad_input(tmp_path, extra, content, pattern):
@@ -619,14 +733,30 @@ def test_cli_bad_paths(tmp_path):
     src.write_text(EXAMPLE_1_CSV)
     common = ["--n", "1", "--k", "0.6", "--p", "0.1", "--t", "0.5"]
     p = _parser()
-    with pytest.raises(InvalidParameterError, match=r"'input' parameter of sensitivity must be an existing"):
-        sensitivity_cli.run(p.parse_args(["sensitivity", str(tmp_path / "no.csv"), "--out",
-                                        str(tmp_path / "o.csv")] + common))
-    with pytest.raises(InvalidParameterError, match=r"'out' parameter of sensitivity must be a file name ending in \.csv"):
-        sensitivity_cli.run(p.parse_args(["sensitivity", str(src), "--out", str(tmp_path / "o.xlsx")] + common))
-    with pytest.raises(InvalidParameterError, match=r"'out' parameter of sensitivity must be a file in an existing folder"):
-        sensitivity_cli.run(p.parse_args(["sensitivity", str(src), "--out",
-                                        str(tmp_path / "missing" / "o.csv")] + common))
+    with pytest.raises(
+        InvalidParameterError, match=r"'input' parameter of sensitivity must be an existing"
+    ):
+        sensitivity_cli.run(
+            p.parse_args(
+                ["sensitivity", str(tmp_path / "no.csv"), "--out", str(tmp_path / "o.csv")] + common
+            )
+        )
+    with pytest.raises(
+        InvalidParameterError,
+        match=r"'out' parameter of sensitivity must be a file name ending in \.csv",
+    ):
+        sensitivity_cli.run(
+            p.parse_args(["sensitivity", str(src), "--out", str(tmp_path / "o.xlsx")] + common)
+        )
+    with pytest.raises(
+        InvalidParameterError,
+        match=r"'out' parameter of sensitivity must be a file in an existing folder",
+    ):
+        sensitivity_cli.run(
+            p.parse_args(
+                ["sensitivity", str(src), "--out", str(tmp_path / "missing" / "o.csv")] + common
+            )
+        )
 
 
 def test_cli_never_leaves_a_partial_file(tmp_path, monkeypatch):
@@ -640,9 +770,25 @@ def test_cli_never_leaves_a_partial_file(tmp_path, monkeypatch):
         raise OSError("disk full")  # after part of the file would have been written
 
     monkeypatch.setattr(pd.DataFrame, "to_csv", boom)
-    args = _parser().parse_args(["sensitivity", str(src), "--n", "1", "--k", "0.6", "--p", "0.1",
-                                 "--t", "0.5", "--out", str(out)])
-    with pytest.raises(InvalidParameterError, match=r"'out' parameter of sensitivity must be a writable file"):
+    args = _parser().parse_args(
+        [
+            "sensitivity",
+            str(src),
+            "--n",
+            "1",
+            "--k",
+            "0.6",
+            "--p",
+            "0.1",
+            "--t",
+            "0.5",
+            "--out",
+            str(out),
+        ]
+    )
+    with pytest.raises(
+        InvalidParameterError, match=r"'out' parameter of sensitivity must be a writable file"
+    ):
         sensitivity_cli.run(args)
     assert out.read_text() == "previous\n"
     assert sorted(os.listdir(tmp_path)) == ["in.csv", "out.csv"]

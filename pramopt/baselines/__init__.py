@@ -15,22 +15,76 @@ A new baseline is one file here with its matrices, a ``calibrate_*`` function th
 ``_finish`` (the same verification as every design), and one ``register(BaselineFamily(...))``
 in :mod:`.registry`; ``tests/test_baseline_contract.py`` then runs it through every reader.
 """
-from .calibrate import (calibrate_ifpr, calibrate_retention, calibrate_sdcmicro, ifpr_on_cells,
-                        product_matrix_on_cells, retention_on_cells, sdcmicro_on_cells)
-from .ifpr import (IFPRDesign, ifpr_block_matrix, ifpr_block_size, ifpr_design, ifpr_h, ifpr_matrix, ifpr_psi,
-                   ifpr_theta)
-from .retention import (reconstruct_counts, reconstruction_error, retention_matrix, retention_matrix_multi,
-                        retention_rho, rho_from_epsilon, rho_from_k)
-from .registry import ALIASES, BASELINES, BaselineFamily, baseline, calibrate_all, family_named, register
+
+from .calibrate import (
+    calibrate_ifpr,
+    calibrate_retention,
+    calibrate_sdcmicro,
+    ifpr_on_cells,
+    product_matrix_on_cells,
+    retention_on_cells,
+    sdcmicro_on_cells,
+)
+from .ifpr import (
+    IFPRDesign,
+    ifpr_block_matrix,
+    ifpr_block_size,
+    ifpr_design,
+    ifpr_h,
+    ifpr_matrix,
+    ifpr_psi,
+    ifpr_theta,
+)
+from .registry import (
+    ALIASES,
+    BASELINES,
+    BaselineFamily,
+    baseline,
+    calibrate_all,
+    family_named,
+    register,
+)
+from .retention import (
+    reconstruct_counts,
+    reconstruction_error,
+    retention_matrix,
+    retention_matrix_multi,
+    retention_rho,
+    rho_from_epsilon,
+    rho_from_k,
+)
 from .sdcmicro import sdcmicro_invariant_matrix, sdcmicro_uniforms
 
 __all__ = [
-    "BASELINES", "ALIASES", "BaselineFamily", "register", "family_named", "baseline", "calibrate_all",
-    "calibrate_ifpr", "calibrate_retention", "calibrate_sdcmicro",
-    "product_matrix_on_cells", "retention_on_cells", "ifpr_on_cells", "sdcmicro_on_cells",
-    "IFPRDesign", "ifpr_block_matrix", "ifpr_block_size", "ifpr_design", "ifpr_h", "ifpr_matrix", "ifpr_psi",
+    "BASELINES",
+    "ALIASES",
+    "BaselineFamily",
+    "register",
+    "family_named",
+    "baseline",
+    "calibrate_all",
+    "calibrate_ifpr",
+    "calibrate_retention",
+    "calibrate_sdcmicro",
+    "product_matrix_on_cells",
+    "retention_on_cells",
+    "ifpr_on_cells",
+    "sdcmicro_on_cells",
+    "IFPRDesign",
+    "ifpr_block_matrix",
+    "ifpr_block_size",
+    "ifpr_design",
+    "ifpr_h",
+    "ifpr_matrix",
+    "ifpr_psi",
     "ifpr_theta",
-    "reconstruct_counts", "reconstruction_error", "retention_matrix", "retention_matrix_multi",
-    "retention_rho", "rho_from_epsilon", "rho_from_k",
-    "sdcmicro_invariant_matrix", "sdcmicro_uniforms",
+    "reconstruct_counts",
+    "reconstruction_error",
+    "retention_matrix",
+    "retention_matrix_multi",
+    "retention_rho",
+    "rho_from_epsilon",
+    "rho_from_k",
+    "sdcmicro_invariant_matrix",
+    "sdcmicro_uniforms",
 ]

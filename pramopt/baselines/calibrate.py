@@ -17,12 +17,13 @@ inputs, so that :func:`pramopt.baseline` with them makes the same design again. 
 forms are dense by nature (every cell may move to every other), so these are for data sets
 of at most a few thousand cells.
 """
+
 from __future__ import annotations
 
 import json
 import time
 import warnings
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -31,8 +32,8 @@ from .._plain import plain
 from .._validation import InvalidParameterError, check_int, check_real
 from ..frequency.table import FrequencyTable
 from ..loss import l2_loss as _l2_loss
-from ..verified_result import finish
 from ..result import DesignResult, Stage, Status
+from ..verified_result import finish
 from ..verify import c1_risk
 from .ifpr import ifpr_design
 from .retention import retention_matrix
@@ -59,6 +60,7 @@ def l2_loss(P, counts) -> float:
 # ---------------------------------------------------------------------------------------------
 # Matrices on the present cells
 # ---------------------------------------------------------------------------------------------
+
 
 def product_matrix_on_cells(codes, matrices: Sequence) -> np.ndarray:
     """Product of per-variable matrices restricted to the given cells, rows renormalised.
@@ -119,8 +121,10 @@ def _variable_frequencies(table: FrequencyTable, v: int) -> np.ndarray:
 
 def _sdcmicro_uniforms(table: FrequencyTable, seed) -> list[np.ndarray]:
     ss = np.random.SeedSequence(seed)
-    return [np.random.default_rng(s).random(len(table.categories[v]))
-            for v, s in enumerate(ss.spawn(len(table.qi)))]
+    return [
+        np.random.default_rng(s).random(len(table.categories[v]))
+        for v, s in enumerate(ss.spawn(len(table.qi)))
+    ]
 
 
 def sdcmicro_on_cells(table: FrequencyTable, pd=0.8, alpha=0.5, seed=0) -> np.ndarray:
@@ -135,14 +139,17 @@ def sdcmicro_on_cells(table: FrequencyTable, pd=0.8, alpha=0.5, seed=0) -> np.nd
     mechanism as released.
     """
     u = _sdcmicro_uniforms(table, seed)
-    mats = [sdcmicro_invariant_matrix(_variable_frequencies(table, v), pd, alpha, uniforms=u[v])
-            for v in range(len(table.qi))]
+    mats = [
+        sdcmicro_invariant_matrix(_variable_frequencies(table, v), pd, alpha, uniforms=u[v])
+        for v in range(len(table.qi))
+    ]
     return product_matrix_on_cells(table.codes, mats)
 
 
 # ---------------------------------------------------------------------------------------------
 # Fast evaluation of C1 for the searches (the final check is always pramopt.verify.c1_risk)
 # ---------------------------------------------------------------------------------------------
+
 
 class _C1Screen:
     """Largest C1 left-hand side of a dense K x K matrix on the present cells, in one product."""
@@ -153,7 +160,9 @@ class _C1Screen:
         for pi in combinations:
             _, inv = np.unique(codes[:, list(pi)], axis=0, return_inverse=True)
             inv = np.asarray(inv).ravel()
-            blocks.append(sp.csr_matrix((np.ones(K), (np.arange(K), inv)), shape=(K, int(inv.max()) + 1)))
+            blocks.append(
+                sp.csr_matrix((np.ones(K), (np.arange(K), inv)), shape=(K, int(inv.max()) + 1))
+            )
         self.ind = sp.hstack(blocks).tocsr()
         self.counts = counts.astype(float)
         self.calls = 0
@@ -194,8 +203,19 @@ def _check_inputs(table, combinations, alpha, owner):
     return alpha, combos
 
 
-def _finish(family, table, combos, alpha, P, params, screen, fallback: Callable | None = None, *,
-            inputs: dict, t0: float) -> DesignResult:
+def _finish(
+    family,
+    table,
+    combos,
+    alpha,
+    P,
+    params,
+    screen,
+    fallback: Callable | None = None,
+    *,
+    inputs: dict,
+    t0: float,
+) -> DesignResult:
     """Verify with c1_risk; if rounding puts the searched matrix just above α, try ``fallback``."""
     rep = c1_risk(P, table.codes, table.counts, combos)
     tries = 0
@@ -208,20 +228,44 @@ def _finish(family, table, combos, alpha, P, params, screen, fallback: Callable 
         tries += 1
     evaluations = screen.calls + 1 + tries
     ok = rep.max_risk <= alpha
-    msg = (f"Closed-form {family} calibrated to meet C1 at alpha = {alpha:g}; parameters "
-           f"{json.dumps(plain({k: v for k, v in params.items() if k != 'blocks'}))[:300]}.")
+    msg = (
+        f"Closed-form {family} calibrated to meet C1 at alpha = {alpha:g}; parameters "
+        f"{json.dumps(plain({k: v for k, v in params.items() if k != 'blocks'}))[:300]}."
+    )
     if not ok:
-        msg += f" No member of the family meets C1 on these data (best max risk {rep.max_risk:.6g})."
-    stage = Stage("calibrate", time.perf_counter() - t0, evaluations, f"{evaluations} C1 evaluations")
+        msg += (
+            f" No member of the family meets C1 on these data (best max risk {rep.max_risk:.6g})."
+        )
+    stage = Stage(
+        "calibrate", time.perf_counter() - t0, evaluations, f"{evaluations} C1 evaluations"
+    )
     qi = list(table.qi)
-    inputs = {"family": family, "alpha": alpha,
-              "combinations": [[qi[i] for i in c] for c in combos], **inputs}
-    return finish(P, table, combos, alpha, Status.SUCCESS if ok else Status.INFEASIBLE, msg, stages=(stage,),
-                  solver=f"closed form ({family})", report=rep, method=family, params=inputs,
-                  details={**params, "evaluations": evaluations}, loss=l2_loss(P, table.counts))
+    inputs = {
+        "family": family,
+        "alpha": alpha,
+        "combinations": [[qi[i] for i in c] for c in combos],
+        **inputs,
+    }
+    return finish(
+        P,
+        table,
+        combos,
+        alpha,
+        Status.SUCCESS if ok else Status.INFEASIBLE,
+        msg,
+        stages=(stage,),
+        solver=f"closed form ({family})",
+        report=rep,
+        method=family,
+        params=inputs,
+        details={**params, "evaluations": evaluations},
+        loss=l2_loss(P, table.counts),
+    )
 
 
-def _largest_feasible(f: Callable[[float], float], alpha: float, lo: float, hi: float, tol: float) -> float | None:
+def _largest_feasible(
+    f: Callable[[float], float], alpha: float, lo: float, hi: float, tol: float
+) -> float | None:
     """Largest x in [lo, hi] with f(x) <= alpha, for f increasing in x (bisection)."""
     if f(hi) <= alpha:
         return hi
@@ -240,8 +284,16 @@ def _largest_feasible(f: Callable[[float], float], alpha: float, lo: float, hi: 
 # Retention-replacement
 # ---------------------------------------------------------------------------------------------
 
-def calibrate_retention(table: FrequencyTable, combinations, alpha, *, per_attribute: bool = False,
-                        tol: float = 1e-4, passes: int = 2) -> DesignResult:
+
+def calibrate_retention(
+    table: FrequencyTable,
+    combinations,
+    alpha,
+    *,
+    per_attribute: bool = False,
+    tol: float = 1e-4,
+    passes: int = 2,
+) -> DesignResult:
     """Largest retention probability ρ whose restricted matrix meets C1 at ``alpha``.
 
     With ``per_attribute=False`` one ρ for all variables, found by bisection (the risk grows
@@ -274,7 +326,9 @@ def calibrate_retention(table: FrequencyTable, combinations, alpha, *, per_attri
     levels = [len(c) for c in table.categories]
     # same[v][m, m'] = 1 where cells m and m' agree on variable v: the retention factor of v on
     # the cells is rho * same + (1 - rho) / |V_v|, linear in rho
-    same = [(table.codes[:, v][:, None] == table.codes[:, v][None, :]).astype(float) for v in range(d)]
+    same = [
+        (table.codes[:, v][:, None] == table.codes[:, v][None, :]).astype(float) for v in range(d)
+    ]
 
     def factor(v, r):
         return r * same[v] + (1.0 - r) / levels[v]
@@ -288,15 +342,35 @@ def calibrate_retention(table: FrequencyTable, combinations, alpha, *, per_attri
     rho = _largest_feasible(lambda r: screen(build([r] * d)), alpha, 0.0, 1.0, tol)
     family = "retention-per-attribute" if per_attribute else "retention"
     if rho is None:
-        return _finish(family, table, combos, alpha, build([0.0] * d),
-                       {"rho": [0.0] * d if per_attribute else 0.0, "levels": levels}, screen,
-                       inputs=inputs, t0=t0)
+        return _finish(
+            family,
+            table,
+            combos,
+            alpha,
+            build([0.0] * d),
+            {"rho": [0.0] * d if per_attribute else 0.0, "levels": levels},
+            screen,
+            inputs=inputs,
+            t0=t0,
+        )
     if not per_attribute:
+
         def back(i, rho=rho):
-            r = max(0.0, rho - tol * 2 ** i)
+            r = max(0.0, rho - tol * 2**i)
             return build([r] * d), {"rho": r, "levels": levels}
-        return _finish(family, table, combos, alpha, build([rho] * d), {"rho": rho, "levels": levels},
-                       screen, back, inputs=inputs, t0=t0)
+
+        return _finish(
+            family,
+            table,
+            combos,
+            alpha,
+            build([rho] * d),
+            {"rho": rho, "levels": levels},
+            screen,
+            back,
+            inputs=inputs,
+            t0=t0,
+        )
 
     def ascend(rhos, order):
         rhos = list(rhos)
@@ -312,7 +386,10 @@ def calibrate_retention(table: FrequencyTable, combinations, alpha, *, per_attri
                 r1, r0 = A1.sum(axis=1), A0.sum(axis=1)
 
                 def f(r):  # C1 risk with rho_v = r, the others fixed: linear before normalising
-                    return screen.from_sums((r * S1 + (1.0 - r) * S0) / (r * r1 + (1.0 - r) * r0)[:, None])
+                    return screen.from_sums(
+                        (r * S1 + (1.0 - r) * S0) / (r * r1 + (1.0 - r) * r0)[:, None]
+                    )
+
                 best = _largest_feasible(f, alpha, rhos[v], 1.0, tol)
                 if best is not None and best > rhos[v] + tol / 2:
                     rhos[v] = best
@@ -322,25 +399,40 @@ def calibrate_retention(table: FrequencyTable, combinations, alpha, *, per_attri
         return rhos
 
     by_levels = sorted(range(d), key=lambda v: levels[v])
-    starts = [ascend([rho] * d, range(d)),
-              ascend([0.0] * d, by_levels),
-              ascend([0.0] * d, by_levels[::-1])]
+    starts = [
+        ascend([rho] * d, range(d)),
+        ascend([0.0] * d, by_levels),
+        ascend([0.0] * d, by_levels[::-1]),
+    ]
     feasible = [r for r in starts if screen(build(r)) <= alpha]
     best = min(feasible, key=lambda r: l2_loss(build(r), table.counts)) if feasible else [rho] * d
 
     def back(i, best=best):
-        r = [max(0.0, x - tol * 2 ** i) for x in best]
+        r = [max(0.0, x - tol * 2**i) for x in best]
         return build(r), {"rho": r, "levels": levels}
-    return _finish(family, table, combos, alpha, build(best), {"rho": best, "levels": levels},
-                   screen, back, inputs=inputs, t0=t0)
+
+    return _finish(
+        family,
+        table,
+        combos,
+        alpha,
+        build(best),
+        {"rho": best, "levels": levels},
+        screen,
+        back,
+        inputs=inputs,
+        t0=t0,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # IFPR on the present cells
 # ---------------------------------------------------------------------------------------------
 
-def calibrate_ifpr(table: FrequencyTable, combinations, alpha, *, n_grid: int = 40,
-                   tol: float = 1e-4) -> DesignResult:
+
+def calibrate_ifpr(
+    table: FrequencyTable, combinations, alpha, *, n_grid: int = 40, tol: float = 1e-4
+) -> DesignResult:
     """The IFPR design (Ghatak & Roy, Section 2) on the present cells that just meets C1.
 
     The K present cells are treated as the categories of one variable with frequencies
@@ -382,26 +474,55 @@ def calibrate_ifpr(table: FrequencyTable, combinations, alpha, *, n_grid: int = 
                     hi = mid
             x = lo
     d = design(x)
-    params = {"xi": x, "blocks": [list(map(int, b)) for b in d.blocks], "thetas": list(d.thetas),
-              "max_r1": d.max_r1, "unprotected": list(d.unprotected)}
+    params = {
+        "xi": x,
+        "blocks": [list(map(int, b)) for b in d.blocks],
+        "thetas": list(d.thetas),
+        "max_r1": d.max_r1,
+        "unprotected": list(d.unprotected),
+    }
     lower = sorted((float(g) for g in ok if g < x), reverse=True)
 
     def back(i):
         if i >= len(lower):
             return None
         dd = design(lower[i])
-        return dd.matrix, {"xi": lower[i], "blocks": [list(map(int, b)) for b in dd.blocks],
-                           "thetas": list(dd.thetas), "max_r1": dd.max_r1, "unprotected": list(dd.unprotected)}
-    return _finish("ifpr", table, combos, alpha, d.matrix, params, screen, back,
-                   inputs={"n_grid": n_grid, "tol": tol}, t0=t0)
+        return dd.matrix, {
+            "xi": lower[i],
+            "blocks": [list(map(int, b)) for b in dd.blocks],
+            "thetas": list(dd.thetas),
+            "max_r1": dd.max_r1,
+            "unprotected": list(dd.unprotected),
+        }
+
+    return _finish(
+        "ifpr",
+        table,
+        combos,
+        alpha,
+        d.matrix,
+        params,
+        screen,
+        back,
+        inputs={"n_grid": n_grid, "tol": tol},
+        t0=t0,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # sdcMicro's per-variable PRAM restricted to the present cells (re-implementation)
 # ---------------------------------------------------------------------------------------------
 
-def calibrate_sdcmicro(table: FrequencyTable, combinations, alpha, *, pd_grid: Sequence[float] | None = None,
-                       seed=0, tol: float = 1e-4) -> DesignResult:
+
+def calibrate_sdcmicro(
+    table: FrequencyTable,
+    combinations,
+    alpha,
+    *,
+    pd_grid: Sequence[float] | None = None,
+    seed=0,
+    tol: float = 1e-4,
+) -> DesignResult:
     """sdcMicro's per-variable PRAM restricted to the present cells (:func:`sdcmicro_on_cells`;
     re-implemented, see :mod:`.sdcmicro`) tuned to meet C1.  Restricted, it is neither the
     mechanism sdcMicro releases nor invariant.
@@ -415,15 +536,22 @@ def calibrate_sdcmicro(table: FrequencyTable, combinations, alpha, *, pd_grid: S
     alpha, combos = _check_inputs(table, combinations, alpha, owner)
     if pd_grid is None:
         pd_grid = (0.0, 0.2, 0.4, 0.6, 0.8, 0.9, 0.95)
-    pd_grid = [check_real(p, "pd_grid", owner, low=0.0, high=1.0, low_open=False, high_open=False) for p in pd_grid]
+    pd_grid = [
+        check_real(p, "pd_grid", owner, low=0.0, high=1.0, low_open=False, high_open=False)
+        for p in pd_grid
+    ]
     if not pd_grid:
-        raise InvalidParameterError(f"The 'pd_grid' parameter of {owner} must list at least one pd; got [].")
+        raise InvalidParameterError(
+            f"The 'pd_grid' parameter of {owner} must list at least one pd; got []."
+        )
     screen = _C1Screen(table.codes, table.counts, combos)
     u = _sdcmicro_uniforms(table, seed)
     freqs = [_variable_frequencies(table, v) for v in range(len(table.qi))]
 
     def build(pd, a):
-        mats = [sdcmicro_invariant_matrix(freqs[v], pd, a, uniforms=u[v]) for v in range(len(freqs))]
+        mats = [
+            sdcmicro_invariant_matrix(freqs[v], pd, a, uniforms=u[v]) for v in range(len(freqs))
+        ]
         return product_matrix_on_cells(table.codes, mats)
 
     best = None
@@ -444,8 +572,18 @@ def calibrate_sdcmicro(table: FrequencyTable, combinations, alpha, *, pd_grid: S
         _, pd, a, P = best
 
     def back(i, pd=pd, a=a):
-        a2 = min(1.0, a + tol * 2 ** i)
+        a2 = min(1.0, a + tol * 2**i)
         return build(pd, a2), {"pd": pd, "alpha": a2, "seed": seed}
-    return _finish("sdcmicro", table, combos, alpha, P, {"pd": pd, "alpha": a, "seed": seed}, screen, back,
-                   inputs={"pd_grid": list(pd_grid), "seed": seed, "tol": tol}, t0=t0)
 
+    return _finish(
+        "sdcmicro",
+        table,
+        combos,
+        alpha,
+        P,
+        {"pd": pd, "alpha": a, "seed": seed},
+        screen,
+        back,
+        inputs={"pd_grid": list(pd_grid), "seed": seed, "tol": tol},
+        t0=t0,
+    )

@@ -18,17 +18,17 @@ Notes on the paper's text (checked against its own numbers):
   (all 70 entries) and the Section 4 example (block size 6 from 5.83) are reproduced by the
   smallest integer not below it, and never less than 2 (a block has ``k' > 1``).
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
-from .._validation import InvalidParameterError, check_choice, check_int, check_real
+from .._validation import InvalidParameterError, as_frequencies, check_choice, check_int, check_real
 from ..risk.correct_match import correct_match_risks
-from .._validation import as_frequencies
 
 __all__ = [
     "ifpr_psi",
@@ -46,10 +46,13 @@ __all__ = [
 # θ* and the block size (Section 3, Lemma 3.2, Table 1)
 # ---------------------------------------------------------------------------------------------
 
+
 def ifpr_psi(T1, theta) -> float:
     """The bound ``ψ(T_1, θ) = (T_1 - θ) / (T_1 (T_1 - θ) + θ^2)`` of equation (11)."""
     T1 = check_real(T1, "T1", "ifpr_psi", low=0.0)
-    theta = check_real(theta, "theta", "ifpr_psi", low=0.0, high=T1, low_open=False, high_open=False)
+    theta = check_real(
+        theta, "theta", "ifpr_psi", low=0.0, high=T1, low_open=False, high_open=False
+    )
     return (T1 - theta) / (T1 * (T1 - theta) + theta**2)
 
 
@@ -134,6 +137,7 @@ def _nayak_theta(xi: float) -> float:
 # The IFPR matrix (equation (3)) and the Section 2 procedure
 # ---------------------------------------------------------------------------------------------
 
+
 def ifpr_block_matrix(T, blocks: Sequence[Sequence[int]], theta) -> np.ndarray:
     """The IFPR block-diagonal matrix of equation (3).
 
@@ -156,8 +160,15 @@ def ifpr_block_matrix(T, blocks: Sequence[Sequence[int]], theta) -> np.ndarray:
     blocks = [list(b) for b in blocks]
     seen: set[int] = set()
     for b in blocks:
-        if len(b) < 2 or any(isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < k for i in b) \
-                or len(set(b)) != len(b) or seen.intersection(b):
+        if (
+            len(b) < 2
+            or any(
+                isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < k
+                for i in b
+            )
+            or len(set(b)) != len(b)
+            or seen.intersection(b)
+        ):
             raise InvalidParameterError(
                 f"The 'blocks' parameter of {owner} must be disjoint lists of at least 2 category "
                 f"indices in [0, {k - 1}]; got {blocks!r}."
@@ -245,8 +256,15 @@ class IFPRDesign:
         return not self.unprotected and self.max_r1 <= self.xi + 1e-12
 
 
-def ifpr_design(T, xi, *, method: str = "ghatak-roy", protect: str = "all", partners: str = "safe",
-                fallback: bool = True) -> IFPRDesign:
+def ifpr_design(
+    T,
+    xi,
+    *,
+    method: str = "ghatak-roy",
+    protect: str = "all",
+    partners: str = "safe",
+    fallback: bool = True,
+) -> IFPRDesign:
     """The whole procedure of Ghatak & Roy, Section 2, for one variable.
 
     For each category ``c`` with ``0 < T_c <= 1/ξ`` (lowest frequency first) not yet in a block:
@@ -302,7 +320,11 @@ def ifpr_design(T, xi, *, method: str = "ghatak-roy", protect: str = "all", part
     for c in need:
         if c in used:
             continue
-        cand = [int(j) for j in np.lexsort((np.arange(k), T)) if j != c and j not in used and T[j] >= T[c]]
+        cand = [
+            int(j)
+            for j in np.lexsort((np.arange(k), T))
+            if j != c and j not in used and T[j] >= T[c]
+        ]
         levels = [xi] + ([1.0 / m for m in range(n_star - 1, 1, -1)] if fallback else [])
         if method == "nayak":
             levels = [x for x in levels if x > 1.0 / 3.0]
@@ -340,9 +362,19 @@ def ifpr_design(T, xi, *, method: str = "ghatak-roy", protect: str = "all", part
     P = ifpr_block_matrix(T, blocks, thetas) if blocks else np.eye(k)
     r1 = correct_match_risks(P, T)
     inv = float(np.abs(T @ P - T).max())
-    return IFPRDesign(matrix=P, frequencies=T, xi=xi, blocks=tuple(blocks), thetas=tuple(thetas),
-                      xi_used=tuple(xis), protected=tuple(need), unprotected=tuple(unprotected),
-                      r1=r1, invariance_error=inv, method=method)
+    return IFPRDesign(
+        matrix=P,
+        frequencies=T,
+        xi=xi,
+        blocks=tuple(blocks),
+        thetas=tuple(thetas),
+        xi_used=tuple(xis),
+        protected=tuple(need),
+        unprotected=tuple(unprotected),
+        r1=r1,
+        invariance_error=inv,
+        method=method,
+    )
 
 
 def ifpr_matrix(T, xi, **kwargs) -> np.ndarray:

@@ -14,12 +14,13 @@ leaving the present cells, and the exact L2 loss of the unbiased estimator over 
 (``P = kron(M_1, ..., M_d)``, whose inverse is the product of the inverses, so the loss is
 computed without forming ``P``).
 """
+
 from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -33,8 +34,16 @@ from ..risk.dp_pk_anonymity import dp_epsilon_product, pk_anonymity_product
 from ..verify import c1_risk
 from .sdcmicro import sdcmicro_invariant_matrix
 
-__all__ = ["product_space_codes", "released_rows", "product_space_loss", "ProductSpaceAssessment",
-           "assess_product_space", "sdcmicro_matrices", "per_variable_matrices", "assess_per_variable"]
+__all__ = [
+    "product_space_codes",
+    "released_rows",
+    "product_space_loss",
+    "ProductSpaceAssessment",
+    "assess_product_space",
+    "sdcmicro_matrices",
+    "per_variable_matrices",
+    "assess_per_variable",
+]
 
 #: Above this many combinations the released rows (K x |product space|) are not formed.
 PRODUCT_SPACE_MAX = 200_000
@@ -42,8 +51,9 @@ PRODUCT_SPACE_MAX = 200_000
 
 def product_space_codes(levels: Sequence[int]) -> np.ndarray:
     """Codes of every combination of categories (last variable fastest), shape (prod levels, d)."""
-    return np.array(list(itertools.product(*[range(int(L)) for L in levels])), dtype=np.int64).reshape(
-        -1, len(levels))
+    return np.array(
+        list(itertools.product(*[range(int(L)) for L in levels])), dtype=np.int64
+    ).reshape(-1, len(levels))
 
 
 def released_rows(codes: np.ndarray, matrices: Sequence, col_codes: np.ndarray) -> np.ndarray:
@@ -55,8 +65,9 @@ def released_rows(codes: np.ndarray, matrices: Sequence, col_codes: np.ndarray) 
     return R
 
 
-def product_space_loss(codes: np.ndarray, counts: np.ndarray, matrices: Sequence,
-                       col_codes: np.ndarray | None = None) -> float:
+def product_space_loss(
+    codes: np.ndarray, counts: np.ndarray, matrices: Sequence, col_codes: np.ndarray | None = None
+) -> float:
     """Exact L2 loss of the unbiased estimator over the product space.
 
     ``(1/n^2) sum_l ||row_l(P^-1)||^2 (U0^T P)_l - 1/n`` with ``P = kron(M_v)``: the squared
@@ -113,12 +124,18 @@ class ProductSpaceAssessment:
     n_combinations: int
 
 
-def assess_product_space(table: FrequencyTable, matrices: Sequence, combinations) -> ProductSpaceAssessment:
+def assess_product_space(
+    table: FrequencyTable, matrices: Sequence, combinations
+) -> ProductSpaceAssessment:
     """Measure per-variable matrices (rows = original category) as released and as restricted."""
-    levels = [np.asarray(M).shape[0] for M in matrices]  # a matrix may add categories absent from the data
+    levels = [
+        np.asarray(M).shape[0] for M in matrices
+    ]  # a matrix may add categories absent from the data
     size = int(np.prod(levels))
     if size > PRODUCT_SPACE_MAX:
-        raise ValueError(f"the product space has {size:,} combinations (more than {PRODUCT_SPACE_MAX:,})")
+        raise ValueError(
+            f"the product space has {size:,} combinations (more than {PRODUCT_SPACE_MAX:,})"
+        )
     cols = product_space_codes(levels)
     combos = [tuple(c) for c in combinations]
     full = released_rows(table.codes, matrices, cols)
@@ -145,12 +162,18 @@ def sdcmicro_matrices(table: FrequencyTable, pd=0.8, alpha=0.5, seed=0) -> list[
     from .calibrate import _sdcmicro_uniforms, _variable_frequencies
 
     u = _sdcmicro_uniforms(table, seed)
-    return [sdcmicro_invariant_matrix(_variable_frequencies(table, v), pd, alpha, uniforms=u[v])
-            for v in range(len(table.qi))]
+    return [
+        sdcmicro_invariant_matrix(_variable_frequencies(table, v), pd, alpha, uniforms=u[v])
+        for v in range(len(table.qi))
+    ]
 
 
-def per_variable_matrices(table: FrequencyTable, matrices: Mapping, owner: str = "assess_per_variable",
-                          renormalize: float | None = None) -> tuple[list[np.ndarray], list[list]]:
+def per_variable_matrices(
+    table: FrequencyTable,
+    matrices: Mapping,
+    owner: str = "assess_per_variable",
+    renormalize: float | None = None,
+) -> tuple[list[np.ndarray], list[list]]:
     """One matrix per identifying variable, in the table's codes (the identity where none is given).
 
     Parameters
@@ -173,7 +196,8 @@ def per_variable_matrices(table: FrequencyTable, matrices: Mapping, owner: str =
     unknown = [q for q in matrices if q not in table.qi]
     if unknown:
         raise InvalidParameterError(
-            f"The 'matrices' parameter of {owner} must name identifying variables {list(table.qi)!r}; got {unknown!r}.")
+            f"The 'matrices' parameter of {owner} must name identifying variables {list(table.qi)!r}; got {unknown!r}."
+        )
     mats, extras = [], []
     for j, q in enumerate(table.qi):
         cats = table.categories[j]
@@ -185,19 +209,29 @@ def per_variable_matrices(table: FrequencyTable, matrices: Mapping, owner: str =
         name = f"matrices[{q!r}]"
         if isinstance(M, pd.DataFrame):
             rows, cols = pd.Index(M.index), pd.Index(M.columns)
-            if rows.has_duplicates or len(rows) != len(cols) or set(map(str, rows)) != set(map(str, cols)):
+            if (
+                rows.has_duplicates
+                or len(rows) != len(cols)
+                or set(map(str, rows)) != set(map(str, cols))
+            ):
                 raise InvalidParameterError(
                     f"The {name} parameter of {owner} must have the same categories, once each, as rows and as "
-                    f"columns; got rows {list(rows)!r} and columns {list(cols)!r}.")
+                    f"columns; got rows {list(rows)!r} and columns {list(cols)!r}."
+                )
             col_of = {str(c): i for i, c in enumerate(cols)}
-            A = as_transition_matrix(M.to_numpy(dtype=float)[:, [col_of[str(r)] for r in rows]], name, owner,
-                                     renormalize=renormalize)
+            A = as_transition_matrix(
+                M.to_numpy(dtype=float)[:, [col_of[str(r)] for r in rows]],
+                name,
+                owner,
+                renormalize=renormalize,
+            )
             code = category_codes(pd.Series(list(rows), dtype=object), cats)
             absent = [cats[i] for i in range(len(cats)) if i not in set(code.tolist())]
             if absent:
                 raise InvalidParameterError(
                     f"The {name} parameter of {owner} must have a row for every category of {q!r} in the data; "
-                    f"{absent[:5]!r} missing (the matrix has {list(rows)[:10]!r}).")
+                    f"{absent[:5]!r} missing (the matrix has {list(rows)[:10]!r})."
+                )
             extra = np.flatnonzero(code < 0)
             code[extra] = len(cats) + np.arange(extra.size)
             order = np.argsort(code)
@@ -209,14 +243,23 @@ def per_variable_matrices(table: FrequencyTable, matrices: Mapping, owner: str =
                 raise InvalidParameterError(
                     f"The {name} parameter of {owner} must be {len(cats)}x{len(cats)} (one row per category of "
                     f"{q!r}, in the data's order {list(cats)!r}) when it is not a labelled DataFrame; got "
-                    f"{A.shape[0]}x{A.shape[1]}.")
+                    f"{A.shape[0]}x{A.shape[1]}."
+                )
             mats.append(A)
             extras.append([])
     return mats, extras
 
 
-def assess_per_variable(data, matrices: Mapping, qi=None, *, combinations=None, combination_size=3,
-                        alpha=None, renormalize: float | None = None) -> Assessment:
+def assess_per_variable(
+    data,
+    matrices: Mapping,
+    qi=None,
+    *,
+    combinations=None,
+    combination_size=3,
+    alpha=None,
+    renormalize: float | None = None,
+) -> Assessment:
     """Assess one PRAM matrix per variable (sdcMicro's ``pram()``, μ-ARGUS) as it is released.
 
     The variables are perturbed independently, so a record of cell m is released as the
@@ -247,30 +290,40 @@ def assess_per_variable(data, matrices: Mapping, qi=None, *, combinations=None, 
     elif isinstance(data, pd.DataFrame):
         if qi is None:
             raise InvalidParameterError(
-                f"The 'qi' parameter of {owner} must name the identifying variables when data is a DataFrame; got None.")
+                f"The 'qi' parameter of {owner} must name the identifying variables when data is a DataFrame; got None."
+            )
         table = frequency_table(data, qi, owner=owner)
     else:
         raise InvalidParameterError(
-            f"The 'data' parameter of {owner} must be a pandas DataFrame or a FrequencyTable; got {type(data).__name__}.")
+            f"The 'data' parameter of {owner} must be a pandas DataFrame or a FrequencyTable; got {type(data).__name__}."
+        )
     if not isinstance(matrices, Mapping) or not matrices:
         raise InvalidParameterError(
             f"The 'matrices' parameter of {owner} must map at least one identifying variable to its matrix; "
-            f"got {type(matrices).__name__}.")
+            f"got {type(matrices).__name__}."
+        )
     if alpha is not None:
         alpha = check_real(alpha, "alpha", owner, low=0.0, high=1.0)
     if renormalize is not None:
-        renormalize = check_real(renormalize, "renormalize", owner, low=0.0, high=0.1, high_open=False)
-    combos = resolve_combinations(table.qi, size=combination_size, explicit=combinations, owner=owner)
+        renormalize = check_real(
+            renormalize, "renormalize", owner, low=0.0, high=0.1, high_open=False
+        )
+    combos = resolve_combinations(
+        table.qi, size=combination_size, explicit=combinations, owner=owner
+    )
     mats, _ = per_variable_matrices(table, matrices, owner, renormalize)
     levels = [M.shape[0] for M in mats]
     size = math.prod(levels)
     if size > PRODUCT_SPACE_MAX:
         raise InvalidParameterError(
             f"The 'matrices' parameter of {owner} spans a product space of {size:,} combinations of categories "
-            f"({' x '.join(map(str, levels))}), more than {PRODUCT_SPACE_MAX:,}; assess fewer variables at once.")
+            f"({' x '.join(map(str, levels))}), more than {PRODUCT_SPACE_MAX:,}; assess fewer variables at once."
+        )
     cols = product_space_codes(levels)
     U0 = np.asarray(table.counts, dtype=float)
-    R = released_rows(table.codes, mats, cols)  # K x |product space|: present cells into every combination
+    R = released_rows(
+        table.codes, mats, cols
+    )  # K x |product space|: present cells into every combination
     present = np.ravel_multi_index(tuple(table.codes.T), levels)
     n = float(U0.sum())
     released = U0 @ R

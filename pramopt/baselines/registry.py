@@ -10,6 +10,7 @@ baselines``) and the ``pramopt baseline`` command.  A result's ``method`` and it
 Old spellings that scripts and saved design files may hold (:data:`ALIASES`: ``"rr"``,
 ``"invariant"``) are read as the name they stand for, through :func:`family_named` only.
 """
+
 from __future__ import annotations
 
 import functools
@@ -74,8 +75,9 @@ class BaselineFamily:
     options: tuple[str, ...]
     description: str
 
-    def run(self, table: FrequencyTable, combinations, alpha, *, seed: int = 0,
-            **options) -> DesignResult:
+    def run(
+        self, table: FrequencyTable, combinations, alpha, *, seed: int = 0, **options
+    ) -> DesignResult:
         """The calibration with ``options``; ``seed`` is passed only to a family that takes it."""
         if "seed" in self.options:
             options.setdefault("seed", seed)
@@ -94,15 +96,18 @@ def register(family: BaselineFamily) -> BaselineFamily:
     if not isinstance(family, BaselineFamily):
         raise InvalidParameterError(
             "The 'family' parameter of register must be a BaselineFamily; "
-            f"got {type(family).__name__}.")
+            f"got {type(family).__name__}."
+        )
     if family.name in _REGISTRY or family.name in ALIASES:
         raise InvalidParameterError(
             f"The 'family' parameter of register names {family.name!r}, which is taken; "
-            f"taken: {sorted([*_REGISTRY, *ALIASES])!r}.")
+            f"taken: {sorted([*_REGISTRY, *ALIASES])!r}."
+        )
     if not family.description.strip() or "\n" in family.description:
         raise InvalidParameterError(
             f"The 'family' parameter of register must have a one-line description; "
-            f"got {family.description!r} for {family.name!r}.")
+            f"got {family.description!r} for {family.name!r}."
+        )
     _REGISTRY[family.name] = family
     return family
 
@@ -113,7 +118,8 @@ def family_named(name, owner: str = "baseline", parameter: str = "family") -> Ba
     if not isinstance(key, str) or key not in _REGISTRY:
         raise InvalidParameterError(
             f"The {parameter!r} parameter of {owner} must be one of {list(_REGISTRY)!r}; "
-            f"got {name!r}.")
+            f"got {name!r}."
+        )
     return _REGISTRY[key]
 
 
@@ -122,9 +128,16 @@ def calibrate_all(table: FrequencyTable, combinations, alpha, *, seed=0) -> dict
     return {name: fam.run(table, combinations, alpha, seed=seed) for name, fam in BASELINES.items()}
 
 
-def baseline(data, qi=None, family: str = "retention", alpha: float = DesignParams.alpha, *,
-             combinations=None, combination_size: int = DesignParams.combination_size,
-             **options) -> DesignResult:
+def baseline(
+    data,
+    qi=None,
+    family: str = "retention",
+    alpha: float = DesignParams.alpha,
+    *,
+    combinations=None,
+    combination_size: int = DesignParams.combination_size,
+    **options,
+) -> DesignResult:
     """A closed-form family calibrated to just meet C1 at ``alpha`` on a data set.
 
     Parameters
@@ -163,7 +176,8 @@ def baseline(data, qi=None, family: str = "retention", alpha: float = DesignPara
     other = sorted(set(options) - set(fam.options))
     if other:
         raise InvalidParameterError(
-            f"The options of baseline {fam.name!r} are {list(fam.options)!r}; got {other!r}.")
+            f"The options of baseline {fam.name!r} are {list(fam.options)!r}; got {other!r}."
+        )
     return fam.calibrate(table, combos, alpha, **options)
 
 
@@ -179,17 +193,43 @@ def _sdcmicro_matrix(table: FrequencyTable, details: Mapping) -> np.ndarray:
     return sdcmicro_on_cells(table, details["pd"], details["alpha"], details["seed"])
 
 
-register(BaselineFamily(
-    "retention", calibrate_retention, _retention_matrix, ("rho",),
-    ("per_attribute", "tol", "passes"),
-    "retention-replacement (Ikarashi et al.), one ρ for every variable"))
-register(BaselineFamily(
-    "retention-per-attribute", functools.partial(calibrate_retention, per_attribute=True),
-    _retention_matrix, ("rho",), ("per_attribute", "tol", "passes"),
-    "retention-replacement, one ρ per variable"))
-register(BaselineFamily(
-    "ifpr", calibrate_ifpr, _ifpr_matrix, ("xi",), ("n_grid", "tol"),
-    "inverse-frequency PRAM of Ghatak & Roy on the present cells"))
-register(BaselineFamily(
-    "sdcmicro", calibrate_sdcmicro, _sdcmicro_matrix, ("pd", "alpha"), ("pd_grid", "seed", "tol"),
-    "sdcMicro's PRAM per variable, restricted (not invariant)"))
+register(
+    BaselineFamily(
+        "retention",
+        calibrate_retention,
+        _retention_matrix,
+        ("rho",),
+        ("per_attribute", "tol", "passes"),
+        "retention-replacement (Ikarashi et al.), one ρ for every variable",
+    )
+)
+register(
+    BaselineFamily(
+        "retention-per-attribute",
+        functools.partial(calibrate_retention, per_attribute=True),
+        _retention_matrix,
+        ("rho",),
+        ("per_attribute", "tol", "passes"),
+        "retention-replacement, one ρ per variable",
+    )
+)
+register(
+    BaselineFamily(
+        "ifpr",
+        calibrate_ifpr,
+        _ifpr_matrix,
+        ("xi",),
+        ("n_grid", "tol"),
+        "inverse-frequency PRAM of Ghatak & Roy on the present cells",
+    )
+)
+register(
+    BaselineFamily(
+        "sdcmicro",
+        calibrate_sdcmicro,
+        _sdcmicro_matrix,
+        ("pd", "alpha"),
+        ("pd_grid", "seed", "tol"),
+        "sdcMicro's PRAM per variable, restricted (not invariant)",
+    )
+)

@@ -9,6 +9,7 @@ Algorithms 1-3 choose ρ from a Pk-anonymity level k (equation (7)), an ε (equa
 both.  Section 5's reconstruction estimate undoes the perturbation of a cross-tabulation and
 ``d`` is its normalised L1 error.
 """
+
 from __future__ import annotations
 
 import math
@@ -16,8 +17,13 @@ from functools import reduce
 
 import numpy as np
 
-from .._validation import InvalidParameterError, check_int, check_real
-from .._validation import as_levels, as_transition_matrix
+from .._validation import (
+    InvalidParameterError,
+    as_levels,
+    as_transition_matrix,
+    check_int,
+    check_real,
+)
 from ..risk.dp_pk_anonymity import _rho_list, dp_epsilon_retention, pk_anonymity_retention
 
 __all__ = [
@@ -39,7 +45,9 @@ def retention_matrix(n_values, rho) -> np.ndarray:
     ``A[v, v] = ρ + (1 - ρ)/|V|`` and ``A[v, w] = (1 - ρ)/|V|`` for ``w != v``.
     """
     V = check_int(n_values, "n_values", "retention_matrix", low=1)
-    r = check_real(rho, "rho", "retention_matrix", low=0.0, high=1.0, low_open=False, high_open=False)
+    r = check_real(
+        rho, "rho", "retention_matrix", low=0.0, high=1.0, low_open=False, high_open=False
+    )
     return r * np.eye(V) + (1.0 - r) / V * np.ones((V, V))
 
 
@@ -168,7 +176,9 @@ def reconstruct_counts(released_counts, matrices) -> np.ndarray:
     try:
         x = np.asarray(released_counts, dtype=float)
     except (TypeError, ValueError):
-        raise InvalidParameterError(f"The 'released_counts' parameter of {owner} must be an array of counts.") from None
+        raise InvalidParameterError(
+            f"The 'released_counts' parameter of {owner} must be an array of counts."
+        ) from None
     if isinstance(matrices, np.ndarray) and matrices.ndim == 2:
         matrices = [matrices]
     mats = [as_transition_matrix(A, "matrices", owner) for A in matrices]
@@ -199,7 +209,13 @@ def reconstruction_error(original_counts, reconstructed_counts, n_records=None) 
         raise InvalidParameterError(
             f"The 'reconstructed_counts' parameter of {owner} must have the shape of the original counts {x.shape}; got {y.shape}."
         )
-    n = float(x.sum()) if n_records is None else float(check_int(n_records, "n_records", owner, low=1))
+    n = (
+        float(x.sum())
+        if n_records is None
+        else float(check_int(n_records, "n_records", owner, low=1))
+    )
     if n <= 0:
-        raise InvalidParameterError(f"The 'original_counts' parameter of {owner} must count at least one record.")
+        raise InvalidParameterError(
+            f"The 'original_counts' parameter of {owner} must count at least one record."
+        )
     return float(np.abs(x - y).sum() / n)

@@ -14,6 +14,7 @@ restricted matrix meets every requirement, and the split w minimises the exact L
 (Nelder-Mead on the simplex).  On the product space ``AR = e^{-2 Σ ε_a}`` (Corollary 5), so the
 same split serves k.
 """
+
 from __future__ import annotations
 
 import math
@@ -60,8 +61,11 @@ def _measure(table: FrequencyTable, combos, P) -> tuple[float, float, float]:
 
 def _meets(m, epsilon, k, alpha) -> bool:
     eps, kk, risk = m
-    return ((epsilon is None or eps <= epsilon) and (k is None or kk >= k)
-            and (alpha is None or risk <= alpha))
+    return (
+        (epsilon is None or eps <= epsilon)
+        and (k is None or kk >= k)
+        and (alpha is None or risk <= alpha)
+    )
 
 
 def _largest(build, ok, iters: int = 50):
@@ -89,8 +93,17 @@ def joint_retention(K: int, rho: float) -> np.ndarray:
     return rho * np.eye(K) + (1.0 - rho) / K * np.ones((K, K))
 
 
-def retention_meeting(table: FrequencyTable, combos=(), *, epsilon=None, k=None, alpha=None,
-                      per_attribute: bool = False, joint: bool = False, max_evals: int = 60) -> PrivacyRetention:
+def retention_meeting(
+    table: FrequencyTable,
+    combos=(),
+    *,
+    epsilon=None,
+    k=None,
+    alpha=None,
+    per_attribute: bool = False,
+    joint: bool = False,
+    max_evals: int = 60,
+) -> PrivacyRetention:
     """The retention-replacement matrix on the present cells of largest ρ meeting ε, k and C1.
 
     Parameters
@@ -117,7 +130,9 @@ def retention_meeting(table: FrequencyTable, combos=(), *, epsilon=None, k=None,
 
     def result(P, rho):
         m = _measure(table, combos, P)
-        return PrivacyRetention(P, rho, m[0], m[1], m[2], l2_loss(P, table.counts), _meets(m, epsilon, k, alpha))
+        return PrivacyRetention(
+            P, rho, m[0], m[1], m[2], l2_loss(P, table.counts), _meets(m, epsilon, k, alpha)
+        )
 
     if joint:
         t = _largest(lambda r: joint_retention(table.n_cells, r), ok)
@@ -151,12 +166,18 @@ def retention_meeting(table: FrequencyTable, combos=(), *, epsilon=None, k=None,
         return seen[key][1]
 
     from scipy.optimize import minimize
+
     # start from the split of the common ρ, then let the loss move it
     V = np.array(levels, dtype=float)
     e0 = np.log1p(V * 0.5 / (1 - 0.5))  # the relative ε of a common ρ = 1/2
     theta0 = np.log(e0[1:] / e0[0]) if d > 1 else np.zeros(0)
     if d > 1:
-        res = minimize(f, theta0, method="Nelder-Mead", options={"maxfev": max_evals, "xatol": 1e-3, "fatol": 1e-9})
+        res = minimize(
+            f,
+            theta0,
+            method="Nelder-Mead",
+            options={"maxfev": max_evals, "xatol": 1e-3, "fatol": 1e-9},
+        )
         theta = res.x
     else:
         theta = theta0
@@ -165,4 +186,3 @@ def retention_meeting(table: FrequencyTable, combos=(), *, epsilon=None, k=None,
     if rho is None:
         rho = [0.0] * d
     return result(retention_on_cells(table, rho), list(rho))
-

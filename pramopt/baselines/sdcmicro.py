@@ -15,6 +15,7 @@ The random diagonal is drawn with NumPy from a seed (sdcMicro uses R's ``runif``
 ``u_i`` fixed.  Variables are perturbed independently, so the matrix on the cells is the
 product over variables of the per-variable entries.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -30,7 +31,9 @@ def sdcmicro_uniforms(n_categories, seed=0) -> np.ndarray:
     return rng.random(int(n_categories))
 
 
-def sdcmicro_invariant_matrix(frequencies, pd=0.8, alpha=0.5, *, seed=0, uniforms=None) -> np.ndarray:
+def sdcmicro_invariant_matrix(
+    frequencies, pd=0.8, alpha=0.5, *, seed=0, uniforms=None
+) -> np.ndarray:
     """Invariant PRAM matrix of one variable as sdcMicro's ``pram()`` builds it (re-implementation).
 
     Parameters

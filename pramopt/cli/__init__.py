@@ -8,6 +8,7 @@ spec's expected figures were missed under ``--check``), 2 for bad input (the rea
 no traceback), 130 when interrupted (Ctrl-C); nothing partial is ever written, because every
 file is written to a temporary name and renamed (a design folder is built next to its target).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,10 +29,12 @@ def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
 
     parser = argparse.ArgumentParser(
-        prog=PROG, formatter_class=formatter,
+        prog=PROG,
+        formatter_class=formatter,
         description="Optimal PRAM matrices under the C1 disclosure-risk bound of Cator, Hensbergen & Rozenholc.",
         epilog="Run 'pramopt COMMAND --help' for the options and an example of each command.\n"
-               "Exit codes: 0 success, 1 failed design, 2 bad input, 130 interrupted.")
+        "Exit codes: 0 success, 1 failed design, 2 bad input, 130 interrupted.",
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
@@ -63,28 +66,47 @@ def main(argv=None) -> int:
 
 
 #: Library parameters that the command line spells otherwise.
-_FLAG_OF = {"src": "--data", "dst": "--out", "path": "--data", "data": "--data", "df": "--data",
-            "result": "--design", "combinations": "--combination", "combination_size": "--combinations"}
+_FLAG_OF = {
+    "src": "--data",
+    "dst": "--out",
+    "path": "--data",
+    "data": "--data",
+    "df": "--data",
+    "result": "--design",
+    "combinations": "--combination",
+    "combination_size": "--combinations",
+}
 
 
 def _in_flags(message: str, parser: argparse.ArgumentParser, args) -> str:
     """A library message in the user's words: "The 'dst' parameter of release_file" becomes "--out"."""
     import re
 
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[
+        args.command
+    ]
     flags = {a.dest: a.option_strings[0] for a in sub._actions if a.option_strings}
 
     def flag(m):
-        name, entry = m.group(1), m.group(2)  # entry: "['v5']" of "The \"change_weights['v5']\" parameter"
+        name, entry = (
+            m.group(1),
+            m.group(2),
+        )  # entry: "['v5']" of "The \"change_weights['v5']\" parameter"
         f = _FLAG_OF.get(name) if _FLAG_OF.get(name) in flags.values() else flags.get(name)
         return (f"{f} (entry {entry[1:-1]})" if entry else f"{f}") if f else m.group(0)
+
     message = re.sub(r"""[Tt]he ['"](\w+)(\[[^\]]*\])?['"] parameter of \w+""", flag, message)
     # "missing='category'" is "--missing category" here (only a flag's own choices are rewritten)
-    choices = {a.dest: (a.option_strings[0], a.choices) for a in sub._actions if a.option_strings and a.choices}
+    choices = {
+        a.dest: (a.option_strings[0], a.choices)
+        for a in sub._actions
+        if a.option_strings and a.choices
+    }
 
     def option(m):
         f, allowed = choices.get(m.group(1), (None, ()))
         return f"{f} {m.group(2)}" if f and m.group(2) in allowed else m.group(0)
+
     return re.sub(r"\b(\w+)='([\w.-]+)'", option, message)
 
 
@@ -99,10 +121,16 @@ def _dialect_hint(message: str, args) -> str:
     if not isinstance(path, str) or not path.lower().endswith(".csv"):
         return ""
     enc = (getattr(args, "encoding", None) or "utf-8").lower().replace("_", "-")
-    if enc in ("utf-8", "utf8") and ("UTF8" in message or "utf-8" in message.lower()) and "decode" in message.lower() \
-            or "invalid UTF8" in message:
-        return (" The file is not valid utf-8 (the default --encoding): a file exported on Windows or by older "
-                "software is often --encoding latin-1 or cp1252.")
+    if (
+        enc in ("utf-8", "utf8")
+        and ("UTF8" in message or "utf-8" in message.lower())
+        and "decode" in message.lower()
+        or "invalid UTF8" in message
+    ):
+        return (
+            " The file is not valid utf-8 (the default --encoding): a file exported on Windows or by older "
+            "software is often --encoding latin-1 or cp1252."
+        )
     if not ("Cannot read" in message or "must name columns" in message):
         return ""
     try:
@@ -117,8 +145,10 @@ def _dialect_hint(message: str, args) -> str:
     if counts.get(sep, first.count(sep)) or not counts[best]:
         return ""
     shown = "\\t" if best == "\t" else best
-    return (f" The file's first line has no {sep!r} but {counts[best]} {best!r}: "
-            f"is it separated by {best!r} (--sep '{shown}')?")
+    return (
+        f" The file's first line has no {sep!r} but {counts[best]} {best!r}: "
+        f"is it separated by {best!r} (--sep '{shown}')?"
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

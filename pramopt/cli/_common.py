@@ -1,4 +1,5 @@
 """What the commands share: progress on stderr, common options, writing a design folder."""
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,12 @@ class Progress:
             return
         self.last = now
         self.lines += 1
-        print(f"{PROG}: [{now - self.t0:7.1f} s] {stage:<7} iteration {iteration:4d}  loss {loss:.6g}  "
-              f"worst violation/radius {worst:.4g}", file=self.stream, flush=True)
+        print(
+            f"{PROG}: [{now - self.t0:7.1f} s] {stage:<7} iteration {iteration:4d}  loss {loss:.6g}  "
+            f"worst violation/radius {worst:.4g}",
+            file=self.stream,
+            flush=True,
+        )
 
 
 @contextlib.contextmanager
@@ -84,9 +89,18 @@ def formatter(prog):
 def add_csv_options(p):
     """--sep, --encoding and --decimal: the dialect of a CSV data file (released in the same)."""
     g = p.add_argument_group("CSV data files")
-    g.add_argument("--sep", default=None, metavar="C", help="field separator (default ','; '\\t' for a tab)")
-    g.add_argument("--encoding", default=None, metavar="NAME", help="text encoding (default utf-8; e.g. latin-1)")
-    g.add_argument("--decimal", default=None, choices=[".", ","], help="decimal mark of numbers (default '.')")
+    g.add_argument(
+        "--sep", default=None, metavar="C", help="field separator (default ','; '\\t' for a tab)"
+    )
+    g.add_argument(
+        "--encoding",
+        default=None,
+        metavar="NAME",
+        help="text encoding (default utf-8; e.g. latin-1)",
+    )
+    g.add_argument(
+        "--decimal", default=None, choices=[".", ","], help="decimal mark of numbers (default '.')"
+    )
 
 
 def dialect_of(args):
@@ -97,13 +111,24 @@ def dialect_of(args):
 
 
 def add_data_options(p, *, required: bool, combos: bool = True, alpha: bool = True):
-    p.add_argument("--data", required=required, metavar="FILE", help="microdata: .csv, .parquet or .pq")
+    p.add_argument(
+        "--data", required=required, metavar="FILE", help="microdata: .csv, .parquet or .pq"
+    )
     add_csv_options(p)
-    p.add_argument("--qi", type=csv_list, required=required, metavar="A,B,C",
-                   help="identifying variables, comma-separated")
+    p.add_argument(
+        "--qi",
+        type=csv_list,
+        required=required,
+        metavar="A,B,C",
+        help="identifying variables, comma-separated",
+    )
     if alpha:
-        p.add_argument("--alpha", type=float, default=DesignParams.alpha,
-                       help=f"C1 security level α in (0, 1) (default {DesignParams.alpha:g})")
+        p.add_argument(
+            "--alpha",
+            type=float,
+            default=DesignParams.alpha,
+            help=f"C1 security level α in (0, 1) (default {DesignParams.alpha:g})",
+        )
     if combos:
         add_parameter_flags(p, names=("combinations", "combination_size"))
 
@@ -128,8 +153,14 @@ def combos_kw(args) -> dict:
     return kw
 
 
-def write_outputs(out, result, title: str, kind: str = "design", extra: dict | None = None,
-                  report: ReportData | None = None) -> Path:
+def write_outputs(
+    out,
+    result,
+    title: str,
+    kind: str = "design",
+    extra: dict | None = None,
+    report: ReportData | None = None,
+) -> Path:
     """design.json, matrix.csv and the reports, built in a temporary folder then renamed."""
     rd = report if report is not None else from_result(result, title)
     with atomic_dir(out) as tmp:
@@ -141,6 +172,7 @@ def write_outputs(out, result, title: str, kind: str = "design", extra: dict | N
 
 def _cells_file(s: str):
     from ..io.tables import read_table
+
     try:
         return read_table(s).to_dict("records")
     except InvalidParameterError as e:
@@ -163,8 +195,10 @@ def _alpha(s: str):
     try:
         return float(s)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid float value: {s!r} (a number in (0, 1), or 'none' for no C1 "
-                                         "with --epsilon or --k)") from None
+        raise argparse.ArgumentTypeError(
+            f"invalid float value: {s!r} (a number in (0, 1), or 'none' for no C1 "
+            "with --epsilon or --k)"
+        ) from None
 
 
 def _weights(s: str):
@@ -177,14 +211,20 @@ def _weights(s: str):
                 raise ValueError
             out[name.strip()] = float(w)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected NAME=WEIGHT pairs separated by commas, such as sex=5,region=2; "
-                                             f"got {s!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"expected NAME=WEIGHT pairs separated by commas, such as sex=5,region=2; got {s!r}"
+            ) from None
     return out
 
 
 #: Converters named by the ``"type"`` of a parameter's ``cli`` metadata.
-CONVERTERS = {"alpha": _alpha, "names": csv_list, "cells_file": _cells_file, "json": _json_mapping,
-              "weights": _weights}
+CONVERTERS = {
+    "alpha": _alpha,
+    "names": csv_list,
+    "cells_file": _cells_file,
+    "json": _json_mapping,
+    "weights": _weights,
+}
 
 
 def add_parameter_flags(parser: argparse.ArgumentParser, names=None) -> None:
@@ -218,8 +258,11 @@ def _help(f) -> str:
 
 def parameters_given(args: argparse.Namespace) -> dict:
     """The design parameters given on the command line (flags left out are not in the dict)."""
-    return {f.name: getattr(args, f.name) for f in dataclasses.fields(DesignParams)
-            if f.metadata["cli"] is not None and getattr(args, f.name, None) is not None}
+    return {
+        f.name: getattr(args, f.name)
+        for f in dataclasses.fields(DesignParams)
+        if f.metadata["cli"] is not None and getattr(args, f.name, None) is not None
+    }
 
 
 def text_keys(result) -> list:

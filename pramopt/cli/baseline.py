@@ -1,4 +1,5 @@
 """``pramopt baseline``: a closed-form family calibrated to meet C1, written like a design."""
+
 from __future__ import annotations
 
 import sys
@@ -25,8 +26,11 @@ def _family(text: str) -> str:
     name = ALIASES.get(text)
     if name is None:
         return text
-    print(f"pramopt baseline: {text!r} is an old name of the family {name!r}, which it runs; "
-          f"write {name!r}.", file=sys.stderr)
+    print(
+        f"pramopt baseline: {text!r} is an old name of the family {name!r}, which it runs; "
+        f"write {name!r}.",
+        file=sys.stderr,
+    )
     return name
 
 
@@ -34,18 +38,24 @@ def add_parser(sub):
     width = max(map(len, BASELINES))
     families = "\n".join(f"  {name:<{width}}  {fam.description}" for name, fam in BASELINES.items())
     p = sub.add_parser(
-        "baseline", formatter_class=formatter, help=HELP,
+        "baseline",
+        formatter_class=formatter,
+        help=HELP,
         description="A closed-form PRAM family tuned to just meet C1 at α on the data, with the\n"
-                    "same outputs as 'design':\n" + families,
+        "same outputs as 'design':\n" + families,
         epilog="example:\n  pramopt baseline retention --data testdata.csv "
-               "--qi urbrur,roof,walls,water --alpha 0.1 --out rr")
+        "--qi urbrur,roof,walls,water --alpha 0.1 --out rr",
+    )
     p.add_argument("family", type=_family, choices=list(BASELINES), help="the closed-form family")
     add_data_options(p, required=True)
-    p.add_argument("--per-attribute", action="store_true",
-                   help="retention: one retention probability per variable "
-                        "(retention-per-attribute)")
-    p.add_argument("--seed", type=int, default=0,
-                   help="sdcmicro: seed of the random diagonals (default 0)")
+    p.add_argument(
+        "--per-attribute",
+        action="store_true",
+        help="retention: one retention probability per variable (retention-per-attribute)",
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, help="sdcmicro: seed of the random diagonals (default 0)"
+    )
     p.add_argument("--out", metavar="DIR", required=True, help="output folder")
     add_quiet(p)
     p.set_defaults(func=run)
@@ -59,11 +69,15 @@ def run(args) -> int:
     # identifying values as written
     df = read_table(args.data, text=args.qi, dialect=dialect_of(args))
     takes = BASELINES[args.family].options
-    options = {k: v for k, v in (("per_attribute", args.per_attribute), ("seed", args.seed))
-               if k in takes and (k != "per_attribute" or v)}
+    options = {
+        k: v
+        for k, v in (("per_attribute", args.per_attribute), ("seed", args.seed))
+        if k in takes and (k != "per_attribute" or v)
+    }
     alpha = {} if args.alpha is None else {"alpha": args.alpha}
     result = baseline(df, args.qi, args.family, **alpha, **combos_kw(args), **options)
-    write_outputs(args.out, result, f"pramopt baseline: {result.method}",
-                  kind=f"baseline-{result.method}")
+    write_outputs(
+        args.out, result, f"pramopt baseline: {result.method}", kind=f"baseline-{result.method}"
+    )
     say(args, result.summary(), f"written to {args.out}/")
     return 0 if result.success else 1

@@ -1,4 +1,5 @@
 """``pramopt design``: an optimal PRAM matrix and its report, written to a folder."""
+
 from __future__ import annotations
 
 import sys
@@ -8,33 +9,55 @@ from ..errors import InvalidParameterError
 from ..io.atomic import check_out_dir
 from ..kinds import kind_for
 from ..params import DesignParams
-from ._common import (PROG, Progress, add_csv_options, add_parameter_flags, add_quiet, csv_list, dialect_of, formatter,
-                      parameters_given, say, stage_log, write_outputs)
+from ._common import (
+    PROG,
+    Progress,
+    add_csv_options,
+    add_parameter_flags,
+    add_quiet,
+    csv_list,
+    dialect_of,
+    formatter,
+    parameters_given,
+    say,
+    stage_log,
+    write_outputs,
+)
 
 HELP = "design an optimal PRAM matrix"
 
 
 def add_parser(sub):
     p = sub.add_parser(
-        "design", formatter_class=formatter, help=HELP,
+        "design",
+        formatter_class=formatter,
+        help=HELP,
         description="Design a PRAM matrix of minimal exact L2 loss under C1 and write it, with a report, "
-                    "to a folder.\nWith no arguments it designs the built-in example (Section 4 of "
-                    "Cator et al.).  Every parameter of pramopt.design has a flag, which overrides the\n"
-                    "spec's value of that parameter.",
+        "to a folder.\nWith no arguments it designs the built-in example (Section 4 of "
+        "Cator et al.).  Every parameter of pramopt.design has a flag, which overrides the\n"
+        "spec's value of that parameter.",
         epilog="examples:\n"
-               "  pramopt design --out example-design\n"
-               "  pramopt design models/testdata4.toml --out td4\n"
-               "  pramopt design --data survey.csv --qi region,sex,age5 --alpha 0.1 --fixed region --out d\n\n"
-               "The folder gets design.json (read back by release, assess and estimate), matrix.csv\n"
-               "(from_*, to_*, probability), report.html and report.md.")
+        "  pramopt design --out example-design\n"
+        "  pramopt design models/testdata4.toml --out td4\n"
+        "  pramopt design --data survey.csv --qi region,sex,age5 --alpha 0.1 --fixed region --out d\n\n"
+        "The folder gets design.json (read back by release, assess and estimate), matrix.csv\n"
+        "(from_*, to_*, probability), report.html and report.md.",
+    )
     p.add_argument("spec", nargs="?", metavar="SPEC.toml", help="a design spec (see models/)")
     p.add_argument("--data", metavar="FILE", help="microdata: .csv, .parquet or .pq")
     add_csv_options(p)
-    p.add_argument("--qi", type=csv_list, metavar="A,B,C", help="identifying variables, comma-separated")
+    p.add_argument(
+        "--qi", type=csv_list, metavar="A,B,C", help="identifying variables, comma-separated"
+    )
     add_parameter_flags(p)
-    p.add_argument("--out", metavar="DIR", default=None, help="output folder (default: design-NAME)")
-    p.add_argument("--check", action="store_true",
-                   help="with a spec: exit 1 if the spec's expected figures are missed")
+    p.add_argument(
+        "--out", metavar="DIR", default=None, help="output folder (default: design-NAME)"
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="with a spec: exit 1 if the spec's expected figures are missed",
+    )
     add_quiet(p)
     p.set_defaults(func=run)
     return p
@@ -64,7 +87,9 @@ def run(args) -> int:
         if args.qi is not None:
             raise InvalidParameterError("--qi needs --data (or a spec).")
         data, qi, kw, name = example_data(), list(EXAMPLE_QI), {"alpha": 0.1}, "example"
-    if "combinations" in given or "combination_size" in given:  # Π on the command line replaces the spec's
+    if (
+        "combinations" in given or "combination_size" in given
+    ):  # Π on the command line replaces the spec's
         kw.pop("combinations", None)
         kw.pop("combination_size", None)
     kw.update(given)
@@ -77,13 +102,26 @@ def run(args) -> int:
     if data is None:
         # the design only needs the frequency table: count the file in record batches
         # identifying values as the text written, so that a release writes them back exactly
-        data = count_table(args.data, qi, owner="design", domains=params.domains,
-                           max_categories=params.max_categories, keys_as_text=True, dialect=dialect_of(args))
+        data = count_table(
+            args.data,
+            qi,
+            owner="design",
+            domains=params.domains,
+            max_categories=params.max_categories,
+            keys_as_text=True,
+            dialect=dialect_of(args),
+        )
     progress = None if args.quiet else Progress()
     with stage_log(args.quiet):
         result = design(data, qi, progress=progress, **params.to_dict())
-    title = f"pramopt design: {name}" + (f" ({spec.paper})" if spec is not None and spec.paper else "")
-    extra = {"spec": str(spec.path), "name": spec.name, "paper": spec.paper} if spec is not None else {"name": name}
+    title = f"pramopt design: {name}" + (
+        f" ({spec.paper})" if spec is not None and spec.paper else ""
+    )
+    extra = (
+        {"spec": str(spec.path), "name": spec.name, "paper": spec.paper}
+        if spec is not None
+        else {"name": name}
+    )
     write_outputs(out, result, title, extra=extra)
     files = "design.json, matrix.csv" + (", matrix.npz" if (out / "matrix.npz").is_file() else "")
     say(args, result.summary(), f"written to {out}/ ({files}, report.html, report.md)")
@@ -91,7 +129,10 @@ def run(args) -> int:
     if spec is not None and spec.expected:
         misses = check_expected(spec, result.figures(), result.status.value)
         if misses:
-            print(f"{PROG}: expected figures of {spec.path} missed: " + "; ".join(misses), file=sys.stderr)
+            print(
+                f"{PROG}: expected figures of {spec.path} missed: " + "; ".join(misses),
+                file=sys.stderr,
+            )
             if args.check:
                 code = 1
         elif not args.quiet:
@@ -105,7 +146,9 @@ def _kind_design(args, params, spec, data, qi, name, out, kind) -> int:
     from ..io import read_table
     from ..optimize.designer import design
 
-    if data is None:  # identifying values as the text written, so that a release writes them back exactly
+    if (
+        data is None
+    ):  # identifying values as the text written, so that a release writes them back exactly
         data = read_table(args.data, text=qi, dialect=dialect_of(args))
     progress = None if args.quiet else Progress()
     with stage_log(args.quiet):
@@ -114,6 +157,9 @@ def _kind_design(args, params, spec, data, qi, name, out, kind) -> int:
     extra = {"spec": str(spec.path), "name": spec.name} if spec is not None else {"name": name}
     # save_design hands the result to its kind's save
     write_outputs(out, result, title, extra=extra, report=kind.report(result, title))
-    say(args, result.summary(), f"written to {out}/ ({', '.join(kind.files)}, report.html, "
-                                "report.md)")
+    say(
+        args,
+        result.summary(),
+        f"written to {out}/ ({', '.join(kind.files)}, report.html, report.md)",
+    )
     return 0 if result.success else 1

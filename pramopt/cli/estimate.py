@@ -1,4 +1,5 @@
 """``pramopt estimate``: unbiased frequency estimates from released data (Cator et al., eq. (4))."""
+
 from __future__ import annotations
 
 import sys
@@ -12,20 +13,38 @@ HELP = "unbiased frequency estimates from released data"
 
 def add_parser(sub):
     p = sub.add_parser(
-        "estimate", formatter_class=formatter, help=HELP,
+        "estimate",
+        formatter_class=formatter,
+        help=HELP,
         description="Estimate the original cell frequencies from released data (Cator et al., eq. (4)),\n"
-                    "optionally jointly with other categorical columns, with a standard error per estimate.\n"
-                    "The estimates are unbiased and may be negative for small cells; --nonnegative projects\n"
-                    "them onto counts >= 0 with the same total (no longer unbiased).",
-        epilog="example:\n  pramopt estimate --design td4 --data released.csv --by hhcivil --out estimates.csv")
-    p.add_argument("--design", required=True, metavar="DIR", help="design folder (or its design.json)")
+        "optionally jointly with other categorical columns, with a standard error per estimate.\n"
+        "The estimates are unbiased and may be negative for small cells; --nonnegative projects\n"
+        "them onto counts >= 0 with the same total (no longer unbiased).",
+        epilog="example:\n  pramopt estimate --design td4 --data released.csv --by hhcivil --out estimates.csv",
+    )
+    p.add_argument(
+        "--design", required=True, metavar="DIR", help="design folder (or its design.json)"
+    )
     p.add_argument("--data", required=True, metavar="FILE", help="released microdata")
     add_csv_options(p)
-    p.add_argument("--by", type=csv_list, default=None, metavar="A,B", help="non-identifying columns to cross with")
-    p.add_argument("--nonnegative", action="store_true",
-                   help="project the estimates onto counts >= 0 with the same total")
-    p.add_argument("--out", metavar="FILE", default=None,
-                   help=".csv (in the data's --sep, --encoding, --decimal), .parquet or .pq (default: CSV on stdout)")
+    p.add_argument(
+        "--by",
+        type=csv_list,
+        default=None,
+        metavar="A,B",
+        help="non-identifying columns to cross with",
+    )
+    p.add_argument(
+        "--nonnegative",
+        action="store_true",
+        help="project the estimates onto counts >= 0 with the same total",
+    )
+    p.add_argument(
+        "--out",
+        metavar="FILE",
+        default=None,
+        help=".csv (in the data's --sep, --encoding, --decimal), .parquet or .pq (default: CSV on stdout)",
+    )
     p.set_defaults(func=run)
     return p
 

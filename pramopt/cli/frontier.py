@@ -1,5 +1,6 @@
 """``pramopt frontier``: the optimal design and every calibrated baseline at several α, as a
 table, a figure and an HTML page in one folder."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -11,8 +12,18 @@ from ..baselines.registry import BASELINES
 from ..errors import InvalidParameterError
 from ..io.atomic import atomic_dir, atomic_write, check_out_dir, write_text
 from ..params import DesignParams
-from ._common import (PROG, add_csv_options, add_parameter_flags, add_quiet, csv_list, dialect_of, formatter,
-                      parameters_given, say, stage_log)
+from ._common import (
+    PROG,
+    add_csv_options,
+    add_parameter_flags,
+    add_quiet,
+    csv_list,
+    dialect_of,
+    formatter,
+    parameters_given,
+    say,
+    stage_log,
+)
 
 HELP = "loss against α for the optimal design and the calibrated baselines"
 
@@ -22,29 +33,50 @@ FILES = ("frontier.csv", "frontier.png", "frontier.html")
 
 def add_parser(sub):
     p = sub.add_parser(
-        "frontier", formatter_class=formatter, help=HELP,
+        "frontier",
+        formatter_class=formatter,
+        help=HELP,
         description="The risk–utility frontier: for each α, the optimal design and every closed-form\n"
-                    "baseline calibrated to the same α, all verified by the same full C1 check; their\n"
-                    "exact L2 loss, expected changes, max risk and time side by side.  With no data, the\n"
-                    "built-in example.",
+        "baseline calibrated to the same α, all verified by the same full C1 check; their\n"
+        "exact L2 loss, expected changes, max risk and time side by side.  With no data, the\n"
+        "built-in example.",
         epilog="examples:\n"
-               "  pramopt frontier --out f\n"
-               "  pramopt frontier --data testdata.csv --qi urbrur,roof,walls,water --alphas 0.05,0.1,0.2 --out f\n"
-               "  pramopt frontier models/example_frontier.toml --out f\n\n"
-               "The folder gets frontier.csv (one row per α and design), frontier.png (loss and expected\n"
-               "changes against α, log scales) and frontier.html (both, with the ratios to the optimum).")
-    p.add_argument("spec", nargs="?", metavar="SPEC.toml", help="a spec; its [frontier] alphas are the default")
+        "  pramopt frontier --out f\n"
+        "  pramopt frontier --data testdata.csv --qi urbrur,roof,walls,water --alphas 0.05,0.1,0.2 --out f\n"
+        "  pramopt frontier models/example_frontier.toml --out f\n\n"
+        "The folder gets frontier.csv (one row per α and design), frontier.png (loss and expected\n"
+        "changes against α, log scales) and frontier.html (both, with the ratios to the optimum).",
+    )
+    p.add_argument(
+        "spec", nargs="?", metavar="SPEC.toml", help="a spec; its [frontier] alphas are the default"
+    )
     p.add_argument("--data", metavar="FILE", help="microdata: .csv, .parquet or .pq")
     add_csv_options(p)
-    p.add_argument("--qi", type=csv_list, metavar="A,B,C", help="identifying variables, comma-separated")
-    p.add_argument("--alphas", metavar="A,B,C", default=None,
-                   help="C1 levels in (0, 1), comma-separated (default: the spec's, else 0.05,0.1,0.2)")
-    p.add_argument("--baselines", metavar="NAMES", default=None,
-                   help="auto (default: all up to 2000 cells), all, none, or names from "
-                        + ", ".join(BASELINES))
-    p.add_argument("--seed", type=int, default=0, help="seed of the sdcmicro baseline's diagonals (default 0)")
-    add_parameter_flags(p, names=[f.name for f in dataclasses.fields(DesignParams) if f.name != "alpha"])
-    p.add_argument("--out", metavar="DIR", default=None, help="output folder (default: frontier-NAME)")
+    p.add_argument(
+        "--qi", type=csv_list, metavar="A,B,C", help="identifying variables, comma-separated"
+    )
+    p.add_argument(
+        "--alphas",
+        metavar="A,B,C",
+        default=None,
+        help="C1 levels in (0, 1), comma-separated (default: the spec's, else 0.05,0.1,0.2)",
+    )
+    p.add_argument(
+        "--baselines",
+        metavar="NAMES",
+        default=None,
+        help="auto (default: all up to 2000 cells), all, none, or names from "
+        + ", ".join(BASELINES),
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the sdcmicro baseline's diagonals (default 0)"
+    )
+    add_parameter_flags(
+        p, names=[f.name for f in dataclasses.fields(DesignParams) if f.name != "alpha"]
+    )
+    p.add_argument(
+        "--out", metavar="DIR", default=None, help="output folder (default: frontier-NAME)"
+    )
     add_quiet(p)
     p.set_defaults(func=run)
     return p
@@ -56,8 +88,9 @@ def parse_alphas(text: str) -> list[float]:
     try:
         return [float(x) for x in parts]
     except ValueError:
-        raise InvalidParameterError(f"--alphas must be a comma-separated list of distinct numbers in (0, 1); "
-                                    f"got {text!r}.") from None
+        raise InvalidParameterError(
+            f"--alphas must be a comma-separated list of distinct numbers in (0, 1); got {text!r}."
+        ) from None
 
 
 def _baselines(text):
@@ -70,8 +103,8 @@ def _baselines(text):
 def run(args) -> int:
     from ..example import EXAMPLE_QI, example_data
     from ..frequency.file_counting import count_table
-    from ..tradeoff import DEFAULT_ALPHAS, check_alphas, frontier
     from ..spec import design_kwargs, load_spec
+    from ..tradeoff import DEFAULT_ALPHAS, check_alphas, frontier
 
     given = parameters_given(args)
     alphas, baselines = DEFAULT_ALPHAS, "auto"
@@ -95,19 +128,32 @@ def run(args) -> int:
         data, qi, kw, name = example_data(), list(EXAMPLE_QI), {}, "example"
     if args.alphas is not None:
         alphas = parse_alphas(args.alphas)
-    alphas = check_alphas(alphas, "frontier")  # errors name --alphas (cli._in_flags), before any work
+    alphas = check_alphas(
+        alphas, "frontier"
+    )  # errors name --alphas (cli._in_flags), before any work
     if args.baselines is not None:
         baselines = _baselines(args.baselines)
     if "combinations" in given or "combination_size" in given:
         kw.pop("combinations", None)
         kw.pop("combination_size", None)
     kw.update(given)
-    params = DesignParams.from_options("frontier", alpha=alphas[0], **kw)  # every option checked first
+    params = DesignParams.from_options(
+        "frontier", alpha=alphas[0], **kw
+    )  # every option checked first
     out = Path(args.out if args.out is not None else f"frontier-{name}")
-    check_out_dir(out, marker=FILES[0], flag="--out" if args.out is not None else None)  # the folder, before any counting or solving
+    check_out_dir(
+        out, marker=FILES[0], flag="--out" if args.out is not None else None
+    )  # the folder, before any counting or solving
     if data is None:
-        data = count_table(args.data, qi, owner="frontier", domains=params.domains,
-                           max_categories=params.max_categories, keys_as_text=True, dialect=dialect_of(args))
+        data = count_table(
+            args.data,
+            qi,
+            owner="frontier",
+            domains=params.domains,
+            max_categories=params.max_categories,
+            keys_as_text=True,
+            dialect=dialect_of(args),
+        )
     t0 = time.monotonic()
 
     def progress(alpha, design, result):
@@ -118,18 +164,28 @@ def run(args) -> int:
             if design == "optimal":
                 print(f"{at} designing", file=sys.stderr, flush=True)
             return
-        print(f"{at} {result.status.value:<10} loss {result.loss:<11.4g} changes {result.expected_changes:<9.4g} "
-              f"max risk {result.max_risk:.4g}", file=sys.stderr, flush=True)
+        print(
+            f"{at} {result.status.value:<10} loss {result.loss:<11.4g} changes {result.expected_changes:<9.4g} "
+            f"max risk {result.max_risk:.4g}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     opts = {k: v for k, v in params.to_dict().items() if k != "alpha"}
     with stage_log(args.quiet):  # the stages of a long design, as 'pramopt design' shows them
-        f = frontier(data, qi, alphas, baselines=baselines, seed=args.seed, progress=progress, **opts)
+        f = frontier(
+            data, qi, alphas, baselines=baselines, seed=args.seed, progress=progress, **opts
+        )
     png = f.png()
     with atomic_dir(out, marker=FILES[0]) as tmp:
         write_text(f.points.to_csv(index=False), tmp / FILES[0])
         with atomic_write(tmp / FILES[1]) as fh:
             fh.write(png)
         write_text(f.to_html(f"pramopt frontier: {name}", png=png), tmp / FILES[2])
-    say(args, f.summary(), *[f"note: {n}" for n in f.notes], f"written to {out}/ ({', '.join(FILES)})")
+    say(
+        args,
+        f.summary(),
+        *[f"note: {n}" for n in f.notes],
+        f"written to {out}/ ({', '.join(FILES)})",
+    )
     return 0 if f.success else 1
-

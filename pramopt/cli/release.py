@@ -1,4 +1,5 @@
 """``pramopt release``: perturb the identifying columns of a file with a design."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,17 +14,30 @@ HELP = "perturb the identifying columns with a design"
 
 def add_parser(sub):
     p = sub.add_parser(
-        "release", formatter_class=formatter, help=HELP,
+        "release",
+        formatter_class=formatter,
+        help=HELP,
         description="Draw every record's released identifying values from its cell's row of the design.\n"
-                    "Refuses a design that failed verification or fails C1 when checked again, was edited,\n"
-                    "or was made for other data (other cells or counts).",
-        epilog="example:\n  pramopt release --design td4 --data testdata.csv --out released.parquet --seed 1")
-    p.add_argument("--design", required=True, metavar="DIR", help="design folder (or its design.json)")
-    p.add_argument("--data", required=True, metavar="FILE", help="the microdata the design was made for")
+        "Refuses a design that failed verification or fails C1 when checked again, was edited,\n"
+        "or was made for other data (other cells or counts).",
+        epilog="example:\n  pramopt release --design td4 --data testdata.csv --out released.parquet --seed 1",
+    )
+    p.add_argument(
+        "--design", required=True, metavar="DIR", help="design folder (or its design.json)"
+    )
+    p.add_argument(
+        "--data", required=True, metavar="FILE", help="the microdata the design was made for"
+    )
     add_csv_options(p)
-    p.add_argument("--out", required=True, metavar="FILE", help="released microdata: .csv, .parquet or .pq")
-    p.add_argument("--seed", type=int, default=None,
-                   help="seed for a reproducible draw (default: from the OS's secure source)")
+    p.add_argument(
+        "--out", required=True, metavar="FILE", help="released microdata: .csv, .parquet or .pq"
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seed for a reproducible draw (default: from the OS's secure source)",
+    )
     add_quiet(p)
     p.set_defaults(func=run)
     return p
@@ -49,10 +63,22 @@ def run(args) -> int:
     if _same_format(args.data, args.out):
         # stream the file in record batches: checked against the design in the same pass
         from ..publish.file_release import release_file
+
         d = dialect_of(args)
-        rel = release_file(args.data, args.out, res, seed=args.seed, sep=d.sep, encoding=d.encoding, decimal=d.decimal)
-        say(args, f"released {rel.n} records to {args.out}: {rel.changed} changed "
-                  f"(expected {res.expected_changes:.4g}).")
+        rel = release_file(
+            args.data,
+            args.out,
+            res,
+            seed=args.seed,
+            sep=d.sep,
+            encoding=d.encoding,
+            decimal=d.decimal,
+        )
+        say(
+            args,
+            f"released {rel.n} records to {args.out}: {rel.changed} changed "
+            f"(expected {res.expected_changes:.4g}).",
+        )
         return 0
     # CSV to Parquet or back: in memory, with pandas' types
     df = read_table(args.data, text=text_keys(res), dialect=dialect_of(args))
@@ -60,8 +86,11 @@ def run(args) -> int:
     out = release(df, res, seed=args.seed)
     write_table(out, args.out)
     changed = records_changed(df, out, res.qi)
-    say(args, f"released {len(out)} records to {args.out}: {changed} changed "
-              f"(expected {res.expected_changes:.4g}).")
+    say(
+        args,
+        f"released {len(out)} records to {args.out}: {changed} changed "
+        f"(expected {res.expected_changes:.4g}).",
+    )
     return 0
 
 
@@ -74,14 +103,24 @@ def _kind_release(args, res, kind) -> int:
     check_out_file(args.out, flag="--out")
     d = dialect_of(args)
     if _same_format(args.data, args.out):  # every non-identifying field written back as read
-        rel = release_file(args.data, args.out, res, seed=args.seed, sep=d.sep, encoding=d.encoding,
-                           decimal=d.decimal)
+        rel = release_file(
+            args.data,
+            args.out,
+            res,
+            seed=args.seed,
+            sep=d.sep,
+            encoding=d.encoding,
+            decimal=d.decimal,
+        )
         n, changed = rel.n, rel.changed
     else:  # CSV to Parquet or back: with pandas' types
         df = read_table(args.data, text=text_keys(res), dialect=d)
         out = kind.release(df, res, args.seed)
         write_table(out, args.out)
         n, changed = len(out), records_changed(df, out, res.qi)
-    say(args, f"released {n} records to {args.out}: {changed} changed "
-              f"(expected {res.expected_changes:.4g}){kind.release_note(res)}.")
+    say(
+        args,
+        f"released {n} records to {args.out}: {changed} changed "
+        f"(expected {res.expected_changes:.4g}){kind.release_note(res)}.",
+    )
     return 0

@@ -1,4 +1,5 @@
 """``pramopt sensitivity``: the magnitude-table rules of :mod:`pramopt.magnitude`, cell by cell."""
+
 from __future__ import annotations
 
 import argparse
@@ -7,7 +8,14 @@ from pathlib import Path
 import pandas as pd
 
 from ..io.atomic import PARQUET_SUFFIXES, atomic_write, check_out_file
-from ..magnitude.rules import DEFAULT_CELL, DEFAULT_TOL, DEFAULT_VALUE, _check_params, _compute, _raise
+from ..magnitude.rules import (
+    DEFAULT_CELL,
+    DEFAULT_TOL,
+    DEFAULT_VALUE,
+    _check_params,
+    _compute,
+    _raise,
+)
 
 HELP = "verdicts of the dominance, p%% and pq and entropy rules and coalition bounds per cell"
 
@@ -47,16 +55,28 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("input", help="CSV (or .parquet/.pq) file, one row per contribution")
     p.add_argument("--cell", default=DEFAULT_CELL, help="cell id column (default: %(default)s)")
-    p.add_argument("--value", default=DEFAULT_VALUE, help="contribution column (default: %(default)s)")
+    p.add_argument(
+        "--value", default=DEFAULT_VALUE, help="contribution column (default: %(default)s)"
+    )
     p.add_argument("--n", type=int, required=True, help="dominance: number of largest contributors")
-    p.add_argument("--k", type=float, required=True, help="dominance: fraction of the total in (0, 1]")
+    p.add_argument(
+        "--k", type=float, required=True, help="dominance: fraction of the total in (0, 1]"
+    )
     p.add_argument("--p", type=float, required=True, help="p%%- and pq-rule: proportion in (0, 1)")
-    p.add_argument("--q", type=float, default=1.0,
-                   help="pq-rule: prior precision in (p, 1] (default 1: the p%%-rule)")
+    p.add_argument(
+        "--q",
+        type=float,
+        default=1.0,
+        help="pq-rule: prior precision in (p, 1] (default 1: the p%%-rule)",
+    )
     p.add_argument("--t", type=float, required=True, help="entropy rule threshold in [0, 1]")
     p.add_argument("--c", type=int, default=1, help="coalition size (default: %(default)s)")
-    p.add_argument("--tol", type=float, default=DEFAULT_TOL,
-                   help="tolerance of the boundary comparisons (default: %(default)s)")
+    p.add_argument(
+        "--tol",
+        type=float,
+        default=DEFAULT_TOL,
+        help="tolerance of the boundary comparisons (default: %(default)s)",
+    )
     p.add_argument("--out", required=True, help="output file: .csv, or .parquet/.pq")
     p.set_defaults(func=run)
     return p
@@ -76,14 +96,20 @@ def run(args) -> int:
     owner = "sensitivity"
     out = check_out_file(args.out, param="out", owner=owner)
     # the parameters are checked before any reading
-    params = _check_params(owner, n=args.n, k=args.k, p=args.p, q=args.q, t=args.t, c=args.c, tol=args.tol)
+    params = _check_params(
+        owner, n=args.n, k=args.k, p=args.p, q=args.q, t=args.t, c=args.c, tol=args.tol
+    )
     if args.cell == args.value:
         _raise("value", owner, "a column other than the cell column", repr(args.value))
     df = _read_input(args.input, args.cell, owner)
     result = _compute(df, cell=args.cell, value=args.value, owner=owner, **params)
     if args.cell in result.columns:
-        _raise("cell", owner, "a name other than the output columns "
-               f"({', '.join(result.columns)})", repr(args.cell))
+        _raise(
+            "cell",
+            owner,
+            f"a name other than the output columns ({', '.join(result.columns)})",
+            repr(args.cell),
+        )
     _write(result.reset_index(), out, owner)
     return 0
 
@@ -97,14 +123,27 @@ def _read_input(path: str, cell: str, owner: str) -> pd.DataFrame:
             return pd.read_parquet(src)
         # cell ids stay text ("007" is not 7)
         return pd.read_csv(src, dtype={cell: str})
-    except (ValueError, OSError, ImportError, pd.errors.ParserError,
-            pd.errors.EmptyDataError) as exc:
+    except (
+        ValueError,
+        OSError,
+        ImportError,
+        pd.errors.ParserError,
+        pd.errors.EmptyDataError,
+    ) as exc:
         first = str(exc).splitlines()[0] if str(exc) else ""
-        _raise("input", owner, "a readable CSV or Parquet file",
-               f"{str(path)!r} ({type(exc).__name__}: {first})")
+        _raise(
+            "input",
+            owner,
+            "a readable CSV or Parquet file",
+            f"{str(path)!r} ({type(exc).__name__}: {first})",
+        )
     except Exception as exc:  # pyarrow raises its own error types on corrupt files
-        _raise("input", owner, "a readable CSV or Parquet file",
-               f"{str(path)!r} ({type(exc).__name__})")
+        _raise(
+            "input",
+            owner,
+            "a readable CSV or Parquet file",
+            f"{str(path)!r} ({type(exc).__name__})",
+        )
 
 
 def _write(df: pd.DataFrame, out: Path, owner: str) -> None:

@@ -5,6 +5,7 @@
 * :mod:`.file_counting` -- :func:`count_file`, CSV or Parquet files in record batches;
 * :mod:`.distributed` -- :func:`count_dask`, Dask DataFrames partition by partition.
 """
+
 from .combinations import resolve_combinations
 from .distributed import count_dask
 from .file_counting import count_file

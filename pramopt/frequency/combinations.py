@@ -1,8 +1,9 @@
 """The set Π of combinations of identifying variables that an intruder may overview."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import combinations as _combinations
-from typing import Sequence
 
 from .._validation import InvalidParameterError, check_int
 

@@ -8,15 +8,23 @@ categories that appear only in some partitions are handled like any other.  Only
 per-partition cell counts come back to the client.  Dask is imported lazily: the rest of
 pramopt works without it (``pip install 'pramopt[dask]'``).
 """
+
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from .._validation import InvalidParameterError, check_int
-from .table import MAX_CATEGORIES, FrequencyTable, check_domains, check_qi_names, count_rows, record_codes
+from .table import (
+    MAX_CATEGORIES,
+    FrequencyTable,
+    check_domains,
+    check_qi_names,
+    count_rows,
+    record_codes,
+)
 
 __all__ = ["count_dask"]
 
@@ -31,7 +39,8 @@ def _dask_dataframe():
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError(
             "pramopt's Dask functions need dask: pip install 'pramopt[dask]' "
-            "(dask[dataframe] and distributed).") from e
+            "(dask[dataframe] and distributed)."
+        ) from e
     return dd
 
 
@@ -39,7 +48,8 @@ def _check_frame(ddf, owner: str):
     dd = _dask_dataframe()
     if not isinstance(ddf, dd.DataFrame):
         raise InvalidParameterError(
-            f"The 'ddf' parameter of {owner} must be a dask DataFrame; got {type(ddf).__name__}.")
+            f"The 'ddf' parameter of {owner} must be a dask DataFrame; got {type(ddf).__name__}."
+        )
 
 
 class _PartitionCounts:
@@ -72,9 +82,13 @@ def _partition_counts(ddf, qi) -> tuple[pd.DataFrame, tuple[str, str]]:
     return ddf.map_partitions(fn, meta=meta).compute(), names
 
 
-def _table(parts: pd.DataFrame, count: str, qi, domains, max_categories, owner: str) -> FrequencyTable:
+def _table(
+    parts: pd.DataFrame, count: str, qi, domains, max_categories, owner: str
+) -> FrequencyTable:
     if int(parts[count].sum()) == 0:
-        raise InvalidParameterError(f"The 'data' parameter of {owner} must have at least one row; got an empty frame.")
+        raise InvalidParameterError(
+            f"The 'data' parameter of {owner} must have at least one row; got an empty frame."
+        )
     values = parts[list(qi)].reset_index(drop=True)
     codes, cats = record_codes(values, qi, domains, max_categories, owner)
     cells, counts = count_rows(codes, [len(c) for c in cats], parts[count].to_numpy())

@@ -23,12 +23,13 @@ Memory
     ``benchmarks/results/records.md``).  :mod:`pramopt.publish.file_release` reuses the source and
     the counter to check a file against a design while it releases it.
 """
+
 from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -40,7 +41,12 @@ import pyarrow.parquet as pq
 from .._csv import DEFAULT_DIALECT, CsvDialect, csv_dialect
 from .._validation import InvalidParameterError, check_choice, check_int
 from .table import (
-    MAX_CATEGORIES, FrequencyTable, check_domains, check_qi_names, count_rows, encode_column,
+    MAX_CATEGORIES,
+    FrequencyTable,
+    check_domains,
+    check_qi_names,
+    count_rows,
+    encode_column,
 )
 
 __all__ = ["count_file", "DEFAULT_BATCH_SIZE"]
@@ -55,6 +61,7 @@ _MiB = 1 << 20
 # ---------------------------------------------------------------------------------------------
 # Sources
 # ---------------------------------------------------------------------------------------------
+
 
 def _arrow_to_pandas(table: pa.Table) -> pd.DataFrame:
     """Arrow to pandas exactly as ``pd.read_parquet`` converts (its own helper where it has one)."""
@@ -88,14 +95,17 @@ class _Source:
     later, to the distinct texts).  Parquet: Arrow arrays as stored.
     """
 
-    def __init__(self, path, fmt, owner: str, param: str = "path", dialect: CsvDialect = DEFAULT_DIALECT):
+    def __init__(
+        self, path, fmt, owner: str, param: str = "path", dialect: CsvDialect = DEFAULT_DIALECT
+    ):
         self.dialect = dialect
         try:
             p = Path(path)
         except TypeError:
             raise InvalidParameterError(
                 f"The {param!r} parameter of {owner} must be a path to a .csv, .parquet or .pq file; "
-                f"got {path!r}.") from None
+                f"got {path!r}."
+            ) from None
         if fmt is None:
             suffix = p.suffix.lower()
             if suffix == ".csv":
@@ -103,7 +113,9 @@ class _Source:
             elif suffix in PARQUET_SUFFIXES:
                 fmt = "parquet"
             else:
-                raise InvalidParameterError(f"Cannot read {str(p)!r}: the file name must end in .csv, .parquet or .pq.")
+                raise InvalidParameterError(
+                    f"Cannot read {str(p)!r}: the file name must end in .csv, .parquet or .pq."
+                )
         check_choice(fmt, "format", owner, ["csv", "parquet"])
         if not p.is_file():
             raise InvalidParameterError(f"Cannot read {str(p)!r}: no such file.")
@@ -115,12 +127,18 @@ class _Source:
                 self._pf = pq.ParquetFile(p, pre_buffer=False)
                 self.schema = self._pf.schema_arrow
                 md = self._pf.metadata
-                codec = (md.row_group(0).column(0).compression.lower()
-                         if md.num_row_groups and md.num_columns else "snappy")
+                codec = (
+                    md.row_group(0).column(0).compression.lower()
+                    if md.num_row_groups and md.num_columns
+                    else "snappy"
+                )
                 self.compression = "none" if codec == "uncompressed" else codec
             else:
-                with pacsv.open_csv(p, read_options=pacsv.ReadOptions(block_size=_MiB, encoding=dialect.encoding),
-                                    parse_options=self._parse_options()) as r:
+                with pacsv.open_csv(
+                    p,
+                    read_options=pacsv.ReadOptions(block_size=_MiB, encoding=dialect.encoding),
+                    parse_options=self._parse_options(),
+                ) as r:
                     self.schema = r.schema
         except (pa.ArrowException, OSError) as e:
             raise InvalidParameterError(f"Cannot read {str(p)!r}: {e}") from None
@@ -144,16 +162,26 @@ class _Source:
         """Record batches of at most ``batch_size`` records (``columns=None``: every column)."""
         try:
             if self.format == "parquet":
-                yield from self._pf.iter_batches(batch_size=batch_size, columns=columns, use_threads=True)
+                yield from self._pf.iter_batches(
+                    batch_size=batch_size, columns=columns, use_threads=True
+                )
                 return
             cols = self.names if columns is None else list(columns)
-            co = pacsv.ConvertOptions(column_types={c: pa.string() for c in cols}, include_columns=cols,
-                                      strings_can_be_null=False, quoted_strings_can_be_null=False,
-                                      null_values=[])
-            ro = pacsv.ReadOptions(block_size=self._block_size(batch_size), use_threads=True,
-                                   encoding=self.dialect.encoding)
-            with pacsv.open_csv(self.path, read_options=ro, parse_options=self._parse_options(),
-                                convert_options=co) as reader:
+            co = pacsv.ConvertOptions(
+                column_types={c: pa.string() for c in cols},
+                include_columns=cols,
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+                null_values=[],
+            )
+            ro = pacsv.ReadOptions(
+                block_size=self._block_size(batch_size),
+                use_threads=True,
+                encoding=self.dialect.encoding,
+            )
+            with pacsv.open_csv(
+                self.path, read_options=ro, parse_options=self._parse_options(), convert_options=co
+            ) as reader:
                 for batch in reader:
                     for s in range(0, batch.num_rows, batch_size):
                         yield batch.slice(s, batch_size)
@@ -163,8 +191,9 @@ class _Source:
     def to_pandas(self, name: str, values: pa.Array, *, as_str: bool = False) -> pd.Series:
         """The distinct raw ``values`` of column ``name`` as pandas would have read them."""
         if self.format == "csv":
-            return _parse_csv_texts(values.to_pylist(), as_str=as_str,
-                                    decimal=self.dialect.decimal).reset_index(drop=True)
+            return _parse_csv_texts(
+                values.to_pylist(), as_str=as_str, decimal=self.dialect.decimal
+            ).reset_index(drop=True)
         field = self.schema.field(name)
         if pa.types.is_dictionary(field.type):
             idx = pa.array(np.arange(len(values), dtype=np.int32))
@@ -177,6 +206,7 @@ class _Source:
 # ---------------------------------------------------------------------------------------------
 # Counting
 # ---------------------------------------------------------------------------------------------
+
 
 class _NaN:
     """Key of every float NaN (NaN != NaN would make each one a new dict key)."""
@@ -213,7 +243,8 @@ class _Distinct:
             except TypeError:
                 raise InvalidParameterError(
                     f"The identifying variable {self.name!r} has values of type {arr.type} that cannot "
-                    "be categories.") from None
+                    "be categories."
+                ) from None
             if i is None:
                 i = self.ids[k] = self.size
                 self.size += 1
@@ -293,19 +324,27 @@ class _Counter:
     def check_categories(self, j: int, max_categories: int) -> None:
         """Raise early (as encode_column would at the end) when column j has too many categories."""
         obs = self.observed(j)
-        vals = self.src.to_pandas(self.qi[j], self.cols[j].values(), as_str=self.as_text[j]).take(obs)
+        vals = self.src.to_pandas(self.qi[j], self.cols[j].values(), as_str=self.as_text[j]).take(
+            obs
+        )
         k = vals.nunique(dropna=True) + int(vals.isna().any())
         if k > max_categories:
             encode_column(vals.reset_index(drop=True), self.qi[j], None, max_categories, self.owner)
 
-    def table(self, domains: Mapping, max_categories, owner: str) -> tuple[FrequencyTable, list[np.ndarray]]:
+    def table(
+        self, domains: Mapping, max_categories, owner: str
+    ) -> tuple[FrequencyTable, list[np.ndarray]]:
         """The frequency table and, per column, the category code of every raw id (-1: unseen)."""
         rows, weights = self.cells.compact(self.radix())
         mapped = np.empty_like(rows)
         cats, luts = [], []
         for j, q in enumerate(self.qi):
             obs = np.unique(rows[:, j])
-            vals = self.src.to_pandas(q, self.cols[j].values(), as_str=self.as_text[j]).take(obs).reset_index(drop=True)
+            vals = (
+                self.src.to_pandas(q, self.cols[j].values(), as_str=self.as_text[j])
+                .take(obs)
+                .reset_index(drop=True)
+            )
             mc = max_categories if not isinstance(max_categories, Sequence) else max_categories[j]
             codes, c = encode_column(vals, q, domains.get(q), mc, owner)
             if self.as_text[j] and q not in domains:
@@ -316,10 +355,14 @@ class _Counter:
             cats.append(c)
             luts.append(lut)
         cells, counts = count_rows(mapped, [len(c) for c in cats], weights)
-        return FrequencyTable(qi=tuple(self.qi), categories=tuple(cats), codes=cells, counts=counts), luts
+        return FrequencyTable(
+            qi=tuple(self.qi), categories=tuple(cats), codes=cells, counts=counts
+        ), luts
 
 
-def _numeric_order(codes: np.ndarray, cats: pd.Index, decimal: str = ".") -> tuple[np.ndarray, pd.Index]:
+def _numeric_order(
+    codes: np.ndarray, cats: pd.Index, decimal: str = "."
+) -> tuple[np.ndarray, pd.Index]:
     """Text categories in the order of the numbers they write, when they all write numbers
     ('2' < '10', '03' next to '3'), so that a design on text keys has the cells, hence the
     design, of the same data read as numbers; other text keeps its order; missing stays last."""
@@ -336,8 +379,17 @@ def _numeric_order(codes: np.ndarray, cats: pd.Index, decimal: str = ".") -> tup
     return new_code[codes], pd.Index([cats[i] for i in perm], dtype=object)
 
 
-def _count_file(path, qi, domains, max_categories, batch_size, fmt, owner: str,
-                keys_as_text: bool = False, dialect: CsvDialect = DEFAULT_DIALECT) -> FrequencyTable:
+def _count_file(
+    path,
+    qi,
+    domains,
+    max_categories,
+    batch_size,
+    fmt,
+    owner: str,
+    keys_as_text: bool = False,
+    dialect: CsvDialect = DEFAULT_DIALECT,
+) -> FrequencyTable:
     batch_size = check_int(batch_size, "batch_size", owner, low=1)
     max_categories = check_int(max_categories, "max_categories", owner, low=1)
     src = _Source(path, fmt, owner, dialect=dialect)
@@ -350,18 +402,29 @@ def _count_file(path, qi, domains, max_categories, batch_size, fmt, owner: str,
         for j, q in enumerate(qi):
             if q not in domains and counter.cols[j].size > limits[j]:
                 counter.check_categories(j, max_categories)
-                limits[j] = 2 * counter.cols[j].size  # many spellings of few categories: look again later
+                limits[j] = (
+                    2 * counter.cols[j].size
+                )  # many spellings of few categories: look again later
     if counter.n == 0:
         raise InvalidParameterError(
-            f"The 'path' parameter of {owner} must be a file with at least one record; {str(src.path)!r} has none.")
+            f"The 'path' parameter of {owner} must be a file with at least one record; {str(src.path)!r} has none."
+        )
     return counter.table(domains, max_categories, owner)[0]
 
 
 def count_table(path, qi, *, owner: str = "count_file", **kw) -> FrequencyTable:
     """:func:`count_file` with another function's name in its error messages (for the CLI)."""
-    return _count_file(path, qi, kw.get("domains"), kw.get("max_categories", MAX_CATEGORIES),
-                       kw.get("batch_size", DEFAULT_BATCH_SIZE), kw.get("format"), owner, kw.get("keys_as_text", False),
-                       kw.get("dialect", DEFAULT_DIALECT))
+    return _count_file(
+        path,
+        qi,
+        kw.get("domains"),
+        kw.get("max_categories", MAX_CATEGORIES),
+        kw.get("batch_size", DEFAULT_BATCH_SIZE),
+        kw.get("format"),
+        owner,
+        kw.get("keys_as_text", False),
+        kw.get("dialect", DEFAULT_DIALECT),
+    )
 
 
 def count_file(
@@ -418,5 +481,14 @@ def count_file(
         repeated ``qi`` column, bad ``batch_size`` or ``max_categories``, a file without
         records, or a variable with too many categories.
     """
-    return _count_file(path, qi, domains, max_categories, batch_size, format, "count_file", keys_as_text,
-                       csv_dialect(sep, encoding, decimal, "count_file"))
+    return _count_file(
+        path,
+        qi,
+        domains,
+        max_categories,
+        batch_size,
+        format,
+        "count_file",
+        keys_as_text,
+        csv_dialect(sep, encoding, decimal, "count_file"),
+    )

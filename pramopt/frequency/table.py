@@ -5,11 +5,12 @@ is present in the data.  Missing values (NaN, None, pandas.NA) form a category o
 placed after the observed categories, so that a record with a missing identifying value is
 protected like any other record and is released with a missing value only if PRAM keeps it.
 """
+
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -59,10 +60,14 @@ class FrequencyTable:
             {v: self.categories[i].take(self.codes[:, i]) for i, v in enumerate(self.qi)}
         )
 
-    def subset(self, cells: np.ndarray) -> "FrequencyTable":
+    def subset(self, cells: np.ndarray) -> FrequencyTable:
         """The table of some of the cells (same variables and categories, so codes stay comparable)."""
-        return FrequencyTable(qi=self.qi, categories=self.categories, codes=self.codes[cells],
-                              counts=self.counts[cells])
+        return FrequencyTable(
+            qi=self.qi,
+            categories=self.categories,
+            codes=self.codes[cells],
+            counts=self.counts[cells],
+        )
 
     def missing(self) -> np.ndarray:
         """(K, d) booleans: which identifying values of each cell are missing."""
@@ -135,7 +140,9 @@ def check_qi(df: pd.DataFrame, qi, owner: str) -> tuple[str, ...]:
         )
     qi = check_qi_names(df.columns, qi, owner)
     if len(df) == 0:
-        raise InvalidParameterError(f"The 'data' parameter of {owner} must have at least one row; got an empty frame.")
+        raise InvalidParameterError(
+            f"The 'data' parameter of {owner} must have at least one row; got an empty frame."
+        )
     return qi
 
 
@@ -156,11 +163,15 @@ def _unsortable(col: pd.Series, name: str) -> str:
         try:
             hash(v)
         except TypeError:
-            return (f"The identifying variable {name!r} must hold numbers or strings; record {i} holds a "
-                    f"{type(v).__name__}: {v!r:.60}.")
+            return (
+                f"The identifying variable {name!r} must hold numbers or strings; record {i} holds a "
+                f"{type(v).__name__}: {v!r:.60}."
+            )
     kinds = sorted({type(v).__name__ for v in col.dropna().to_numpy(dtype=object)})
-    return (f"The identifying variable {name!r} mixes values of types {', '.join(kinds)}, which cannot be "
-            "ordered as categories; convert the column to one type (for example with .astype(str)).")
+    return (
+        f"The identifying variable {name!r} mixes values of types {', '.join(kinds)}, which cannot be "
+        "ordered as categories; convert the column to one type (for example with .astype(str))."
+    )
 
 
 def encode_column(
@@ -251,7 +262,9 @@ def frequency_table(
     """
     codes, cats = record_codes(df, qi, domains, max_categories, owner)
     cells, counts = count_rows(codes, [len(c) for c in cats])
-    return FrequencyTable(qi=tuple(check_qi(df, qi, owner)), categories=cats, codes=cells, counts=counts)
+    return FrequencyTable(
+        qi=tuple(check_qi(df, qi, owner)), categories=cats, codes=cells, counts=counts
+    )
 
 
 def _radix_fits(radix) -> bool:
@@ -259,7 +272,9 @@ def _radix_fits(radix) -> bool:
     return float(np.prod(np.asarray(radix, dtype=float))) < 2.0**62
 
 
-def count_rows(codes: np.ndarray, radix, weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def count_rows(
+    codes: np.ndarray, radix, weights: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Distinct rows of an integer code matrix, sorted lexicographically, and their counts.
 
     Each row ``(c_1, ..., c_d)`` with ``0 <= c_j < radix[j]`` becomes one int64 key
@@ -292,13 +307,19 @@ def count_rows(codes: np.ndarray, radix, weights: np.ndarray | None = None) -> t
     if not _radix_fits(radix):
         cells, inv = np.unique(codes, axis=0, return_inverse=True)
         inv = inv.ravel()
-        counts = np.bincount(inv, minlength=len(cells)) if weights is None else _weighted(inv, weights, len(cells))
+        counts = (
+            np.bincount(inv, minlength=len(cells))
+            if weights is None
+            else _weighted(inv, weights, len(cells))
+        )
         return cells.astype(np.int64), counts.astype(np.int64)
     radix = np.asarray(radix, dtype=np.int64)
     key = _keys(codes, radix)
     space = int(np.prod(radix))
     if space <= max(4 * n, 1 << 16):
-        full = np.bincount(key, minlength=space) if weights is None else _weighted(key, weights, space)
+        full = (
+            np.bincount(key, minlength=space) if weights is None else _weighted(key, weights, space)
+        )
         ukeys = np.flatnonzero(full)
         counts = full[ukeys]
     elif weights is None:
@@ -348,7 +369,9 @@ class CellLookup:
         if codes.shape[0] == 0:
             return np.empty(0, dtype=np.int64)
         if not self.fits:
-            return np.asarray(self.multi.get_indexer(pd.MultiIndex.from_arrays(codes.T)), dtype=np.int64)
+            return np.asarray(
+                self.multi.get_indexer(pd.MultiIndex.from_arrays(codes.T)), dtype=np.int64
+            )
         inside = ((codes >= 0) & (codes < self.radix)).all(axis=1)
         q = _keys(np.where(inside[:, None], codes, 0), self.radix)
         if self.lut is not None:
@@ -394,7 +417,9 @@ def cells_of(frame: pd.DataFrame, table: FrequencyTable) -> np.ndarray:
     ``frame`` has a column per identifying variable; its values are matched against the
     table's categories (:func:`category_codes`).
     """
-    codes = np.column_stack([category_codes(frame[q], table.categories[j]) for j, q in enumerate(table.qi)])
+    codes = np.column_stack(
+        [category_codes(frame[q], table.categories[j]) for j, q in enumerate(table.qi)]
+    )
     idx = np.full(len(frame), -1, dtype=np.int64)
     ok = (codes >= 0).all(axis=1)
     idx[ok] = cell_index(table, codes[ok])

@@ -4,6 +4,7 @@ See :mod:`.model` (the record-level matrix), :mod:`.person` (the person LP), :mo
 :mod:`.release` and ARCHITECTURE.md for the risk model.  Importing this package registers the
 household kind (:mod:`.kind`) with :mod:`pramopt.kinds`, through which the core reaches it.
 """
+
 from ..kinds import register_kind
 from .kind import HOUSEHOLDS
 from .model import Layout, household_keys, record_matrix
@@ -11,5 +12,12 @@ from .result import HouseholdDesign, household_loss, record_check
 
 register_kind(HOUSEHOLDS)
 
-__all__ = ["HouseholdDesign", "Layout", "household_keys", "record_matrix", "record_check",
-           "household_loss", "HOUSEHOLDS"]
+__all__ = [
+    "HouseholdDesign",
+    "Layout",
+    "household_keys",
+    "record_matrix",
+    "record_check",
+    "household_loss",
+    "HOUSEHOLDS",
+]

@@ -19,6 +19,7 @@ record-level matrix goes through :mod:`pramopt.verify`.  Rows of ``Pp^(h)`` for 
 absent from household cell h reach no record: they are the identity, which keeps every block
 invertible (diagonal >= floor > 1/2 on the others).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -78,7 +79,9 @@ class _Combination:
         self.nb = nb = int(b_of.max()) + 1
         a_of = _projection(lay.household_table.codes, ph)
         self.nA = nA = int(a_of.max()) + 1
-        self.Nh = Nh = (Ph @ sp.csr_array((np.ones(Kh), (np.arange(Kh), a_of)), shape=(Kh, nA))).toarray()
+        self.Nh = Nh = (
+            Ph @ sp.csr_array((np.ones(Kh), (np.arange(Kh), a_of)), shape=(Kh, nA))
+        ).toarray()
         self.M = M = Nh[lay.h_of]  # K x nA
         self.vb = vb = b_of[vp]
         nx = vm.size
@@ -104,8 +107,16 @@ class _Combination:
         return (~self.active) & (lhs > _NEAR * alpha * D[self.aa, self.bb])
 
 
-def solve_person_by_household(lay: Layout, Ph, combos, alpha: float, floor: float = 0.15, keep_missing: bool = True,
-                              max_rounds: int = 25, solver: str | None = None):
+def solve_person_by_household(
+    lay: Layout,
+    Ph,
+    combos,
+    alpha: float,
+    floor: float = 0.15,
+    keep_missing: bool = True,
+    max_rounds: int = 25,
+    solver: str | None = None,
+):
     """The stacked person matrices ``Pp^(h)`` meeting C1 with ``Ph`` fixed, by one LP with lazy rows.
 
     The objective is a convex stand-in for the loss: the records of each cell m times a
@@ -136,14 +147,25 @@ def solve_person_by_household(lay: Layout, Ph, combos, alpha: float, floor: floa
     nx = vm.size
     hset = {j: i for i, j in enumerate(lay.hpos)}
     pset = {j: i for i, j in enumerate(lay.ppos)}
-    blocks = [_Combination(lay, Ph, pi, hset, pset, alpha, floor, vm, vp, U0) for pi in combos
-              if any(j in pset for j in pi)]
+    blocks = [
+        _Combination(lay, Ph, pi, hset, pset, alpha, floor, vm, vp, U0)
+        for pi in combos
+        if any(j in pset for j in pi)
+    ]
     fixed = _FixedRows.build(lay, vm, vp, floor, blocks, U0)
     x = None
     for _ in range(max_rounds):
         cost, A_ub, b_ub, A_eq, b_eq, bounds = fixed.program(blocks, alpha, U0, floor)
-        res = solve_lp(cost, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=b_eq, bounds=bounds,
-                       solver=solver, method="highs-ipm")
+        res = solve_lp(
+            cost,
+            A_ub=A_ub,
+            b_ub=b_ub,
+            A_eq=A_eq,
+            b_eq=b_eq,
+            bounds=bounds,
+            solver=solver,
+            method="highs-ipm",
+        )
         if res.outcome is not Outcome.OPTIMAL:
             return None
         x = np.clip(res.x[:nx], 0.0, None)
@@ -193,10 +215,13 @@ class _FixedRows:
         d0 = np.array([d for d in _TANGENTS if d >= floor] or [1.0])
         slope, pen = _penalty_slope(d0), _penalty(d0)
         tr = np.repeat(np.arange(K), d0.size)
-        A_t = sp.csr_array((np.concatenate([np.tile(slope, K), -np.ones(tr.size)]),
-                            (np.concatenate([np.arange(tr.size)] * 2),
-                             np.concatenate([diag[tr], nx + tr]))),
-                           shape=(tr.size, nx + K))
+        A_t = sp.csr_array(
+            (
+                np.concatenate([np.tile(slope, K), -np.ones(tr.size)]),
+                (np.concatenate([np.arange(tr.size)] * 2), np.concatenate([diag[tr], nx + tr])),
+            ),
+            shape=(tr.size, nx + K),
+        )
         b_t = np.tile(slope * d0 - pen, K)
         A_sum = sp.csr_array((np.ones(nx), (vm, np.arange(nx))), shape=(K, nx + K))
         # dominance: sum of the other present columns - diagonal <= -DOMINANCE, one row per
@@ -246,27 +271,41 @@ class _FixedRows:
             # aux(a, b) - sum_h Nh(h, a) Z(h, b) / scale(a, b) = 0
             pa, pb = pairs // c.nb, pairs % c.nb
             ks, hs = np.nonzero(c.Nh[:, pa].T > 0)  # ks: which (a, b), hs: household cell
-            aux_eq.append((n_aux + ks, nx + K + z_off[c.pp] + hs * c.nb + pb[ks], -c.Nh[hs, pa[ks]] / scale[ks]))
+            aux_eq.append(
+                (
+                    n_aux + ks,
+                    nx + K + z_off[c.pp] + hs * c.nb + pb[ks],
+                    -c.Nh[hs, pa[ks]] / scale[ks],
+                )
+            )
             n_aux += pairs.size
         nv = base + n_aux
         A = sp.vstack([r for r, _ in ub_rows]).tocoo() if ub_rows else sp.coo_array((0, nx))
         ids = np.concatenate([i for _, i in ub_rows]) if ub_rows else np.zeros(0, dtype=np.int64)
         n_ub = ids.size
-        A_c1 = sp.csr_array((np.concatenate([A.data, np.full(n_ub, -alpha)]),
-                             (np.concatenate([A.row, np.arange(n_ub)]), np.concatenate([A.col, base + ids]))),
-                            shape=(n_ub, nv))
+        A_c1 = sp.csr_array(
+            (
+                np.concatenate([A.data, np.full(n_ub, -alpha)]),
+                (np.concatenate([A.row, np.arange(n_ub)]), np.concatenate([A.col, base + ids])),
+            ),
+            shape=(n_ub, nv),
+        )
         A_rest = sp.hstack([self.A_t, sp.csr_array((self.A_t.shape[0], nz + n_aux))])
         A_ub = sp.vstack([A_c1, A_rest]).tocsr()
         b_ub = np.concatenate([np.zeros(n_ub), self.b_t])
         er = np.concatenate([np.arange(n_aux)] + [r for r, _, _ in aux_eq])
         ec = np.concatenate([base + np.arange(n_aux)] + [c_ for _, c_, _ in aux_eq])
         ev = np.concatenate([np.ones(n_aux)] + [v for _, _, v in aux_eq])
-        A_eq = sp.vstack([sp.csr_array((ev, (er, ec)), shape=(n_aux, nv)),
-                          sp.csr_array((self.zv, (self.zr, self.zc)), shape=(nz, nv)),
-                          sp.hstack([self.A_sum, sp.csr_array((K, nz + n_aux))])]).tocsr()
+        A_eq = sp.vstack(
+            [
+                sp.csr_array((ev, (er, ec)), shape=(n_aux, nv)),
+                sp.csr_array((self.zv, (self.zr, self.zc)), shape=(nz, nv)),
+                sp.hstack([self.A_sum, sp.csr_array((K, nz + n_aux))]),
+            ]
+        ).tocsr()
         b_eq = np.concatenate([np.zeros(n_aux + nz), np.ones(K)])
         cost = np.zeros(nv)
-        cost[nx:nx + K] = U0 / U0.sum()
+        cost[nx : nx + K] = U0 / U0.sum()
         lo_b = np.zeros(nv)
         lo_b[self.diag] = floor
         up = np.concatenate([np.ones(nx), np.full(K + nz + n_aux, np.inf)])

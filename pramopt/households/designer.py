@@ -14,6 +14,7 @@
 3. The record-level matrix ``Ph[h, h'] Pp^(h)[p, p']`` is checked by :mod:`pramopt.verify` over every
    released pair; of the verified candidates the smallest exact loss wins.
 """
+
 from __future__ import annotations
 
 import time
@@ -39,29 +40,45 @@ HOUSEHOLD_FRACTIONS = (1.0, 0.8, 0.6, 0.45, 0.3, 0.2, 0.1)
 _MARGINS = (1e-5, 1e-4, 1e-3)
 #: Parameters a household design cannot combine with (each forces structure on one matrix of records).
 # min_diagonal: a record's diagonal is Ph[h, h] Pp[p, p], below each part's floor; not designed for
-_REFUSED = ("fixed", "keep_cells", "workers", "invariant", "epsilon", "k", "max_changed_variables", "change_weights",
-            "min_diagonal")
+_REFUSED = (
+    "fixed",
+    "keep_cells",
+    "workers",
+    "invariant",
+    "epsilon",
+    "k",
+    "max_changed_variables",
+    "change_weights",
+    "min_diagonal",
+)
 
 
 def _refuse(p: DesignParams, data, client, owner: str) -> pd.DataFrame:
     if isinstance(data, FrequencyTable) or not isinstance(data, pd.DataFrame):
         raise InvalidParameterError(
             f"The 'household' parameter of {owner} needs the microdata as a DataFrame (with the column "
-            f"{p.household!r}), not {type(data).__name__}: a frequency table does not say who lives together.")
+            f"{p.household!r}), not {type(data).__name__}: a frequency table does not say who lives together."
+        )
     for name in _REFUSED:
         if getattr(p, name) not in (None, False, ()):
             raise InvalidParameterError(
                 f"The 'household' parameter of {owner} cannot be combined with {name}={getattr(p, name)!r} "
-                "(not supported for household designs).")
+                "(not supported for household designs)."
+            )
     if client is not None:
-        raise InvalidParameterError(f"The 'household' parameter of {owner} cannot be combined with a Dask client.")
+        raise InvalidParameterError(
+            f"The 'household' parameter of {owner} cannot be combined with a Dask client."
+        )
     if p.alpha is None:
-        raise InvalidParameterError(f"The 'household' parameter of {owner} needs alpha (C1); got alpha=None.")
+        raise InvalidParameterError(
+            f"The 'household' parameter of {owner} needs alpha (C1); got alpha=None."
+        )
     return data
 
 
-def design_households(data, qi, params: DesignParams, design, progress=None, client=None,
-                      owner: str = "design") -> HouseholdDesign:
+def design_households(
+    data, qi, params: DesignParams, design, progress=None, client=None, owner: str = "design"
+) -> HouseholdDesign:
     """The household design of :func:`pramopt.design` (``household=`` given); ``design`` is that
     function, used for the household part."""
     df = _refuse(params, data, client, owner)
@@ -71,18 +88,37 @@ def design_households(data, qi, params: DesignParams, design, progress=None, cli
     if lay.person_table.n_cells > PERSON_MAX_CELLS:
         raise InvalidParameterError(
             f"The person-level keys {list(pkeys)} of the 'household' design have {lay.person_table.n_cells} cells "
-            f"(at most {PERSON_MAX_CELLS}: the person part is dense); coarsen them or name more household_keys.")
+            f"(at most {PERSON_MAX_CELLS}: the person part is dense); coarsen them or name more household_keys."
+        )
     table = lay.table
     combos = resolve_combinations(table.qi, params.combination_size, params.combinations, owner)
     hcombos = _household_combinations(table, combos, lay.hpos)
     rec_cells = cells_of(df[list(table.qi)], table)
     hh, _ = household_codes(df, params.household, lay.h_of[rec_cells])
-    same = member_pairs(hh, lay.h_of[rec_cells], lay.p_of[rec_cells], lay.household_table.n_cells,
-                        lay.person_table.n_cells)
-    stages = [Stage("households", time.perf_counter() - t0, 0,
-                    f"{int(hh.max()) + 1} households; household-level {list(hkeys)}, person-level {list(pkeys)}")]
+    same = member_pairs(
+        hh,
+        lay.h_of[rec_cells],
+        lay.p_of[rec_cells],
+        lay.household_table.n_cells,
+        lay.person_table.n_cells,
+    )
+    stages = [
+        Stage(
+            "households",
+            time.perf_counter() - t0,
+            0,
+            f"{int(hh.max()) + 1} households; household-level {list(hkeys)}, person-level {list(pkeys)}",
+        )
+    ]
     base = params.to_dict()
-    for name in ("household", "household_keys", "alpha", "combinations", "combination_size", "domains"):
+    for name in (
+        "household",
+        "household_keys",
+        "alpha",
+        "combinations",
+        "combination_size",
+        "domains",
+    ):
         base.pop(name)
     alpha = float(params.alpha)
     floor = max(0.51, params.min_diagonal or 0.0)
@@ -93,8 +129,14 @@ def design_households(data, qi, params: DesignParams, design, progress=None, cli
         a_h = alpha * frac
         t1 = time.perf_counter()
         rh = design(lay.household_table, alpha=a_h, combinations=hcombos, progress=progress, **base)
-        stages.append(Stage(f"households@{frac:g}", time.perf_counter() - t1, 0,
-                            f"household part at alpha {a_h:.4g}: {rh.status.value}, loss {rh.loss:.4g}"))
+        stages.append(
+            Stage(
+                f"households@{frac:g}",
+                time.perf_counter() - t1,
+                0,
+                f"household part at alpha {a_h:.4g}: {rh.status.value}, loss {rh.loss:.4g}",
+            )
+        )
         if not rh.success:
             last = rh
             break  # a smaller alpha_h is harder still
@@ -109,13 +151,29 @@ def design_households(data, qi, params: DesignParams, design, progress=None, cli
                 t1 = time.perf_counter()
                 a_s = alpha * (1 - margin)
                 if kind == "general":
-                    Pp = solve_person(lay, rh.matrix, combos, a_s, floor, keep, solver=params.solver)
+                    Pp = solve_person(
+                        lay, rh.matrix, combos, a_s, floor, keep, solver=params.solver
+                    )
                 elif kind == "replacement":
-                    Pp = solve_person_replacement(lay, rh.matrix, combos, a_s, max(1e-3, params.min_diagonal or 0.0), keep,
-                                                  solver=params.solver)
+                    Pp = solve_person_replacement(
+                        lay,
+                        rh.matrix,
+                        combos,
+                        a_s,
+                        max(1e-3, params.min_diagonal or 0.0),
+                        keep,
+                        solver=params.solver,
+                    )
                 else:
-                    Pp = solve_person_by_household(lay, rh.matrix, combos, a_s, max(0.15, params.min_diagonal or 0.0),
-                                                   keep, solver=params.solver)
+                    Pp = solve_person_by_household(
+                        lay,
+                        rh.matrix,
+                        combos,
+                        a_s,
+                        max(0.15, params.min_diagonal or 0.0),
+                        keep,
+                        solver=params.solver,
+                    )
                 name = f"person {kind}@{frac:g}"
                 if Pp is None:
                     stages.append(Stage(name, time.perf_counter() - t1, 0, "infeasible"))
@@ -124,31 +182,63 @@ def design_households(data, qi, params: DesignParams, design, progress=None, cli
                 if rep.max_risk <= alpha:
                     try:
                         loss, indep = household_loss(lay, rh.matrix, Pp, same)
-                    except np.linalg.LinAlgError:  # a singular person part has no unbiased estimator
+                    except (
+                        np.linalg.LinAlgError
+                    ):  # a singular person part has no unbiased estimator
                         stages.append(Stage(name, time.perf_counter() - t1, 0, "singular"))
                         break
                     found.add(kind)
                     tried[f"{kind}@{frac:g}"] = loss
-                    stages.append(Stage(name, time.perf_counter() - t1, 0, f"record-level max risk {rep.max_risk:.6g} "
-                                        f"at margin {margin:g}, loss {loss:.4g}"))
+                    stages.append(
+                        Stage(
+                            name,
+                            time.perf_counter() - t1,
+                            0,
+                            f"record-level max risk {rep.max_risk:.6g} "
+                            f"at margin {margin:g}, loss {loss:.4g}",
+                        )
+                    )
                     if best is None or loss < best[0]:
                         best = (loss, indep, frac, rh, Pp, rep, R.shape[1], kind)
                     break
-                stages.append(Stage(name, time.perf_counter() - t1, 0,
-                                    f"record-level max risk {rep.max_risk:.6g} > alpha at margin {margin:g}"))
+                stages.append(
+                    Stage(
+                        name,
+                        time.perf_counter() - t1,
+                        0,
+                        f"record-level max risk {rep.max_risk:.6g} > alpha at margin {margin:g}",
+                    )
+                )
                 if kind == "by-household" and not rep.max_risk <= alpha * 1.01:
                     break  # far above alpha: a larger margin does not help (and each try is a large LP)
     hd = dict(households=int(hh.max()) + 1, tried_fractions=tried)
-    out = dict(household=params.household, alpha=alpha, combinations=tuple(tuple(table.qi[j] for j in c) for c in combos),
-               params=params.to_dict(), layout=lay, stages=stages)
+    out = dict(
+        household=params.household,
+        alpha=alpha,
+        combinations=tuple(tuple(table.qi[j] for j in c) for c in combos),
+        params=params.to_dict(),
+        layout=lay,
+        stages=stages,
+    )
     if best is None:
         rh = last if last is not None else rh
-        why = (f"the household part failed at alpha {rh.alpha:g} ({rh.message})" if not rh.success else
-               "no person part met C1 at record level with any household part tried")
-        return HouseholdDesign(household_design=rh, person_matrix=np.eye(lay.person_table.n_cells),
-                               status=Status.INFEASIBLE, message=f"No household design found: {why}.",
-                               max_risk=float("nan"), loss=float("nan"), expected_changes=float("nan"),
-                               alpha_household=rh.alpha, details=hd, **out)
+        why = (
+            f"the household part failed at alpha {rh.alpha:g} ({rh.message})"
+            if not rh.success
+            else "no person part met C1 at record level with any household part tried"
+        )
+        return HouseholdDesign(
+            household_design=rh,
+            person_matrix=np.eye(lay.person_table.n_cells),
+            status=Status.INFEASIBLE,
+            message=f"No household design found: {why}.",
+            max_risk=float("nan"),
+            loss=float("nan"),
+            expected_changes=float("nan"),
+            alpha_household=rh.alpha,
+            details=hd,
+            **out,
+        )
     return _chosen(best, alpha, lay, tried, hd, out)
 
 
@@ -171,12 +261,27 @@ def _chosen(best, alpha: float, lay, tried: dict, hd: dict, out: dict) -> Househ
     diag = Ph.diagonal()[lay.h_of] * person_diagonal(Pp, lay.h_of, lay.p_of)
     changes = float(table.counts @ (1.0 - diag))
     status = Status.SUCCESS if rep.max_risk <= alpha and rh.success else Status.UNVERIFIED
-    what = "one person matrix per household cell" if kind == "by-household" else f"{kind} person matrix"
-    msg = (f"Household-level keys drawn once per household (household part at alpha_h = {frac:g} alpha), "
-           f"person-level keys per person ({what}; tried: "
-           f"{', '.join(f'{k} loss {v:.4g}' for k, v in tried.items())}); "
-           "full C1 verified on the record-level matrix.")
+    what = (
+        "one person matrix per household cell"
+        if kind == "by-household"
+        else f"{kind} person matrix"
+    )
+    msg = (
+        f"Household-level keys drawn once per household (household part at alpha_h = {frac:g} alpha), "
+        f"person-level keys per person ({what}; tried: "
+        f"{', '.join(f'{k} loss {v:.4g}' for k, v in tried.items())}); "
+        "full C1 verified on the record-level matrix."
+    )
     hd.update(loss_independent=indep, released_cells=kr, fraction=frac, person_structure=kind)
-    return HouseholdDesign(household_design=rh, person_matrix=Pp, status=status, message=msg,
-                           max_risk=float(rep.max_risk), loss=loss, expected_changes=changes,
-                           alpha_household=alpha * frac, details=hd, **out)
+    return HouseholdDesign(
+        household_design=rh,
+        person_matrix=Pp,
+        status=status,
+        message=msg,
+        max_risk=float(rep.max_risk),
+        loss=loss,
+        expected_changes=changes,
+        alpha_household=alpha * frac,
+        details=hd,
+        **out,
+    )

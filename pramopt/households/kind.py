@@ -4,6 +4,7 @@
 :func:`pramopt.load_design`, :func:`pramopt.save_design` and the commands hand it the
 :class:`.result.HouseholdDesign` they get; :mod:`pramopt.households` registers it.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,12 +26,19 @@ def example_households(n_households: int = 120, seed: int = 0) -> tuple[pd.DataF
     rng = np.random.default_rng(seed)
     rows = []
     for g in range(n_households):
-        region = rng.choice([1, 2, 3, 4, 5], p=[.4, .3, .15, .1, .05])
-        roof = rng.choice(["a", "b", "c"], p=[.6, .3, .1])
+        region = rng.choice([1, 2, 3, 4, 5], p=[0.4, 0.3, 0.15, 0.1, 0.05])
+        roof = rng.choice(["a", "b", "c"], p=[0.6, 0.3, 0.1])
         for i in range(int(rng.integers(1, 6))):
-            rows.append({"hid": 1000 + g, "region": region, "roof": roof,
-                         "relat": 1 if i == 0 else rng.choice([2, 3], p=[.3, .7]),
-                         "sex": rng.choice([1, 2]), "income": round(float(rng.normal()), 6)})
+            rows.append(
+                {
+                    "hid": 1000 + g,
+                    "region": region,
+                    "roof": roof,
+                    "relat": 1 if i == 0 else rng.choice([2, 3], p=[0.3, 0.7]),
+                    "sex": rng.choice([1, 2]),
+                    "income": round(float(rng.normal()), 6),
+                }
+            )
     qi = ["region", "roof", "relat", "sex"]
     return pd.DataFrame(rows), qi, {"alpha": 0.1, "household": "hid"}
 

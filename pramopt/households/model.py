@@ -13,6 +13,7 @@ cells are every pair ``(h', p')`` of a household cell and a person cell, includi
 from the data; :func:`record_matrix` builds this K x K' matrix (present cells x released pairs
 that can occur) row by row, never as a Kronecker product of the full spaces.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,8 +26,16 @@ from .._plain import plain
 from ..errors import InvalidParameterError
 from ..frequency.table import FrequencyTable, cell_index, frequency_table
 
-__all__ = ["Layout", "household_keys", "layout", "record_matrix", "household_codes", "person_index", "person_diagonal",
-           "same_missing"]
+__all__ = [
+    "Layout",
+    "household_keys",
+    "layout",
+    "record_matrix",
+    "household_codes",
+    "person_index",
+    "person_diagonal",
+    "same_missing",
+]
 
 
 def _non_constant(df: pd.DataFrame, household: str, keys) -> dict:
@@ -41,7 +50,9 @@ def _non_constant(df: pd.DataFrame, household: str, keys) -> dict:
     return out
 
 
-def household_keys(df: pd.DataFrame, qi, household: str, named=None, owner: str = "design") -> tuple[tuple, tuple]:
+def household_keys(
+    df: pd.DataFrame, qi, household: str, named=None, owner: str = "design"
+) -> tuple[tuple, tuple]:
     """The household-level and person-level identifying variables (each in ``qi``'s order).
 
     ``named`` (the ``household_keys`` parameter) must be identifying variables that are constant
@@ -59,27 +70,32 @@ def household_keys(df: pd.DataFrame, qi, household: str, named=None, owner: str 
     if household not in df.columns:
         raise InvalidParameterError(
             f"The 'household' parameter of {owner} must name a column of the data; got {household!r} "
-            f"(columns: {list(map(str, df.columns))[:20]}).")
+            f"(columns: {list(map(str, df.columns))[:20]})."
+        )
     if household in qi:
         raise InvalidParameterError(
-            f"The 'household' parameter of {owner} must not be an identifying variable; got {household!r}.")
+            f"The 'household' parameter of {owner} must not be an identifying variable; got {household!r}."
+        )
     if df[household].isna().any():
         i = int(np.flatnonzero(df[household].isna().to_numpy())[0])
         raise InvalidParameterError(
             f"The 'household' column {household!r} must identify the household of every record; record {i} has "
-            "none (a missing value).")
+            "none (a missing value)."
+        )
     if named is not None:
         bad = [q for q in named if q not in qi]
         if bad:
             raise InvalidParameterError(
-                f"The 'household_keys' parameter of {owner} must list identifying variables ({qi}); got {bad}.")
+                f"The 'household_keys' parameter of {owner} must list identifying variables ({qi}); got {bad}."
+            )
         differ = _non_constant(df, household, named)
         if differ:
             q, hid = next(iter(differ.items()))
             raise InvalidParameterError(
                 f"The 'household_keys' parameter of {owner} names {q!r}, which is not constant within household "
                 f"{household} = {plain(hid)!r} (and {len(differ) - 1} other key(s) differ within some household). "
-                "A household-level key must have one value per household; leave it out to treat it as person-level.")
+                "A household-level key must have one value per household; leave it out to treat it as person-level."
+            )
         hkeys = [q for q in qi if q in set(named)]
     else:
         differ = _non_constant(df, household, qi)
@@ -87,7 +103,8 @@ def household_keys(df: pd.DataFrame, qi, household: str, named=None, owner: str 
     if not hkeys:
         raise InvalidParameterError(
             f"The 'household' parameter of {owner} needs a household-level key, but none of the identifying variables "
-            f"{qi} is constant within every household of {household!r}.")
+            f"{qi} is constant within every household of {household!r}."
+        )
     return tuple(hkeys), tuple(q for q in qi if q not in hkeys)
 
 
@@ -129,16 +146,28 @@ def _sub_table(table: FrequencyTable, pos) -> FrequencyTable:
     """The table's records counted over the variables at ``pos`` (same categories)."""
     pos = list(pos)
     if not pos:
-        return FrequencyTable(qi=(), categories=(), codes=np.zeros((1, 0), dtype=np.int64),
-                              counts=np.array([table.n], dtype=np.int64))
+        return FrequencyTable(
+            qi=(),
+            categories=(),
+            codes=np.zeros((1, 0), dtype=np.int64),
+            counts=np.array([table.n], dtype=np.int64),
+        )
     codes, inv = np.unique(table.codes[:, pos], axis=0, return_inverse=True)
     counts = np.bincount(np.asarray(inv).ravel(), weights=table.counts).astype(np.int64)
-    return FrequencyTable(qi=tuple(table.qi[j] for j in pos), categories=tuple(table.categories[j] for j in pos),
-                          codes=codes.astype(np.int64), counts=counts)
+    return FrequencyTable(
+        qi=tuple(table.qi[j] for j in pos),
+        categories=tuple(table.categories[j] for j in pos),
+        codes=codes.astype(np.int64),
+        counts=counts,
+    )
 
 
-def split(table: FrequencyTable, hkeys, household_table: FrequencyTable | None = None,
-          person_table: FrequencyTable | None = None) -> Layout:
+def split(
+    table: FrequencyTable,
+    hkeys,
+    household_table: FrequencyTable | None = None,
+    person_table: FrequencyTable | None = None,
+) -> Layout:
     """The layout of a record table whose household-level keys are ``hkeys``."""
     hpos = tuple(j for j, q in enumerate(table.qi) if q in set(hkeys))
     ppos = tuple(j for j in range(len(table.qi)) if j not in hpos)
@@ -149,20 +178,27 @@ def split(table: FrequencyTable, hkeys, household_table: FrequencyTable | None =
         if not pos:
             return np.zeros(table.n_cells, dtype=np.int64)
         return cell_index(sub, table.codes[:, list(pos)])
+
     h_of, p_of = index(th, hpos), index(tp, ppos)
     if (h_of < 0).any() or (p_of < 0).any():
-        raise InvalidParameterError("The household and person tables do not cover the record cells.")
+        raise InvalidParameterError(
+            "The household and person tables do not cover the record cells."
+        )
     return Layout(table, th, tp, h_of, p_of, hpos, ppos)
 
 
-def layout(df: pd.DataFrame, qi, hkeys, domains=None, max_categories=None, owner: str = "design") -> Layout:
+def layout(
+    df: pd.DataFrame, qi, hkeys, domains=None, max_categories=None, owner: str = "design"
+) -> Layout:
     """Count ``df`` and split its cells into household and person cells."""
     kw = {} if max_categories is None else {"max_categories": max_categories}
     table = frequency_table(df, list(qi), domains=domains, owner=owner, **kw)
     return split(table, hkeys)
 
 
-def household_codes(df: pd.DataFrame, household: str, h_cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def household_codes(
+    df: pd.DataFrame, household: str, h_cells: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Each record's household number (in order of first appearance) and each household's cell.
 
     ``h_cells`` is each record's household cell; the caller has checked that it is constant within

@@ -15,6 +15,7 @@ they are the household design's own C1.  The objective is the expected number of
 person-level values change; every diagonal entry is at least ``floor`` (> 1/2 keeps ``Pp``
 invertible by strict diagonal dominance).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -33,8 +34,15 @@ def _indicator(inv: np.ndarray, n: int) -> sp.csr_array:
     return sp.csr_array((np.ones(inv.size), (np.arange(inv.size), inv)), shape=(inv.size, n))
 
 
-def solve_person(lay: Layout, Ph, combos, alpha: float, floor: float, keep_missing: bool = True,
-                 solver: str | None = None):
+def solve_person(
+    lay: Layout,
+    Ph,
+    combos,
+    alpha: float,
+    floor: float,
+    keep_missing: bool = True,
+    solver: str | None = None,
+):
     """The person matrix of fewest expected changes meeting C1 with ``Ph`` fixed.
 
     Parameters
@@ -73,8 +81,12 @@ def solve_person(lay: Layout, Ph, combos, alpha: float, floor: float, keep_missi
     nv = nx + n_aux
     # row sums: sum_p' Pp[p, p'] = 1
     srow = pr
-    A_eq = sp.vstack([sp.csr_array((evals, (erows, ecols)), shape=(n_aux, nv)),
-                      sp.csr_array((np.ones(nx), (srow, np.arange(nx))), shape=(Kp, nv))]).tocsr()
+    A_eq = sp.vstack(
+        [
+            sp.csr_array((evals, (erows, ecols)), shape=(n_aux, nv)),
+            sp.csr_array((np.ones(nx), (srow, np.arange(nx))), shape=(Kp, nv)),
+        ]
+    ).tocsr()
     b_eq = np.concatenate([np.zeros(n_aux), np.ones(Kp)])
     A_ub = sp.csr_array((vals, (rows, cols)), shape=(n_ub, nv)) if n_ub else None
     b_ub = np.zeros(n_ub) if n_ub else None
@@ -86,8 +98,16 @@ def solve_person(lay: Layout, Ph, combos, alpha: float, floor: float, keep_missi
     lo[np.flatnonzero(diag)] = floor
     bounds = np.column_stack([lo, np.concatenate([np.ones(nx), np.full(n_aux, np.inf)])])
     # the interior point method: HiGHS' dual simplex stalls on these rows
-    res = solve_lp(c, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=b_eq, bounds=bounds, solver=solver,
-                   method="highs-ipm")
+    res = solve_lp(
+        c,
+        A_ub=A_ub,
+        b_ub=b_ub,
+        A_eq=A_eq,
+        b_eq=b_eq,
+        bounds=bounds,
+        solver=solver,
+        method="highs-ipm",
+    )
     if res.outcome is not Outcome.OPTIMAL:
         return None
     x = np.clip(res.x[:nx], 0.0, None)
@@ -160,8 +180,15 @@ def _groups(lay: Layout, Ph, combos):
         yield b_of, C, W
 
 
-def solve_person_replacement(lay: Layout, Ph, combos, alpha: float, lam_min: float = 1e-3,
-                             keep_missing: bool = True, solver: str | None = None):
+def solve_person_replacement(
+    lay: Layout,
+    Ph,
+    combos,
+    alpha: float,
+    lam_min: float = 1e-3,
+    keep_missing: bool = True,
+    solver: str | None = None,
+):
     """A replacement person matrix ``Pp = diag(lam) + (1 - lam) v^T`` (v: the person cells' frequencies
     among records of their missing pattern) of fewest expected changes meeting C1 with ``Ph`` fixed.
 
@@ -209,15 +236,20 @@ def solve_person_replacement(lay: Layout, Ph, combos, alpha: float, lam_min: flo
     if A_ub is not None:
         A1 = np.hstack([A_ub, np.zeros((A_ub.shape[0], 1))])
         T = np.hstack([-np.eye(Kp), np.ones((Kp, 1))])  # t - lam_p <= 0
-        first = solve_lp(np.r_[np.zeros(Kp), -1.0], A_ub=np.vstack([A1, T]),
-                         b_ub=np.r_[b_ub, np.zeros(Kp)],
-                         bounds=[(lam_min, 1.0)] * Kp + [(lam_min, 1.0)], solver=solver,
-                         method="highs-ipm")
+        first = solve_lp(
+            np.r_[np.zeros(Kp), -1.0],
+            A_ub=np.vstack([A1, T]),
+            b_ub=np.r_[b_ub, np.zeros(Kp)],
+            bounds=[(lam_min, 1.0)] * Kp + [(lam_min, 1.0)],
+            solver=solver,
+            method="highs-ipm",
+        )
         if first.outcome is not Outcome.OPTIMAL:
             return None
         lam_min = max(lam_min, 0.9 * float(first.x[-1]))
-    res = solve_lp(c, A_ub=A_ub, b_ub=b_ub, bounds=[(lam_min, 1.0)] * Kp, solver=solver,
-                   method="highs-ipm")
+    res = solve_lp(
+        c, A_ub=A_ub, b_ub=b_ub, bounds=[(lam_min, 1.0)] * Kp, solver=solver, method="highs-ipm"
+    )
     if res.outcome is not Outcome.OPTIMAL:
         return None
     lam = np.clip(res.x, lam_min, 1.0)

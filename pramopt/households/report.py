@@ -1,4 +1,5 @@
 """The report of a household design: the record-level matrix in the usual report, with a line on households."""
+
 from __future__ import annotations
 
 from ..report import ReportData
@@ -14,17 +15,23 @@ def from_household(result: HouseholdDesign, title: str = "pramopt household desi
     and the household part's reduction."""
     lay = result.layout
     R, cols = result.record_matrix()
-    diag = result.household_matrix.diagonal()[lay.h_of] * person_diagonal(result.person_matrix, lay.h_of, lay.p_of)
+    diag = result.household_matrix.diagonal()[lay.h_of] * person_diagonal(
+        result.person_matrix, lay.h_of, lay.p_of
+    )
     rh = result.household_design
     figures = {
         "status": result.status.value,
         "records n": result.n,
-        "households": (f"{result.details.get('households')} (column {result.household!r}); household-level keys "
-                       f"{', '.join(map(str, lay.household_keys))} drawn once per household and copied to every "
-                       f"member; person-level keys {', '.join(map(str, lay.person_keys)) or '-'} per person, from "
-                       + ("the person matrix of the household's original household cell"
-                          if result.person_matrix.shape[0] != result.person_matrix.shape[1]
-                          else "one person matrix for every household")),
+        "households": (
+            f"{result.details.get('households')} (column {result.household!r}); household-level keys "
+            f"{', '.join(map(str, lay.household_keys))} drawn once per household and copied to every "
+            f"member; person-level keys {', '.join(map(str, lay.person_keys)) or '-'} per person, from "
+            + (
+                "the person matrix of the household's original household cell"
+                if result.person_matrix.shape[0] != result.person_matrix.shape[1]
+                else "one person matrix for every household"
+            )
+        ),
         "present cells K": result.table.n_cells,
         "released cells (household cell x person cell)": R.shape[1],
         "identifying variables": ", ".join(map(str, result.qi)),
@@ -37,7 +44,18 @@ def from_household(result: HouseholdDesign, title: str = "pramopt household desi
         "expected changes": result.expected_changes,
         "min diagonal": float(diag.min()),
     }
-    return ReportData(title=title, matrix=R, table=result.table, combinations=list(result.combination_indices),
-                      alpha=result.alpha, figures=figures, status=result.status.value, message=result.message,
-                      reduction=rh.reduction.as_dict() if rh.reduction is not None else {},
-                      stages=tuple(result.stages), solver=rh.solver, col_codes=cols, diag=diag)
+    return ReportData(
+        title=title,
+        matrix=R,
+        table=result.table,
+        combinations=list(result.combination_indices),
+        alpha=result.alpha,
+        figures=figures,
+        status=result.status.value,
+        message=result.message,
+        reduction=rh.reduction.as_dict() if rh.reduction is not None else {},
+        stages=tuple(result.stages),
+        solver=rh.solver,
+        col_codes=cols,
+        diag=diag,
+    )

@@ -1,4 +1,5 @@
 """The result of a household design, its record-level check and its loss."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -36,20 +37,31 @@ def inverse_row_norms(P) -> np.ndarray:
     return np.sum(np.linalg.inv(sp.csr_array(P).toarray()) ** 2, axis=1)
 
 
-def member_pairs(hh: np.ndarray, h_rec: np.ndarray, p_rec: np.ndarray, Kh: int, Kp: int) -> sp.csr_array:
+def member_pairs(
+    hh: np.ndarray, h_rec: np.ndarray, p_rec: np.ndarray, Kh: int, Kp: int
+) -> sp.csr_array:
     """Ordered pairs of distinct members of one household: entry ``(h, p Kp + q)`` counts the pairs
     (i, j), i != j, of members of households of cell h with person cells p and q."""
     if not hh.size:
         return sp.csr_array((Kh, Kp * Kp))
     hh = np.asarray(hh, dtype=np.int64)
-    c = pd.Series(1, index=pd.MultiIndex.from_arrays([hh, p_rec], names=["g", "p"])).groupby(level=[0, 1]).sum()
+    c = (
+        pd.Series(1, index=pd.MultiIndex.from_arrays([hh, p_rec], names=["g", "p"]))
+        .groupby(level=[0, 1])
+        .sum()
+    )
     c = c.rename("n").reset_index()
     both = c.merge(c, on="g", suffixes=("", "2"))
-    n = both["n"].to_numpy() * (both["n2"].to_numpy() - (both["p"].to_numpy() == both["p2"].to_numpy()))
+    n = both["n"].to_numpy() * (
+        both["n2"].to_numpy() - (both["p"].to_numpy() == both["p2"].to_numpy())
+    )
     first = np.full(int(hh.max()) + 1, -1, dtype=np.int64)
     first[hh[::-1]] = np.asarray(h_rec)[::-1]
     h = first[both["g"].to_numpy()]
-    return sp.csr_array((n.astype(float), (h, both["p"].to_numpy() * Kp + both["p2"].to_numpy())), shape=(Kh, Kp * Kp))
+    return sp.csr_array(
+        (n.astype(float), (h, both["p"].to_numpy() * Kp + both["p2"].to_numpy())),
+        shape=(Kh, Kp * Kp),
+    )
 
 
 def same_cell_pairs(pairs: sp.csr_array, Kp: int) -> np.ndarray:
@@ -92,7 +104,7 @@ def conditional_loss(lay: Layout, Ph, Pp, pairs) -> tuple[float, float]:
     Phi2 = np.linalg.inv(Phd) ** 2
     B = sp.csr_array(Pp).toarray().reshape(Kh, Kp, Kp)
     Q = np.linalg.inv(B)
-    N = Phi2 @ np.sum(Q ** 2, axis=2)  # Kh x Kp
+    N = Phi2 @ np.sum(Q**2, axis=2)  # Kh x Kp
     R, rel = record_matrix(Ph, Pp, lay.h_of, lay.p_of)
     n = float(t.n)
     released = t.counts.astype(float) @ R
@@ -223,28 +235,41 @@ class HouseholdDesign:
 
     def record_matrix(self) -> tuple[sp.csr_array, np.ndarray]:
         """The record-level matrix (present cells x released cells) and the released cells' codes."""
-        R, pairs = record_matrix(self.household_matrix, self.person_matrix, self.layout.h_of, self.layout.p_of)
+        R, pairs = record_matrix(
+            self.household_matrix, self.person_matrix, self.layout.h_of, self.layout.p_of
+        )
         return R, released_codes(self.layout, pairs)
 
     def check(self) -> C1Report:
         """The full C1 of the record-level matrix, computed again."""
-        return record_check(self.layout, self.household_matrix, self.person_matrix, self.combination_indices)[0]
+        return record_check(
+            self.layout, self.household_matrix, self.person_matrix, self.combination_indices
+        )[0]
 
     def figures(self) -> dict[str, Any]:
-        return {"max_risk": self.max_risk, "loss": self.loss, "expected_changes": self.expected_changes,
-                "n": self.n, "cells": self.table.n_cells}
+        return {
+            "max_risk": self.max_risk,
+            "loss": self.loss,
+            "expected_changes": self.expected_changes,
+            "n": self.n,
+            "cells": self.table.n_cells,
+        }
 
     def summary(self) -> str:
         lay = self.layout
         lines = [
-            f"pramopt household design: {self.status.value}" + ("" if self.success else " (NOT SAFE TO RELEASE)"),
+            f"pramopt household design: {self.status.value}"
+            + ("" if self.success else " (NOT SAFE TO RELEASE)"),
             f"  {self.message}",
             f"  records n = {self.n}, households = {self.details.get('households')}, cells K = {self.table.n_cells}",
             f"  household-level keys (once per household of {self.household!r}) = {', '.join(map(str, lay.household_keys))}"
             f" ({lay.household_table.n_cells} cells)",
             f"  person-level keys = {', '.join(map(str, lay.person_keys)) or '-'} ({lay.person_table.n_cells} cells; "
-            + ("one person matrix per household cell)" if self.person_matrix.shape[0] != self.person_matrix.shape[1]
-               else "one person matrix for every household)"),
+            + (
+                "one person matrix per household cell)"
+                if self.person_matrix.shape[0] != self.person_matrix.shape[1]
+                else "one person matrix for every household)"
+            ),
             f"  combinations |Pi| = {len(self.combinations)}, alpha = {self.alpha:g} (household part designed at "
             f"{self.alpha_household:.4g})",
             f"  max C1 risk      = {self.max_risk:.6g}  (bound {self.alpha:g}, record level: all m, pi, k0 over "
@@ -254,14 +279,17 @@ class HouseholdDesign:
             f"  expected changes = {self.expected_changes:.4g} of {self.n} records",
         ]
         for s in self.stages:
-            lines.append(f"  stage {s.name:<10} {s.seconds:8.2f} s  {s.iterations:4d} it  {s.detail}")
+            lines.append(
+                f"  stage {s.name:<10} {s.seconds:8.2f} s  {s.iterations:4d} it  {s.detail}"
+            )
         return "\n".join(lines)
 
     def __str__(self) -> str:  # pragma: no cover - convenience
         return self.summary()
 
 
-def rebuild_layout(table: FrequencyTable, household_table: FrequencyTable, person_table: FrequencyTable,
-                   hkeys) -> Layout:
+def rebuild_layout(
+    table: FrequencyTable, household_table: FrequencyTable, person_table: FrequencyTable, hkeys
+) -> Layout:
     """The layout of a design read back from a file."""
     return split(table, hkeys, household_table, person_table)

@@ -6,6 +6,7 @@ behind.  The temporary file and folder are created with the modes a plain ``open
 applies), so outputs are not made private and the umask is never changed -- changing it and
 restoring it would be unsafe with threads.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -16,7 +17,14 @@ from pathlib import Path
 
 from ..errors import InvalidParameterError
 
-__all__ = ["atomic_write", "atomic_dir", "write_text", "check_out_file", "check_out_dir", "PARQUET_SUFFIXES"]
+__all__ = [
+    "atomic_write",
+    "atomic_dir",
+    "write_text",
+    "check_out_file",
+    "check_out_dir",
+    "PARQUET_SUFFIXES",
+]
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 #: Name of the machine-readable design file inside a design folder.
@@ -49,8 +57,13 @@ def _not_writable(folder: Path) -> str | None:
     return None
 
 
-def check_out_file(path, kinds=(".csv",) + PARQUET_SUFFIXES, param: str | None = None,
-                   owner: str | None = None, flag: str | None = None) -> Path:
+def check_out_file(
+    path,
+    kinds=(".csv",) + PARQUET_SUFFIXES,
+    param: str | None = None,
+    owner: str | None = None,
+    flag: str | None = None,
+) -> Path:
     """Fail early (before any long work) on an output file that cannot be written (``flag``: the
     command-line option that named it, for the message)."""
     p = Path(path)
@@ -63,7 +76,10 @@ def check_out_file(path, kinds=(".csv",) + PARQUET_SUFFIXES, param: str | None =
         raise InvalidParameterError(f"Cannot write {name}: {why}.")
 
     if p.suffix.lower() not in kinds:
-        bad(f"a file name ending in {', '.join(kinds)}", f"the file name must end in {', '.join(kinds)}")
+        bad(
+            f"a file name ending in {', '.join(kinds)}",
+            f"the file name must end in {', '.join(kinds)}",
+        )
     folder = _parent(p)
     if not folder.is_dir():
         bad("a file in an existing folder", f"the folder {str(folder)!r} does not exist")
@@ -83,17 +99,22 @@ def check_out_dir(path, marker: str = DESIGN_FILE, flag: str | None = None) -> P
     name = f"{flag} {str(p)!r}" if flag else repr(str(p))
     parent = _parent(p)
     if not parent.is_dir():
-        raise InvalidParameterError(f"Cannot write {name}: the folder {str(parent)!r} does not exist.")
+        raise InvalidParameterError(
+            f"Cannot write {name}: the folder {str(parent)!r} does not exist."
+        )
     why = _not_writable(parent)
     if why:
         raise InvalidParameterError(f"Cannot write {name}: {why}.")
     if p.exists():
         if not p.is_dir():
-            raise InvalidParameterError(f"Cannot write the folder {name}: a file of that name exists.")
+            raise InvalidParameterError(
+                f"Cannot write the folder {name}: a file of that name exists."
+            )
         if any(p.iterdir()) and not (p / marker).is_file():
             what = "design" if marker == DESIGN_FILE else Path(marker).stem
             raise InvalidParameterError(
-                f"Refusing to replace {name}: it is not a {what} folder (not empty, and no {marker}).")
+                f"Refusing to replace {name}: it is not a {what} folder (not empty, and no {marker})."
+            )
     return p
 
 

@@ -13,6 +13,7 @@
 
 Each file is written atomically (:mod:`pramopt.io.atomic`).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,10 +30,19 @@ from .._plain import plain as _plain
 from ..errors import DesignFileError, DesignMismatchError, InvalidParameterError
 from ..frequency.table import FrequencyTable, frequency_table
 from ..kinds import kind_of, kind_of_format
-from ..result import DesignResult, Reduction, Stage, Status, entries as _entries, matrix_long
+from ..result import DesignResult, Reduction, Stage, Status, matrix_long
+from ..result import entries as _entries
 from .atomic import DESIGN_FILE, atomic_write, check_out_file, write_text
 
-__all__ = ["DESIGN_FILE", "MATRIX_FILE", "FORMAT", "save_design", "load_design", "matrix_long", "table_for_design"]
+__all__ = [
+    "DESIGN_FILE",
+    "MATRIX_FILE",
+    "FORMAT",
+    "save_design",
+    "load_design",
+    "matrix_long",
+    "table_for_design",
+]
 
 #: The matrix in long form, beside ``design.json``; its SHA-256 is in ``design.json``.
 MATRIX_FILE = "matrix.csv"
@@ -61,7 +71,7 @@ def _dense_sha256(shape, r, c, v) -> str:
     h = hashlib.sha256(repr(tuple(shape)).encode())
     step = max(1, (1 << 22) // max(shape[1], 1))
     for s in range(0, shape[0], step):
-        h.update(np.ascontiguousarray(M[s:s + step].toarray(), dtype=np.float64).tobytes())
+        h.update(np.ascontiguousarray(M[s : s + step].toarray(), dtype=np.float64).tobytes())
     return h.hexdigest()
 
 
@@ -96,8 +106,14 @@ def file_sha256(path) -> str:
     return h.hexdigest()
 
 
-def design_record(result: DesignResult, *, kind: str = "design", extra: dict | None = None,
-                  files: dict | None = None, matrix_file: str | None = None) -> dict:
+def design_record(
+    result: DesignResult,
+    *,
+    kind: str = "design",
+    extra: dict | None = None,
+    files: dict | None = None,
+    matrix_file: str | None = None,
+) -> dict:
     """The content of ``design.json`` for a result (plain JSON values); ``files`` maps the names of
     the files written beside it to their SHA-256.  With ``matrix_file`` the matrix's entries are
     in that file beside it (which ``files`` must list), not inline."""
@@ -108,12 +124,19 @@ def design_record(result: DesignResult, *, kind: str = "design", extra: dict | N
     return rec
 
 
-def _record(result: DesignResult, kind: str, extra: dict | None, matrix_file: str | None = None) -> dict:
+def _record(
+    result: DesignResult, kind: str, extra: dict | None, matrix_file: str | None = None
+) -> dict:
     table = result.table
     if matrix_file is None:
         r, c, v = _entries(result.matrix)
         # repr of a float round-trips exactly through JSON
-        matrix = {"shape": list(result.matrix.shape), "rows": r.tolist(), "cols": c.tolist(), "values": v.tolist()}
+        matrix = {
+            "shape": list(result.matrix.shape),
+            "rows": r.tolist(),
+            "cols": c.tolist(),
+            "values": v.tolist(),
+        }
     else:
         matrix = {"shape": list(result.matrix.shape), "file": matrix_file}
     return {
@@ -135,16 +158,30 @@ def _record(result: DesignResult, kind: str, extra: dict | None, matrix_file: st
         "params": _plain(result.params),
         "details": _plain(result.details),
         "figures": _plain({**result.figures(), "gamma": result.gamma}),
-        "binding": [_plain({"combination": b[0], "k0": list(b[1]), "risk": b[2]}) for b in result.binding_rows],
+        "binding": [
+            _plain({"combination": b[0], "k0": list(b[1]), "risk": b[2]})
+            for b in result.binding_rows
+        ],
         "reduction": _plain(result.reduction.as_dict()) if result.reduction is not None else None,
         "solver": result.solver,
-        "stages": [_plain({"name": s.name, "seconds": s.seconds, "iterations": s.iterations,
-                           "detail": s.detail}) for s in result.stages],
+        "stages": [
+            _plain(
+                {
+                    "name": s.name,
+                    "seconds": s.seconds,
+                    "iterations": s.iterations,
+                    "detail": s.detail,
+                }
+            )
+            for s in result.stages
+        ],
         **({"extra": _plain(extra)} if extra else {}),
     }
 
 
-def save_design(result: DesignResult, folder, *, kind: str = "design", extra: dict | None = None) -> Path:
+def save_design(
+    result: DesignResult, folder, *, kind: str = "design", extra: dict | None = None
+) -> Path:
     """Write ``design.json`` and ``matrix.csv`` into an existing ``folder`` (each atomically).
 
     A design of another kind (:mod:`pramopt.kinds`) is written by its kind, in its format.
@@ -193,17 +230,28 @@ def _read_entries(m: dict, p: Path, rec: dict):
     f = p.parent / name
     digest = (rec.get("files") or {}).get(name)
     if digest is None or "/" in name or "\\" in name:
-        raise DesignFileError(f"The design {str(p)!r} is malformed: its matrix file {name!r} is not among its files.")
+        raise DesignFileError(
+            f"The design {str(p)!r} is malformed: its matrix file {name!r} is not among its files."
+        )
     if not f.is_file():
-        raise DesignFileError(f"The design {str(p)!r} keeps its matrix in {name}, which is missing beside it.")
+        raise DesignFileError(
+            f"The design {str(p)!r} keeps its matrix in {name}, which is missing beside it."
+        )
     if file_sha256(f) != digest:
-        raise DesignFileError(f"The design {str(p)!r} was modified: {name} does not match its checksum.")
+        raise DesignFileError(
+            f"The design {str(p)!r} was modified: {name} does not match its checksum."
+        )
     try:
         with np.load(f, allow_pickle=False) as z:
-            return (np.asarray(z["rows"], dtype=np.int64), np.asarray(z["cols"], dtype=np.int64),
-                    np.asarray(z["values"], dtype=float))
+            return (
+                np.asarray(z["rows"], dtype=np.int64),
+                np.asarray(z["cols"], dtype=np.int64),
+                np.asarray(z["values"], dtype=float),
+            )
     except (OSError, KeyError, ValueError, zipfile.BadZipFile) as e:
-        raise DesignFileError(f"The design {str(p)!r} is malformed: cannot read {name}: {e}") from None
+        raise DesignFileError(
+            f"The design {str(p)!r} is malformed: cannot read {name}: {e}"
+        ) from None
 
 
 def write_matrix(P, table: FrequencyTable, path) -> Path:
@@ -216,7 +264,7 @@ def write_matrix(P, table: FrequencyTable, path) -> Path:
         # whole rows at a time, so that every piece holds the entries of its rows in order
         step = max(1, int(MATRIX_CHUNK * csr.shape[0] / max(n, 1)))
         for s in range(0, max(csr.shape[0], 1), step):
-            part = matrix_long(csr[s:s + step], table, row_offset=s)
+            part = matrix_long(csr[s : s + step], table, row_offset=s)
             fh.write(part.to_csv(index=False, header=s == 0).encode("utf-8"))
     return p
 
@@ -226,7 +274,9 @@ def _design_path(path) -> Path:
     if p.is_dir():
         p = p / DESIGN_FILE
     if not p.is_file():
-        raise InvalidParameterError(f"No design at {str(path)!r}: expected a design folder or a {DESIGN_FILE}.")
+        raise InvalidParameterError(
+            f"No design at {str(path)!r}: expected a design folder or a {DESIGN_FILE}."
+        )
     return p
 
 
@@ -251,8 +301,10 @@ def load_design(path) -> DesignResult:
     try:
         rec = json.loads(p.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
-        raise DesignFileError(f"The design {str(p)!r} is not a complete design file (cut short or edited by hand?): "
-                              f"it stops making sense at line {e.lineno}. Write it again with pramopt design.") from None
+        raise DesignFileError(
+            f"The design {str(p)!r} is not a complete design file (cut short or edited by hand?): "
+            f"it stops making sense at line {e.lineno}. Write it again with pramopt design."
+        ) from None
     except (OSError, ValueError) as e:
         raise DesignFileError(f"Cannot read the design {str(p)!r}: {e}") from None
     kind = kind_of_format(rec.get("format")) if isinstance(rec, dict) else None
@@ -281,7 +333,9 @@ def design_from_record(rec: dict, p) -> DesignResult:
             P = sp.csr_array((v, (r, c)), shape=shape)
         fig = rec["figures"]
         status = Status(rec["status"])
-        binding = [(b["combination"], tuple(b["k0"]), float(b["risk"])) for b in rec.get("binding") or []]
+        binding = [
+            (b["combination"], tuple(b["k0"]), float(b["risk"])) for b in rec.get("binding") or []
+        ]
     except (KeyError, TypeError, ValueError, IndexError) as e:
         raise DesignFileError(f"The design {str(p)!r} is malformed: {e!r}") from None
     if not inline:  # beside design.json (its own errors say what is wrong with it)
@@ -292,34 +346,55 @@ def design_from_record(rec: dict, p) -> DesignResult:
             raise DesignFileError(f"The design {str(p)!r} is malformed: {e!r}") from None
     if table.checksum() != rec.get("table_checksum"):
         raise DesignFileError(
-            f"The design {str(p)!r} was modified: its cells or counts do not match their checksum.")
+            f"The design {str(p)!r} was modified: its cells or counts do not match their checksum."
+        )
     expected = matrix_sha256(P) if rec["format"] == FORMAT else _dense_sha256(shape, r, c, v)
     if expected != rec.get("matrix_sha256"):
-        raise DesignFileError(f"The design {str(p)!r} was modified: its matrix does not match its checksum.")
+        raise DesignFileError(
+            f"The design {str(p)!r} was modified: its matrix does not match its checksum."
+        )
     if rec["format"] == FORMAT and record_sha256(rec) != rec.get("record_sha256"):
         raise DesignFileError(
-            f"The design {str(p)!r} was modified: its status, alpha or combinations do not match their checksum.")
+            f"The design {str(p)!r} was modified: its status, alpha or combinations do not match their checksum."
+        )
     for name, digest in (rec.get("files") or {}).items():
         # a file beside design.json that is not as written (design.json alone is authoritative,
         # so a missing one is no risk; an edited one would mislead whoever reads it)
         f = p.parent / str(name)
         if f.is_file() and file_sha256(f) != digest:
-            raise DesignFileError(f"The design {str(p)!r} was modified: {name} does not match its checksum.")
+            raise DesignFileError(
+                f"The design {str(p)!r} was modified: {name} does not match its checksum."
+            )
     if P.shape != (table.n_cells, table.n_cells):
-        raise DesignFileError(f"The design {str(p)!r} is malformed: matrix {P.shape} for {table.n_cells} cells.")
+        raise DesignFileError(
+            f"The design {str(p)!r} is malformed: matrix {P.shape} for {table.n_cells} cells."
+        )
     red = rec.get("reduction")
     return DesignResult(
-        matrix=P, status=status,
-        loss=_num(fig["loss"]), expected_changes=_num(fig["expected_changes"]),
-        max_risk=_num(fig["max_risk"]), min_diagonal=_num(fig["min_diagonal"]),
+        matrix=P,
+        status=status,
+        loss=_num(fig["loss"]),
+        expected_changes=_num(fig["expected_changes"]),
+        max_risk=_num(fig["max_risk"]),
+        min_diagonal=_num(fig["min_diagonal"]),
         gamma=None if fig.get("gamma") is None else float(fig["gamma"]),
-        binding_rows=binding, reduction=Reduction.from_dict(red) if red else None, solver=rec.get("solver"),
-        stages=tuple(Stage(s["name"], float(s["seconds"]), int(s["iterations"]), s.get("detail", ""))
-                     for s in rec.get("stages", [])),
-        condition_number=_num(fig["condition_number"]), message=rec.get("message", ""),
-        alpha=float(rec["alpha"]), qi=qi, combinations=tuple(tuple(c) for c in rec["combinations"]),
-        table=table, method=rec.get("method", "optimal"), params=dict(rec.get("params") or {}),
-        details=dict(rec.get("details") or {}))
+        binding_rows=binding,
+        reduction=Reduction.from_dict(red) if red else None,
+        solver=rec.get("solver"),
+        stages=tuple(
+            Stage(s["name"], float(s["seconds"]), int(s["iterations"]), s.get("detail", ""))
+            for s in rec.get("stages", [])
+        ),
+        condition_number=_num(fig["condition_number"]),
+        message=rec.get("message", ""),
+        alpha=float(rec["alpha"]),
+        qi=qi,
+        combinations=tuple(tuple(c) for c in rec["combinations"]),
+        table=table,
+        method=rec.get("method", "optimal"),
+        params=dict(rec.get("params") or {}),
+        details=dict(rec.get("details") or {}),
+    )
 
 
 def table_for_design(df: pd.DataFrame, result: DesignResult) -> FrequencyTable:

@@ -1,4 +1,5 @@
 """Transition matrices made elsewhere (sdcMicro, mu-ARGUS, by hand): long or square files."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -49,7 +50,7 @@ def _column_order(p: Path, headers: list[str], rows: list[list[str]]) -> np.ndar
         if len(rows[0]) == 1:
             break  # one variable: the separator plays no part
     stems = {h.rstrip("0123456789") for h in headers}
-    nums = [h[len(h.rstrip("0123456789")):] for h in headers]
+    nums = [h[len(h.rstrip("0123456789")) :] for h in headers]
     if len(stems) == 1 and all(nums):
         idx = [int(x) for x in nums]
         if idx in (list(range(K)), list(range(1, K + 1))):
@@ -58,7 +59,8 @@ def _column_order(p: Path, headers: list[str], rows: list[list[str]]) -> np.ndar
     raise InvalidParameterError(
         f"Cannot read the matrix {str(p)!r}: the probability columns of a square matrix must be labelled with the "
         f"cells of its rows (one value, or the values joined by '_', e.g. {'_'.join(rows[0])!r}), or be numbered "
-        f"in the rows' order (c0, c1, ...); headers {unmatched!r} match no row.")
+        f"in the rows' order (c0, c1, ...); headers {unmatched!r} match no row."
+    )
 
 
 def read_matrix(path, qi, data: pd.DataFrame | None = None) -> tuple[np.ndarray, pd.DataFrame]:
@@ -93,14 +95,24 @@ def read_matrix(path, qi, data: pd.DataFrame | None = None) -> tuple[np.ndarray,
         res = load_design(p)
         if list(res.qi) != qi:
             raise InvalidParameterError(
-                f"The design {str(path)!r} is for identifying variables {list(res.qi)!r}, not {qi!r}.")
+                f"The design {str(path)!r} is for identifying variables {list(res.qi)!r}, not {qi!r}."
+            )
         return res.to_dense(), res.cells
     # labels of variables the data hold as text are read as the text written ('03' stays '03')
-    text = [q for q in qi if data is not None and q in data.columns and data[q].dropna().map(type).eq(str).all()
-            and data[q].notna().any()]
+    text = [
+        q
+        for q in qi
+        if data is not None
+        and q in data.columns
+        and data[q].dropna().map(type).eq(str).all()
+        and data[q].notna().any()
+    ]
     # (with one variable, R's write.csv puts the row labels under an empty header, 'Unnamed: 0')
-    df = read_table(p, text=[c for q in text for c in (q, f"from_{q}", f"to_{q}")]
-                    + (["Unnamed: 0"] if len(qi) == 1 and text else []))
+    df = read_table(
+        p,
+        text=[c for q in text for c in (q, f"from_{q}", f"to_{q}")]
+        + (["Unnamed: 0"] if len(qi) == 1 and text else []),
+    )
     fcols, tcols = [f"from_{q}" for q in qi], [f"to_{q}" for q in qi]
     if all(c in df.columns for c in fcols + tcols) and "probability" in df.columns:
         frm = df[fcols].set_axis(qi, axis=1)
@@ -117,10 +129,17 @@ def read_matrix(path, qi, data: pd.DataFrame | None = None) -> tuple[np.ndarray,
         P = np.zeros((K, K))
         np.add.at(P, (pos[:n], pos[n:]), df["probability"].to_numpy(dtype=float))
         cells = both.drop_duplicates().reset_index(drop=True)
-        cells = cells.iloc[pd.MultiIndex.from_frame(cells.astype(object)).get_indexer(cells_idx)].reset_index(drop=True)
+        cells = cells.iloc[
+            pd.MultiIndex.from_frame(cells.astype(object)).get_indexer(cells_idx)
+        ].reset_index(drop=True)
         return P, cells
     renamed = {}
-    if len(qi) == 1 and qi[0] not in df.columns and len(df.columns) and str(df.columns[0]).startswith("Unnamed: 0"):
+    if (
+        len(qi) == 1
+        and qi[0] not in df.columns
+        and len(df.columns)
+        and str(df.columns[0]).startswith("Unnamed: 0")
+    ):
         # R's write.csv of a matrix with dimnames: an empty first header over the row names
         renamed = {df.columns[0]: qi[0]}
         df = df.rename(columns=renamed)
@@ -129,18 +148,22 @@ def read_matrix(path, qi, data: pd.DataFrame | None = None) -> tuple[np.ndarray,
         raise InvalidParameterError(
             f"Cannot read the matrix {str(p)!r}: expected from_/to_ columns and 'probability' (long form) "
             f"or the identifying variables {qi!r} followed by K probability columns (square form); "
-            f"{missing!r} missing.")
+            f"{missing!r} missing."
+        )
     cells = df[qi].reset_index(drop=True)
     probs = df.drop(columns=qi)
     if probs.shape[1] != len(df):
         raise InvalidParameterError(
             f"Cannot read the matrix {str(p)!r}: a square matrix needs as many probability columns as rows; "
-            f"got {probs.shape[1]} columns for {len(df)} rows.")
+            f"got {probs.shape[1]} columns for {len(df)} rows."
+        )
     order = _column_order(p, [str(c) for c in probs.columns], _row_texts(p, qi, len(df), renamed))
     try:
         P = probs.to_numpy(dtype=float)[:, order]
     except (TypeError, ValueError):
-        raise InvalidParameterError(f"Cannot read the matrix {str(p)!r}: non-numeric probabilities.") from None
+        raise InvalidParameterError(
+            f"Cannot read the matrix {str(p)!r}: non-numeric probabilities."
+        ) from None
     if data is not None:
         for q in qi:
             cells[q] = _coerce(cells[q], data[q])

@@ -1,4 +1,5 @@
 """Microdata files in and out: CSV and Parquet, chosen by the file's extension."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,8 +13,13 @@ from .atomic import PARQUET_SUFFIXES, atomic_write, check_out_file
 __all__ = ["read_table", "write_table"]
 
 
-def read_table(path, param: str | None = None, owner: str | None = None, text=(),
-               dialect: CsvDialect = DEFAULT_DIALECT) -> pd.DataFrame:
+def read_table(
+    path,
+    param: str | None = None,
+    owner: str | None = None,
+    text=(),
+    dialect: CsvDialect = DEFAULT_DIALECT,
+) -> pd.DataFrame:
     """Read microdata from ``.csv`` or ``.parquet``/``.pq`` (by extension).
 
     ``text`` names CSV columns read as the text written (``03`` stays ``03``; an empty field or
@@ -28,14 +34,21 @@ def read_table(path, param: str | None = None, owner: str | None = None, text=()
     p = Path(path)
     suffix = p.suffix.lower()
     if suffix not in (".csv",) + PARQUET_SUFFIXES:
-        raise InvalidParameterError(f"Cannot read {str(p)!r}: the file name must end in .csv, .parquet or .pq.")
+        raise InvalidParameterError(
+            f"Cannot read {str(p)!r}: the file name must end in .csv, .parquet or .pq."
+        )
     if not p.is_file():
         raise InvalidParameterError(f"Cannot read {str(p)!r}: no such file.")
     try:
         if suffix in PARQUET_SUFFIXES:
             return pd.read_parquet(p)
-        return pd.read_csv(p, dtype={str(c): str for c in text} or None, sep=dialect.sep, encoding=dialect.encoding,
-                           decimal=dialect.decimal)
+        return pd.read_csv(
+            p,
+            dtype={str(c): str for c in text} or None,
+            sep=dialect.sep,
+            encoding=dialect.encoding,
+            decimal=dialect.decimal,
+        )
     except (OSError, ValueError, ImportError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise InvalidParameterError(f"Cannot read {str(p)!r}: {first}") from None
@@ -49,5 +62,9 @@ def write_table(df: pd.DataFrame, path, dialect: CsvDialect = DEFAULT_DIALECT) -
         if p.suffix.lower() in PARQUET_SUFFIXES:
             df.to_parquet(fh, index=False)
         else:
-            fh.write(df.to_csv(index=False, sep=dialect.sep, decimal=dialect.decimal).encode(dialect.encoding))
+            fh.write(
+                df.to_csv(index=False, sep=dialect.sep, decimal=dialect.decimal).encode(
+                    dialect.encoding
+                )
+            )
     return p

@@ -7,17 +7,43 @@
 
 The ``pramopt sensitivity`` command is :mod:`pramopt.cli.sensitivity`.
 """
+
 from .constructions import (
-    CounterexampleCell, construction_1, construction_2, construction_3, construction_4, dominance_ratio,
+    CounterexampleCell,
+    construction_1,
+    construction_2,
+    construction_3,
+    construction_4,
+    dominance_ratio,
     p_percent_ratio,
 )
 from .rules import (
-    DEFAULT_TOL, CoalitionBound, assess_cells, coalition_bound, dominance, entropy, entropy_rule, p_percent,
+    DEFAULT_TOL,
+    CoalitionBound,
+    assess_cells,
+    coalition_bound,
+    dominance,
+    entropy,
+    entropy_rule,
+    p_percent,
     pq_rule,
 )
 
 __all__ = [
-    "dominance", "p_percent", "pq_rule", "entropy", "entropy_rule", "coalition_bound", "CoalitionBound",
-    "assess_cells", "CounterexampleCell", "dominance_ratio", "p_percent_ratio", "construction_1",
-    "construction_2", "construction_3", "construction_4", "DEFAULT_TOL",
+    "dominance",
+    "p_percent",
+    "pq_rule",
+    "entropy",
+    "entropy_rule",
+    "coalition_bound",
+    "CoalitionBound",
+    "assess_cells",
+    "CounterexampleCell",
+    "dominance_ratio",
+    "p_percent_ratio",
+    "construction_1",
+    "construction_2",
+    "construction_3",
+    "construction_4",
+    "DEFAULT_TOL",
 ]

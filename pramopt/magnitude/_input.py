@@ -1,4 +1,5 @@
 """Input handling of the magnitude-table rules: one cell's contributions, or a frame of many cells."""
+
 from __future__ import annotations
 
 import math
@@ -71,8 +72,11 @@ def _cells(contributions: Any, owner: str, cell: Any = None, value: Any = None) 
 
 def _sequence_cell(contributions: Any, owner: str) -> _Cells:
     allowed = "a non-empty 1-D sequence of non-negative finite real numbers (or a DataFrame)"
-    if contributions is None or isinstance(contributions, (str, bytes)) or np.isscalar(
-            contributions):
+    if (
+        contributions is None
+        or isinstance(contributions, (str, bytes))
+        or np.isscalar(contributions)
+    ):
         _raise("contributions", owner, allowed, repr(contributions))
     try:
         raw = np.asarray(contributions)
@@ -125,13 +129,19 @@ def _frame_cells(df: pd.DataFrame, owner: str, cell: Any, value: Any) -> _Cells:
     if missing.any():
         row = df.index[int(np.argmax(missing))]
         _raise(
-            "contributions", owner, f"a DataFrame whose cell column {cell!r} has no missing ids",
+            "contributions",
+            owner,
+            f"a DataFrame whose cell column {cell!r} has no missing ids",
             f"a missing id at row {row!r}",
         )
     col = df[value]
     if pd.api.types.is_bool_dtype(col):
-        _raise("contributions", owner, f"a DataFrame whose column {value!r} holds numbers",
-               "a boolean column")
+        _raise(
+            "contributions",
+            owner,
+            f"a DataFrame whose column {value!r} holds numbers",
+            "a boolean column",
+        )
     num = pd.to_numeric(col, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
     codes, uniques = pd.factorize(ids, sort=False)
     index = pd.Index(uniques, name=cell)
@@ -139,7 +149,8 @@ def _frame_cells(df: pd.DataFrame, owner: str, cell: Any, value: Any) -> _Cells:
     if bad.any():
         i = int(np.argmax(bad))
         _raise(
-            "contributions", owner,
+            "contributions",
+            owner,
             f"a DataFrame whose column {value!r} holds non-negative finite real numbers",
             f"{col.iloc[i]!r} in cell {ids.iloc[i]!r}",
         )
@@ -156,6 +167,7 @@ def _frame_cells(df: pd.DataFrame, owner: str, cell: Any, value: Any) -> _Cells:
 
 def _check_values(values, codes, index, owner, name, column=None) -> None:
     """Reject NaN, infinite and negative contributions and cells with a zero total."""
+
     def where(i: int) -> str:
         return f" at position {i}" if index is None else f" in cell {index[codes[i]]!r}"
 
@@ -171,8 +183,7 @@ def _check_values(values, codes, index, owner, name, column=None) -> None:
     if zero.any():
         j = int(np.argmax(zero))
         cell_txt = "" if index is None else f" in cell {index[j]!r}"
-        _raise(name, owner, "contributions with a positive cell total x",
-               f"a total of 0{cell_txt}")
+        _raise(name, owner, "contributions with a positive cell total x", f"a total of 0{cell_txt}")
 
 
 def _item(v: Any) -> Any:
@@ -189,8 +200,15 @@ def _check_tol(tol: Any, owner: str) -> float:
     return check_real(tol, "tol", owner, low=0.0, high=0.01, low_open=False, high_open=False)
 
 
-def _check_fraction(value: Any, name: str, owner: str, *, high_open: bool,
-                    low: float = 0.0, low_text: str | None = None) -> float:
+def _check_fraction(
+    value: Any,
+    name: str,
+    owner: str,
+    *,
+    high_open: bool,
+    low: float = 0.0,
+    low_text: str | None = None,
+) -> float:
     """A proportion in (low, 1) or (low, 1]; the message reminds that percents are not taken."""
     hi = ")" if high_open else "]"
     interval = f"({low_text or _num(low)}, 1{hi}"

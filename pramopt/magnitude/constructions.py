@@ -3,6 +3,7 @@
 Each construction puts a cell exactly on a rule's boundary (see :mod:`pramopt.magnitude.rules`
 for the tolerance that resolves such boundaries toward the paper's verdicts).
 """
+
 from __future__ import annotations
 
 import math
@@ -14,8 +15,16 @@ from scipy.optimize import brentq
 from .._validation import check_int
 from .rules import _check_fraction, _raise
 
-__all__ = ["CounterexampleCell", "dominance_ratio", "p_percent_ratio", "construction_1", "construction_2",
-           "construction_3", "construction_4", "MAX_CONSTRUCTION_N"]
+__all__ = [
+    "CounterexampleCell",
+    "dominance_ratio",
+    "p_percent_ratio",
+    "construction_1",
+    "construction_2",
+    "construction_3",
+    "construction_4",
+    "MAX_CONSTRUCTION_N",
+]
 
 #: Largest N the constructions build (the cells are dense arrays).
 MAX_CONSTRUCTION_N = 10_000_000
@@ -107,12 +116,21 @@ def dominance_ratio(n, k, N):
 
 
 def _dominance_ratio(n, k, N, owner):
-    r = float(brentq(lambda r: _f_lemma1(r, n, N) - k, 0.0, 1.0, xtol=1e-16,
-                     rtol=4 * np.finfo(float).eps, maxiter=500))
+    r = float(
+        brentq(
+            lambda r: _f_lemma1(r, n, N) - k,
+            0.0,
+            1.0,
+            xtol=1e-16,
+            rtol=4 * np.finfo(float).eps,
+            maxiter=500,
+        )
+    )
     if r >= 1.0 - 1e-12:
         # k is within rounding of n/N: the cell would be uniform and eps would vanish
-        _raise("N", owner, f"an integer clearly above n/k = {n / k!r} (Lemma 1 needs n/N < k)",
-               repr(N))
+        _raise(
+            "N", owner, f"an integer clearly above n/k = {n / k!r} (Lemma 1 needs n/N < k)", repr(N)
+        )
     return r
 
 
@@ -222,8 +240,16 @@ def p_percent_ratio(p, N):
 
 
 def _p_ratio(p, N):
-    return float(brentq(lambda r: _g_eq11(r, N) - p, 0.0, 1.0, xtol=1e-16,
-                        rtol=4 * np.finfo(float).eps, maxiter=500))
+    return float(
+        brentq(
+            lambda r: _g_eq11(r, N) - p,
+            0.0,
+            1.0,
+            xtol=1e-16,
+            rtol=4 * np.finfo(float).eps,
+            maxiter=500,
+        )
+    )
 
 
 def construction_3(p, N):

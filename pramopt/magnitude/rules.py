@@ -38,6 +38,7 @@ Conventions
   always resolved toward the verdict the paper gives on the boundary.  ``tol=0`` compares
   exactly.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -46,7 +47,16 @@ import numpy as np
 import pandas as pd
 
 from .._validation import check_int, check_real
-from ._input import DEFAULT_CELL, DEFAULT_TOL, DEFAULT_VALUE, _Cells, _cells, _check_fraction, _check_tol, _raise
+from ._input import (
+    DEFAULT_CELL,
+    DEFAULT_TOL,
+    DEFAULT_VALUE,
+    _Cells,
+    _cells,
+    _check_fraction,
+    _check_tol,
+    _raise,
+)
 
 __all__ = [
     "dominance",
@@ -333,8 +343,9 @@ def coalition_bound(contributions, c=1, *, cell=None, value=None):
     gap = cells.tail_sum(c_ + 1)
     bound = largest + gap  # equals x - (x_2 + ... + x_{c+1}) without the cancellation
     if cells.single:
-        return CoalitionBound(c_, float(cells.total[0]), float(largest[0]), float(bound[0]),
-                              float(gap[0]))
+        return CoalitionBound(
+            c_, float(cells.total[0]), float(largest[0]), float(bound[0]), float(gap[0])
+        )
     return pd.DataFrame(
         {
             "total": cells.total,
@@ -348,8 +359,9 @@ def coalition_bound(contributions, c=1, *, cell=None, value=None):
     )
 
 
-def assess_cells(df, *, n, k, p, t, q=1.0, c=1, cell=DEFAULT_CELL, value=DEFAULT_VALUE,
-                 tol=DEFAULT_TOL):
+def assess_cells(
+    df, *, n, k, p, t, q=1.0, c=1, cell=DEFAULT_CELL, value=DEFAULT_VALUE, tol=DEFAULT_TOL
+):
     """Every rule's verdict and the coalition bound for each cell of a DataFrame.
 
     Parameters
@@ -381,8 +393,9 @@ def assess_cells(df, *, n, k, p, t, q=1.0, c=1, cell=DEFAULT_CELL, value=DEFAULT
         ``coalition_size``, ``coalition_bound``, ``bound_gap``, ``gap_share`` and
         ``relative_gap`` (see :class:`CoalitionBound`).
     """
-    return _assess(df, n=n, k=k, p=p, q=q, t=t, c=c, cell=cell, value=value, tol=tol,
-                   owner="assess_cells")
+    return _assess(
+        df, n=n, k=k, p=p, q=q, t=t, c=c, cell=cell, value=value, tol=tol, owner="assess_cells"
+    )
 
 
 def _check_params(owner, *, n, k, p, q, t, c, tol) -> dict:
@@ -404,8 +417,7 @@ def _assess(df, *, owner, cell, value, **params):
 
 def _compute(df, *, n, k, p, q, t, c, cell, value, tol, owner):
     if not isinstance(df, pd.DataFrame):
-        _raise("df", owner, "a pandas DataFrame with one row per contribution",
-               type(df).__name__)
+        _raise("df", owner, "a pandas DataFrame with one row per contribution", type(df).__name__)
     cells = _cells(df, owner, cell, value)
     h = _entropy(cells)
     ratio = _normalised_entropy(cells, h)

@@ -166,6 +166,6 @@ class Candidate:
     describe: str = ""
 
     @staticmethod
-    def identity(K: int, gamma: float | None = None, reduction=None) -> "Candidate":
+    def identity(K: int, gamma: float | None = None, reduction=None) -> Candidate:
         """P = I: what a design that found no matrix returns."""
         return Candidate("identity", sp.identity(K, format="csr"), gamma=gamma, reduction=reduction)

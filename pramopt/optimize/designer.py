@@ -9,6 +9,7 @@ A design that fails the check at every margin (:func:`.auto.margins`) is reporte
 never INFEASIBLE; why no design exists is said by :mod:`.diagnosis`; designs under epsilon and k
 are made by :mod:`.epsilon_k`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -27,8 +28,13 @@ from ..params import GAMMA_LADDER, DesignParams, parameters_doc, signature
 from ..result import DesignResult, Status
 from ..verified_result import finish
 from .auto import AUTO, Candidate, margins
-from .diagnosis import (check_structure, explain_max_changed, forbidden, optimality_bounds,
-                        small_stratum)
+from .diagnosis import (
+    check_structure,
+    explain_max_changed,
+    forbidden,
+    optimality_bounds,
+    small_stratum,
+)
 from .epsilon_k import check_options, design_epsilon_k
 from .problem import DesignProblem, ProgressFn
 from .strategies import AttemptStatus, strategy
@@ -41,41 +47,52 @@ __all__ = ["design", "GAMMA_LADDER"]
 LARGE_PROBLEM_ROWS = 1_000_000
 
 
-def design(data, qi=None, alpha: float = DesignParams.alpha, *, progress: ProgressFn | None = None,
-           client=None, **options) -> DesignResult:
+def design(
+    data,
+    qi=None,
+    alpha: float = DesignParams.alpha,
+    *,
+    progress: ProgressFn | None = None,
+    client=None,
+    **options,
+) -> DesignResult:
     """Design a PRAM matrix of minimal exact L2 loss under the C1 security constraint, and under
-    ε-DP (``epsilon``) and Pk-anonymity (``k``) of Ikarashi et al. when they are given.
+        ε-DP (``epsilon``) and Pk-anonymity (``k``) of Ikarashi et al. when they are given.
 
-    Parameters
-    ----------
-    data : pandas.DataFrame or FrequencyTable
-        Microdata (one row per record), or its frequency table.
-    qi : list of str
-        Identifying variables (ignored when ``data`` is a FrequencyTable).
-{parameters}
-    progress : callable, optional
-        ``progress(stage, iteration, loss, radius_or_violations)``, called during long work.
-    client : distributed.Client, optional
-        Design the strata of ``fixed`` on this Dask cluster (as ``workers`` does in local
-        processes; the result's ``params`` then say ``workers=1``, which repeats it locally).
+        Parameters
+        ----------
+        data : pandas.DataFrame or FrequencyTable
+            Microdata (one row per record), or its frequency table.
+        qi : list of str
+            Identifying variables (ignored when ``data`` is a FrequencyTable).
+    {parameters}
+        progress : callable, optional
+            ``progress(stage, iteration, loss, radius_or_violations)``, called during long work.
+        client : distributed.Client, optional
+            Design the strata of ``fixed`` on this Dask cluster (as ``workers`` does in local
+            processes; the result's ``params`` then say ``workers=1``, which repeats it locally).
 
-    Returns
-    -------
-    DesignResult
-        ``success`` is True only when the full, unreduced C1 holds with ``max_risk <= alpha``
-        (and, when given, ε and k, measured exactly: ``details["epsilon"]``, ``details["k"]``,
-        ``details["binding"]``).
-        ``params`` holds every parameter, so ``design(result.table, **result.params)`` makes
-        the same design again.
+        Returns
+        -------
+        DesignResult
+            ``success`` is True only when the full, unreduced C1 holds with ``max_risk <= alpha``
+            (and, when given, ε and k, measured exactly: ``details["epsilon"]``, ``details["k"]``,
+            ``details["binding"]``).
+            ``params`` holds every parameter, so ``design(result.table, **result.params)`` makes
+            the same design again.
     """
     owner = "design"
     params = DesignParams.from_options(owner, alpha=alpha, **options)
     if progress is not None and not callable(progress):
-        raise InvalidParameterError(f"The 'progress' parameter of {owner} must be a callable or None; got {progress!r}.")
+        raise InvalidParameterError(
+            f"The 'progress' parameter of {owner} must be a callable or None; got {progress!r}."
+        )
     if params.solver is not None and params.solver != "HIGHS":
         from .backends import known_solvers  # imports cvxpy: only when a cvxpy solver is named
+
         check_choice(params.solver, "solver", owner, known_solvers())
     from ..kinds import kind_for  # kinds of design other than the record-level one
+
     kind = kind_for(params)
     if kind is not None:  # e.g. households: household-level keys once per household
         return kind.design(data, qi, params, design, progress=progress, client=client, owner=owner)
@@ -84,36 +101,63 @@ def design(data, qi=None, alpha: float = DesignParams.alpha, *, progress: Progre
         check_options(params, table, owner)
     if (params.workers is not None or client is not None) and not params.fixed:
         given = f"workers={params.workers}" if params.workers is not None else "a client"
-        raise InvalidParameterError(f"The 'workers' and 'client' parameters of {owner} design the strata of 'fixed' "
-                                    f"apart; got {given} without fixed variables.")
+        raise InvalidParameterError(
+            f"The 'workers' and 'client' parameters of {owner} design the strata of 'fixed' "
+            f"apart; got {given} without fixed variables."
+        )
     if params.workers is not None or client is not None:
-        from .strata import check_client, design_strata  # independent designs per stratum of `fixed`
-        res = design_strata(design, table, combos, params, client=check_client(client, owner), progress=progress,
-                            owner=owner)
+        from .strata import (  # independent designs per stratum of `fixed`
+            check_client,
+            design_strata,
+        )
+
+        res = design_strata(
+            design,
+            table,
+            combos,
+            params,
+            client=check_client(client, owner),
+            progress=progress,
+            owner=owner,
+        )
         if res is not None:
             return res
     trace = CheckedTrace(progress)
     with trace.stage("model") as info:
         problem = DesignProblem.build(table, combos, params, owner)
-        info["detail"] = f"{problem.groups.n_groups} (pi, k0) groups, {problem.rare_rows} rows of C1 for rare cells"
+        info["detail"] = (
+            f"{problem.groups.n_groups} (pi, k0) groups, {problem.rare_rows} rows of C1 for rare cells"
+        )
     if problem.rare_rows > LARGE_PROBLEM_ROWS:
         # before minutes of work: say what makes it large and how to make it smaller
         rare = problem.rare_rows // len(combos)
-        warnings.warn(LargeProblemWarning(
-            f"{len(combos)} combinations of {len(table.qi)} identifying variables and {rare} rare cells give "
-            f"{problem.rare_rows:,} rows of C1 (more than {LARGE_PROBLEM_ROWS:,}): the design may take many minutes "
-            "and gigabytes. A smaller combination_size, an explicit list of combinations or coarser variables "
-            "make it smaller."), stacklevel=2)
+        warnings.warn(
+            LargeProblemWarning(
+                f"{len(combos)} combinations of {len(table.qi)} identifying variables and {rare} rare cells give "
+                f"{problem.rare_rows:,} rows of C1 (more than {LARGE_PROBLEM_ROWS:,}): the design may take many minutes "
+                "and gigabytes. A smaller combination_size, an explicit list of combinations or coarser variables "
+                "make it smaller."
+            ),
+            stacklevel=2,
+        )
     return _Designer(problem, trace).run()
 
 
 design.__doc__ = design.__doc__.replace("{parameters}", parameters_doc())
 design.__signature__ = signature(
-    design, before=[inspect.Parameter("data", inspect.Parameter.POSITIONAL_OR_KEYWORD),
-                    inspect.Parameter("qi", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None),
-                    inspect.Parameter("alpha", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=DesignParams.alpha)],
-    after=[inspect.Parameter("progress", inspect.Parameter.KEYWORD_ONLY, default=None),
-           inspect.Parameter("client", inspect.Parameter.KEYWORD_ONLY, default=None)])
+    design,
+    before=[
+        inspect.Parameter("data", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+        inspect.Parameter("qi", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None),
+        inspect.Parameter(
+            "alpha", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=DesignParams.alpha
+        ),
+    ],
+    after=[
+        inspect.Parameter("progress", inspect.Parameter.KEYWORD_ONLY, default=None),
+        inspect.Parameter("client", inspect.Parameter.KEYWORD_ONLY, default=None),
+    ],
+)
 
 
 def table_and_combinations(data, qi, params: DesignParams, owner: str):
@@ -122,9 +166,12 @@ def table_and_combinations(data, qi, params: DesignParams, owner: str):
     if isinstance(data, FrequencyTable):
         table = data
     else:
-        table = frequency_table(data, qi, domains=params.domains, max_categories=params.max_categories,
-                                owner=owner)
-    return table, resolve_combinations(table.qi, params.combination_size, params.combinations, owner)
+        table = frequency_table(
+            data, qi, domains=params.domains, max_categories=params.max_categories, owner=owner
+        )
+    return table, resolve_combinations(
+        table.qi, params.combination_size, params.combinations, owner
+    )
 
 
 class _Designer:
@@ -136,9 +183,23 @@ class _Designer:
 
     def finish(self, c: Candidate, status: Status, message: str, details=None) -> DesignResult:
         pb = self.problem
-        return finish(c.P, pb.table, pb.combos, pb.alpha, status, message, stages=self.trace.stages,
-                      gamma=c.gamma, reduction=c.reduction, solver=c.solver, report=c.report,
-                      params=self.p.to_dict(), loss=c.loss, condition=c.condition, details=details)
+        return finish(
+            c.P,
+            pb.table,
+            pb.combos,
+            pb.alpha,
+            status,
+            message,
+            stages=self.trace.stages,
+            gamma=c.gamma,
+            reduction=c.reduction,
+            solver=c.solver,
+            report=c.report,
+            params=self.p.to_dict(),
+            loss=c.loss,
+            condition=c.condition,
+            details=details,
+        )
 
     def identity(self, status: Status, message: str, gamma=None, reduction=None) -> DesignResult:
         return self.finish(Candidate.identity(self.problem.K, gamma, reduction), status, message)
@@ -155,8 +216,10 @@ class _Designer:
         # C1 can hold for no P at all when n < 1/alpha: the U0-weighted mean of the left-hand
         # sides over m is 1/n for every (π, k0), so the largest is at least 1/n.
         if pb.n * pb.alpha < 1:
-            return self.identity(Status.INFEASIBLE_DATA, f"C1 cannot hold for any matrix: "
-                                 f"n = {pb.n} < 1/alpha = {1 / pb.alpha:g}.")
+            return self.identity(
+                Status.INFEASIBLE_DATA,
+                f"C1 cannot hold for any matrix: n = {pb.n} < 1/alpha = {1 / pb.alpha:g}.",
+            )
         small = small_stratum(pb)
         if small:
             return self.identity(Status.INFEASIBLE, small)
@@ -166,8 +229,11 @@ class _Designer:
         eye = sp.identity(pb.K, format="csr")
         rep = check(pb, self.trace, eye, "check P=I")
         if rep.max_risk <= pb.alpha:
-            return self.finish(Candidate("identity", eye, rep), Status.SUCCESS,
-                               "The data already satisfy C1: P = I.")
+            return self.finish(
+                Candidate("identity", eye, rep),
+                Status.SUCCESS,
+                "The data already satisfy C1: P = I.",
+            )
         if p.structure not in ("auto", "general"):
             return self.alone(p.structure, f"{strategy(p.structure).label} structure requested.")
         # every structure honours every option (the floor, strata, kept cells, invariance), so
@@ -187,19 +253,25 @@ class _Designer:
                 return self._replacement_as_general(att)
             if not att.ok:
                 failed = Status.INFEASIBLE if att.status is AttemptStatus.INFEASIBLE else None
-                return self.identity(failed or Status.SOLVER_ERROR, att.detail, att.gamma,
-                                     att.reduction)
+                return self.identity(
+                    failed or Status.SOLVER_ERROR, att.detail, att.gamma, att.reduction
+                )
             general = self._candidate("general", att, f" Solved at alpha*(1-{margin:g}).")
             if general.report.max_risk <= pb.alpha:
                 # the structures that need no floor, made in seconds, may still have the smaller
                 # loss (by loss: without the refinement the general design minimises changes)
                 others = self._candidates(AUTO.beside) if auto and self.p.refine_loss else []
                 best = min([general, *others], key=self._score)
-                why = "" if best is general else (f"The {best.name} design has a smaller loss "
-                                                  "than the general design.")
+                why = (
+                    ""
+                    if best is general
+                    else (f"The {best.name} design has a smaller loss than the general design.")
+                )
                 return self._finish(best, why, others=[general, *others])
-            last = (f"verification failed (max risk {general.report.max_risk:.8g} > "
-                    f"{pb.alpha:g}) at margin {margin:g}")
+            last = (
+                f"verification failed (max risk {general.report.max_risk:.8g} > "
+                f"{pb.alpha:g}) at margin {margin:g}"
+            )
         return self.finish(dataclasses.replace(general, loss=None), Status.UNVERIFIED, last)
 
     def _replacement_as_general(self, att) -> DesignResult:
@@ -208,9 +280,12 @@ class _Designer:
         found, _ = self.candidate("replacement")
         low = float(found.P.diagonal().min()) if found is not None else -np.inf
         if low >= att.gamma:
-            return self._finish(found, f"{att.auto_reason} The replacement design keeps every "
-                                f"diagonal entry >= {low:.4g}, so it is a general design at that "
-                                "floor; it is returned.")
+            return self._finish(
+                found,
+                f"{att.auto_reason} The replacement design keeps every "
+                f"diagonal entry >= {low:.4g}, so it is a general design at that "
+                "floor; it is returned.",
+            )
         return self.identity(Status.INFEASIBLE, att.detail, att.gamma)
 
     def without_general(self, reason: str) -> DesignResult:
@@ -222,12 +297,16 @@ class _Designer:
         if found:
             return self._finish(min(found, key=self._score), reason, others=found)
         if self.problem.max_changed is not None:
-            why = (f"{reason} The replacement and block designs, which need no floor, move records "
-                   "between cells that differ in more than max_changed_variables = "
-                   f"{self.p.max_changed_variables} variables.")
+            why = (
+                f"{reason} The replacement and block designs, which need no floor, move records "
+                "between cells that differ in more than max_changed_variables = "
+                f"{self.p.max_changed_variables} variables."
+            )
         else:
-            why = (f"{reason} No block or replacement design satisfied C1 either. "
-                   f"{forbidden(self.problem)}")
+            why = (
+                f"{reason} No block or replacement design satisfied C1 either. "
+                f"{forbidden(self.problem)}"
+            )
         return self.unverified(reason) or self.identity(Status.INFEASIBLE, why)
 
     def alone(self, name: str, reason: str) -> DesignResult:
@@ -237,7 +316,8 @@ class _Designer:
             return self._finish(c, reason)
         if name == "blocks":  # the diagnosis runs only when no block design was made at all
             return self.unverified(reason) or self.identity(
-                Status.INFEASIBLE, f"{reason} {att.detail} {forbidden(self.problem)}")
+                Status.INFEASIBLE, f"{reason} {att.detail} {forbidden(self.problem)}"
+            )
         return self.unverified(reason) or self.identity(Status.INFEASIBLE, f"{reason} {att.detail}")
 
     def unverified(self, reason: str) -> DesignResult | None:
@@ -245,10 +325,13 @@ class _Designer:
         if self._unverified is None:
             return None
         P, rep, margin = self._unverified
-        return self.finish(Candidate("blocks", P, rep), Status.UNVERIFIED,
-                           f"{reason} The block design failed the full C1 check at every margin "
-                           f"tried, up to {margin:g} (max risk {rep.max_risk:.8g} > alpha = "
-                           f"{self.problem.alpha:g}).")
+        return self.finish(
+            Candidate("blocks", P, rep),
+            Status.UNVERIFIED,
+            f"{reason} The block design failed the full C1 check at every margin "
+            f"tried, up to {margin:g} (max risk {rep.max_risk:.8g} > alpha = "
+            f"{self.problem.alpha:g}).",
+        )
 
     def candidate(self, name: str) -> tuple:
         """``(candidate, attempt)``: the verified design of structure ``name`` (None: none) and
@@ -268,8 +351,17 @@ class _Designer:
     def _candidate(self, name: str, att, solved: str = "") -> Candidate:
         """The attempt's matrix with its full C1 check (free when the strategy checked it)."""
         loss = att.loss if att.loss is not None else l2_loss(att.P, self.problem.counts)
-        return Candidate(name, att.P, check(self.problem, self.trace, att.P), loss, att.condition,
-                         att.reduction, att.solver, att.gamma, att.describe + solved)
+        return Candidate(
+            name,
+            att.P,
+            check(self.problem, self.trace, att.P),
+            loss,
+            att.condition,
+            att.reduction,
+            att.solver,
+            att.gamma,
+            att.describe + solved,
+        )
 
     def _candidates(self, rules) -> list:
         """The verified designs of the structures ``rules`` admit, in their order."""
@@ -282,10 +374,15 @@ class _Designer:
 
     def _finish(self, c: Candidate, reason: str, others=()) -> DesignResult:
         also = "; ".join(f"{o.name} loss {o.loss:.4g}" for o in others if o is not c)
-        details = {**optimality_bounds(self.problem, self.trace, c),
-                   "tried": {o.name: o.loss for o in others}}
-        message = (f"{reason} {c.describe}".strip() + (f" (also tried: {also})." if also else "")
-                   + " Full C1 verified.")
+        details = {
+            **optimality_bounds(self.problem, self.trace, c),
+            "tried": {o.name: o.loss for o in others},
+        }
+        message = (
+            f"{reason} {c.describe}".strip()
+            + (f" (also tried: {also})." if also else "")
+            + " Full C1 verified."
+        )
         return self.finish(c, Status.SUCCESS, message, details)
 
     def _score(self, c: Candidate) -> float:

@@ -25,7 +25,8 @@ from ..result import DesignResult
 from .problem import DesignProblem, Trace
 from .relaxation import bound_combinations, changes_bound, flow_relaxation, loss_bound
 
-__all__ = ["check_structure", 
+__all__ = [
+    "check_structure",
     "ADVICE",
     "RELAXATION_TOL",
     "invariant_hint",
@@ -93,13 +94,17 @@ def check_structure(problem: DesignProblem) -> None:
     """Refuse a structure that ``max_changed_variables`` rules out (its pools mix cells farther
     apart)."""
     p = problem.params
-    if problem.max_changed is not None and p.structure in ("blocks", "replacement") and not (
-            p.structure == "replacement" and problem.pools_within_distance(problem.strata)):
+    if (
+        problem.max_changed is not None
+        and p.structure in ("blocks", "replacement")
+        and not (p.structure == "replacement" and problem.pools_within_distance(problem.strata))
+    ):
         raise InvalidParameterError(
             f"The 'max_changed_variables' parameter of design ({p.max_changed_variables}) cannot "
             f"be combined with structure={p.structure!r}: that design moves records between "
             f"every pair of cells of a {'block' if p.structure == 'blocks' else 'stratum'}, "
-            "which differ in more variables.  Use structure='general' or 'auto'.")
+            "which differ in more variables.  Use structure='general' or 'auto'."
+        )
 
 
 def invariant_hint(params: DesignParams) -> str:
@@ -187,7 +192,7 @@ def small_stratum(problem: DesignProblem) -> str:
                 f" > alpha = {pb.alpha:g}"
                 if strict
                 else f" = alpha = {pb.alpha:g}, reached only if all their cells are released "
-                     "alike (P singular)"
+                "alike (P singular)"
             )
             + f". {way}."
         )
@@ -223,8 +228,10 @@ def forbidden(problem: DesignProblem) -> str:
         if alt.status == "ok" and alt.t >= floor - RELAXATION_TOL:
             named.append(name)
     if not named:
-        return ("The options together rule out every design (the flow relaxation of C1 has no "
-                f"solution). {ADVICE}")
+        return (
+            "The options together rule out every design (the flow relaxation of C1 has no "
+            f"solution). {ADVICE}"
+        )
     extra = ""
     if "fixed" in named:
         sizes = np.bincount(pb.strata, weights=pb.counts)
@@ -264,7 +271,8 @@ def distance_rules_out(problem: DesignProblem, floor: float) -> tuple[str, int |
         parts.append(
             f"With max_changed_variables = {d} the flow relaxation of C1 bounds every diagonal "
             f"floor by {sol.t:.4g}"
-            + (f" (< {floor:g})" if sol.t < floor - RELAXATION_TOL else "") + "."
+            + (f" (< {floor:g})" if sol.t < floor - RELAXATION_TOL else "")
+            + "."
         )
     elif sol.status == "infeasible":
         parts.append(f"With max_changed_variables = {d} the flow relaxation of C1 has no solution.")

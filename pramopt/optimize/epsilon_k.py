@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from ..frequency.table import FrequencyTable
 from ..errors import InvalidParameterError
+from ..frequency.table import FrequencyTable
 from ..loss import l2_loss
 from ..params import PRIVACY_MAX_CELLS, DesignParams
 from ..result import DesignResult, Status
@@ -33,8 +33,9 @@ MIX_WEIGHTS = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 0.1, 0.5)
 def check_options(p: DesignParams, table: FrequencyTable, owner: str) -> None:
     """Designs under epsilon or k: dense over the present cells, so a bounded K and no option that
     forces zeros into a column (fixed strata, kept cells)."""
-    what = " and ".join(f"{n}={v:g}" for n, v in (("epsilon", p.epsilon), ("k", p.k))
-                        if v is not None)
+    what = " and ".join(
+        f"{n}={v:g}" for n, v in (("epsilon", p.epsilon), ("k", p.k)) if v is not None
+    )
     zeros = "forces zeros next to positive entries in a column of P"
     infinite = "which makes epsilon infinite and k = 1"
     if table.n_cells > PRIVACY_MAX_CELLS:
@@ -42,34 +43,41 @@ def check_options(p: DesignParams, table: FrequencyTable, owner: str) -> None:
             f"The 'epsilon' and 'k' parameters of {owner} need a dense matrix over the present "
             f"cells (every entry of a column positive together); with {table.n_cells} cells "
             f"(more than {PRIVACY_MAX_CELLS}) that is too large to design ({what} given). "
-            "Coarsen the identifying variables or use fewer.")
+            "Coarsen the identifying variables or use fewer."
+        )
     codes = table.codes
     free = int(np.count_nonzero((codes != codes[:1]).any(axis=0))) if table.n_cells else 0
     if p.max_changed_variables is not None and p.max_changed_variables < free:
         raise InvalidParameterError(
             f"The 'max_changed_variables' parameter of {owner} cannot be combined with {what}: "
-            f"it {zeros}, {infinite}.")
+            f"it {zeros}, {infinite}."
+        )
     for name in ("fixed", "keep_cells"):
         if getattr(p, name):
             raise InvalidParameterError(
                 f"The {name!r} parameter of {owner} cannot be combined with {what}: it {zeros}, "
-                f"{infinite}.")
+                f"{infinite}."
+            )
     if p.missing == "keep" and table.missing().any():
         raise InvalidParameterError(
             f"The 'missing' parameter of {owner} must be 'category' with {what} on data with "
             f"missing identifying values: 'keep' {zeros} (records move only among cells with "
-            f"their missing pattern), {infinite}.")
+            f"their missing pattern), {infinite}."
+        )
     if p.invariant:
         raise InvalidParameterError(
-            f"The 'invariant' parameter of {owner} is not supported with {what}.")
+            f"The 'invariant' parameter of {owner} is not supported with {what}."
+        )
     if p.structure not in ("auto", "general"):
         raise InvalidParameterError(
             f"The 'structure' parameter of {owner} must be 'auto' or 'general' with {what} (a "
-            f"dense design over the present cells); got {p.structure!r}.")
+            f"dense design over the present cells); got {p.structure!r}."
+        )
     if p.k is not None and p.k > table.n:
         raise InvalidParameterError(
             f"The 'k' parameter of {owner} must be at most the number of records ({table.n}); "
-            f"got {p.k:g}.")
+            f"got {p.k:g}."
+        )
 
 
 def design_epsilon_k(pb: DesignProblem, trace: Trace, finish) -> DesignResult:
@@ -132,8 +140,15 @@ def design_epsilon_k(pb: DesignProblem, trace: Trace, finish) -> DesignResult:
     name, P, meas, loss = min(ok, key=lambda c: pb.objective.value(c[1], pb.counts, loss=c[3]))
     det = _details(p, meas, fall)
     det["tried"] = {c[0]: c[3] for c in cands if c[2]["ok"]}
-    why = ("The optimal dense design under " if name == "optimal" else
-           f"The {name} matrix (no better design found) under ") + want + ". "
+    why = (
+        (
+            "The optimal dense design under "
+            if name == "optimal"
+            else f"The {name} matrix (no better design found) under "
+        )
+        + want
+        + ". "
+    )
     msg = why + _says(meas) + f"; binding: {det['binding']}. All requirements verified exactly."
     return finish(
         Candidate(name, P, loss=loss, solver=att.solver if name == "optimal" else "closed form"),

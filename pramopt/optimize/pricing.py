@@ -10,6 +10,7 @@ Pricing a candidate (m, k), m != k, in a program of :mod:`pramopt.optimize.progr
 row k, and what C1's rows charge it (:func:`pramopt.optimize.constraints.c1.c1_prices`): every
 constraint of the program gives its part (:meth:`pramopt.optimize.constraints.Constraint.prices`).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -44,8 +45,10 @@ class Pricer:
         for c in constraints:
             pr = c.prices(duals)
             if pr is None:
-                raise ValueError(f"the {c.name!r} rows cannot price transitions outside the "
-                                 "support (they need a dense one)")
+                raise ValueError(
+                    f"the {c.name!r} rows cannot price transitions outside the "
+                    "support (they need a dense one)"
+                )
             if pr.per_column is not None:
                 self.sB = pr.per_column if self.sB is None else self.sB + pr.per_column
             if pr.per_pair is not None:
@@ -64,8 +67,9 @@ class Pricer:
             d += cost
         return d
 
-    def candidates(self, cost_fn=None, tol: float = 1e-9, max_add: int = 100_000,
-                   chunk: int = 256) -> tuple[np.ndarray, np.ndarray, float]:
+    def candidates(
+        self, cost_fn=None, tol: float = 1e-9, max_add: int = 100_000, chunk: int = 256
+    ) -> tuple[np.ndarray, np.ndarray, float]:
         """Transitions outside the support with reduced cost below ``-tol``, most negative first.
 
         ``cost_fn(cols)`` gives the K x len(cols) objective coefficients (None: zero, as in
@@ -87,7 +91,7 @@ class Pricer:
         for start in range(0, K, chunk):
             cols = np.arange(start, min(K, start + chunk))
             d = self.reduced_costs(cols, None if cost_fn is None else cost_fn(cols))
-            d[in_sup[:, cols].toarray() > 0] = np.inf      # already in the support (and the diagonal)
+            d[in_sup[:, cols].toarray() > 0] = np.inf  # already in the support (and the diagonal)
             r, c = np.nonzero(d < -tol)
             if r.size == 0:
                 continue

@@ -4,6 +4,7 @@
 the few numbers that change between attempts, such as the floor and the margin).
 :class:`Trace` collects the stages' times and forwards progress to the caller's callback.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -11,8 +12,8 @@ import functools
 import itertools
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -62,23 +63,33 @@ class DesignProblem:
     objective: Objective = field(default_factory=default_objective)
 
     @staticmethod
-    def build(table: FrequencyTable, combos, params: DesignParams, owner: str = "design") -> "DesignProblem":
+    def build(
+        table: FrequencyTable, combos, params: DesignParams, owner: str = "design"
+    ) -> DesignProblem:
         """Check the options against the table and group its cells (no solving)."""
         qi = list(table.qi)
         fixed = list(params.fixed or ())
         bad = [f for f in fixed if f not in qi]
         if bad:
             raise InvalidParameterError(
-                f"The 'fixed' parameter of {owner} must name identifying variables {qi!r}; got {bad!r}.")
+                f"The 'fixed' parameter of {owner} must name identifying variables {qi!r}; got {bad!r}."
+            )
         keep = _keep_rows(table, params.keep_cells, owner)
         bad = [v for v in (params.change_weights or ()) if v not in qi]
         if bad:
             raise InvalidParameterError(
-                f"The 'change_weights' parameter of {owner} must name identifying variables {qi!r}; got {bad!r}.")
+                f"The 'change_weights' parameter of {owner} must name identifying variables {qi!r}; got {bad!r}."
+            )
         objective = objective_for(params, table)
-        return DesignProblem(table=table, combos=tuple(tuple(c) for c in combos), params=params,
-                             groups=build_groups(table, combos), fixed_idx=tuple(qi.index(f) for f in fixed),
-                             keep_rows=keep, objective=objective)
+        return DesignProblem(
+            table=table,
+            combos=tuple(tuple(c) for c in combos),
+            params=params,
+            groups=build_groups(table, combos),
+            fixed_idx=tuple(qi.index(f) for f in fixed),
+            keep_rows=keep,
+            objective=objective,
+        )
 
     @property
     def K(self) -> int:
@@ -143,8 +154,11 @@ class DesignProblem:
         if d is None:
             return None
         codes = self.table.codes
-        free = [j for j in range(codes.shape[1]) if j not in self.fixed_idx
-                and self.K and np.any(codes[:, j] != codes[0, j])]
+        free = [
+            j
+            for j in range(codes.shape[1])
+            if j not in self.fixed_idx and self.K and np.any(codes[:, j] != codes[0, j])
+        ]
         return d if d < len(free) else None
 
     def pools_within_distance(self, pools) -> bool:
@@ -212,7 +226,9 @@ class DesignProblem:
             o = members[np.argsort(key[members], kind="stable")]
             s_o = sizes[key[o]]
             rows = np.repeat(o, s_o)
-            first = np.repeat(np.searchsorted(key[o], key[o]), s_o)  # where each one's group starts in o
+            first = np.repeat(
+                np.searchsorted(key[o], key[o]), s_o
+            )  # where each one's group starts in o
             within = np.arange(rows.size) - np.repeat(np.cumsum(s_o) - s_o, s_o)
             cols = o[first + within]
             ok = (rows != cols) & self.allowed(rows, cols)
@@ -232,12 +248,14 @@ def _keep_rows(table: FrequencyTable, keep_cells, owner: str) -> np.ndarray:
     if missing:
         raise InvalidParameterError(
             f"The 'keep_cells' parameter of {owner} must give a value of every identifying variable; "
-            f"{missing!r} missing.")
+            f"{missing!r} missing."
+        )
     idx = cells_of(kc, table)
     if (idx < 0).any():
         raise InvalidParameterError(
             f"The 'keep_cells' parameter of {owner} must list cells present in the data; "
-            f"{kc[idx < 0].to_dict('records')!r} are not.")
+            f"{kc[idx < 0].to_dict('records')!r} are not."
+        )
     return np.unique(idx)
 
 
@@ -269,5 +287,7 @@ class Trace:
             try:
                 self._progress(stage, iteration, loss, worst)
             except Exception as e:
-                raise CallbackError(f"The progress callback raised {type(e).__name__}: {e} (at stage {stage!r}, "
-                                    f"iteration {iteration}); the design was stopped.") from e
+                raise CallbackError(
+                    f"The progress callback raised {type(e).__name__}: {e} (at stage {stage!r}, "
+                    f"iteration {iteration}); the design was stopped."
+                ) from e

@@ -13,6 +13,7 @@ Only ``c``, ``lo`` and ``hi`` of the ``x`` columns change between the solves of 
 a backend loads the program once and re-solves it cheaply.  With ``param`` the ``x`` columns
 are parameters ``z`` and the support entries are ``x = T z`` (the block designs).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,13 +26,22 @@ from .constraints.column_ratio import dense_support
 from .constraints.invariance import column_mass_matrix
 from .support import Support
 
-__all__ = ["LinearProgram", "Duals", "build_program", "row_sum_matrix", "column_mass_matrix", "pk_log_program"]
+__all__ = [
+    "LinearProgram",
+    "Duals",
+    "build_program",
+    "row_sum_matrix",
+    "column_mass_matrix",
+    "pk_log_program",
+]
 
 
 def row_sum_matrix(support: Support) -> sp.csr_matrix:
     """R with (R x)_m = sum_k P[m, k]."""
-    return sp.csr_matrix((np.ones(support.size), (support.rows, np.arange(support.size))),
-                         shape=(support.K, support.size))
+    return sp.csr_matrix(
+        (np.ones(support.size), (support.rows, np.arange(support.size))),
+        shape=(support.K, support.size),
+    )
 
 
 @dataclass(frozen=True)
@@ -64,8 +74,14 @@ class LinearProgram:
         return int(self.A.shape[1])
 
 
-def build_program(support: Support, constraints=(), *, max_floor: bool = False,
-                  elastic: float | None = None, param: sp.spmatrix | None = None) -> LinearProgram:
+def build_program(
+    support: Support,
+    constraints=(),
+    *,
+    max_floor: bool = False,
+    elastic: float | None = None,
+    param: sp.spmatrix | None = None,
+) -> LinearProgram:
     """Assemble the program over ``support`` with the rows of ``constraints``.
 
     Parameters
@@ -93,8 +109,9 @@ def build_program(support: Support, constraints=(), *, max_floor: bool = False,
     starts = np.cumsum([0] + [widths[k] for k in order])
     cols = {k: slice(int(starts[i]), int(starts[i + 1])) for i, k in enumerate(order)}
     # where each constraint's own auxiliary columns start within each block
-    offsets = np.cumsum([[0] * len(AUX_BLOCKS)] + [[a.get(k, 0) for k in AUX_BLOCKS] for a in aux],
-                        axis=0)
+    offsets = np.cumsum(
+        [[0] * len(AUX_BLOCKS)] + [[a.get(k, 0) for k in AUX_BLOCKS] for a in aux], axis=0
+    )
 
     blocks, lower, upper, rows = [], [], [], {}
 
@@ -115,7 +132,11 @@ def build_program(support: Support, constraints=(), *, max_floor: bool = False,
             else:  # the constraint's own columns within the block
                 off = int(offsets[at][AUX_BLOCKS.index(k)])
                 m = sp.csr_matrix(m)
-                pad = (sp.csr_matrix((nrow, off)), m, sp.csr_matrix((nrow, widths[k] - off - m.shape[1])))
+                pad = (
+                    sp.csr_matrix((nrow, off)),
+                    m,
+                    sp.csr_matrix((nrow, widths[k] - off - m.shape[1])),
+                )
                 parts.extend(p for p in pad if p.shape[1])
         start = sum(b.shape[0] for b in blocks)
         blocks.append(sp.hstack(parts, format="csr"))
@@ -144,17 +165,30 @@ def build_program(support: Support, constraints=(), *, max_floor: bool = False,
         cost[cols["t"]] = -1.0
     if elastic is not None:
         cost[cols["s"]] = float(elastic)
-    return LinearProgram(A=A, row_lo=np.concatenate(lower), row_hi=np.concatenate(upper),
-                         col_lo=col_lo, col_hi=col_hi, cost=cost, n_x=n_x, cols=cols, rows=rows,
-                         support=support, constraints=constraints, scale_costs=not max_floor)
+    return LinearProgram(
+        A=A,
+        row_lo=np.concatenate(lower),
+        row_hi=np.concatenate(upper),
+        col_lo=col_lo,
+        col_hi=col_hi,
+        cost=cost,
+        n_x=n_x,
+        cols=cols,
+        rows=rows,
+        support=support,
+        constraints=constraints,
+        scale_costs=not max_floor,
+    )
 
 
 def _aux_widths(constraint: Constraint, support: Support, elastic: bool) -> dict:
     widths = constraint.columns(support, elastic)
     bad = [k for k in widths if k not in AUX_BLOCKS]
     if bad:
-        raise ValueError(f"constraint {constraint.name!r} asks for column blocks {bad!r}; "
-                         f"allowed: {AUX_BLOCKS!r}")
+        raise ValueError(
+            f"constraint {constraint.name!r} asks for column blocks {bad!r}; "
+            f"allowed: {AUX_BLOCKS!r}"
+        )
     return widths
 
 
@@ -180,8 +214,10 @@ class Duals:
             return self.named[name]
         if name in ("rows", "B", "N", "inv") and getattr(self, name) is not None:
             return getattr(self, name)
-        raise KeyError(f"no duals of the row block {name!r}: the solver gave those of rows, B, N, inv"
-                       f"{'' if not self.named else ', ' + ', '.join(self.named)}")
+        raise KeyError(
+            f"no duals of the row block {name!r}: the solver gave those of rows, B, N, inv"
+            f"{'' if not self.named else ', ' + ', '.join(self.named)}"
+        )
 
 
 def pk_log_program(K: int, log_a: float):
@@ -201,18 +237,35 @@ def pk_log_program(K: int, log_a: float):
     R = u.size
     r = np.arange(R)
     KK = K * K
-    A1 = sp.csr_matrix((np.concatenate([np.ones(R), -np.ones(R), np.ones(R)]),
-                        (np.concatenate([r, r, r]), np.concatenate([KK + u * K + v, u * K + j, v * K + j]))),
-                       shape=(R, 2 * KK))
+    A1 = sp.csr_matrix(
+        (
+            np.concatenate([np.ones(R), -np.ones(R), np.ones(R)]),
+            (np.concatenate([r, r, r]), np.concatenate([KK + u * K + v, u * K + j, v * K + j])),
+        ),
+        shape=(R, 2 * KK),
+    )
     uu, vv = np.triu_indices(K, 1)
     npair = uu.size
     r2 = np.arange(npair)
-    A2 = sp.csr_matrix((np.ones(2 * npair), (np.concatenate([r2, r2]), np.concatenate([KK + uu * K + vv, KK + vv * K + uu]))),
-                       shape=(npair, 2 * KK))
+    A2 = sp.csr_matrix(
+        (
+            np.ones(2 * npair),
+            (np.concatenate([r2, r2]), np.concatenate([KK + uu * K + vv, KK + vv * K + uu])),
+        ),
+        shape=(npair, 2 * KK),
+    )
     A = sp.vstack([A1, A2], format="csc")
     n = 2 * KK
     cols = {"x": slice(0, KK), "m": slice(KK, n), "t": slice(n, n), "s": slice(n, n)}
-    return LinearProgram(A=A, row_lo=np.concatenate([np.full(R, -np.inf), np.full(npair, float(log_a))]),
-                         row_hi=np.concatenate([np.zeros(R), np.full(npair, np.inf)]),
-                         col_lo=np.full(n, -np.inf), col_hi=np.full(n, np.inf), cost=np.zeros(n), n_x=KK,
-                         cols=cols, rows={"rows": slice(0, 0)}, support=dense_support(K))
+    return LinearProgram(
+        A=A,
+        row_lo=np.concatenate([np.full(R, -np.inf), np.full(npair, float(log_a))]),
+        row_hi=np.concatenate([np.zeros(R), np.full(npair, np.inf)]),
+        col_lo=np.full(n, -np.inf),
+        col_hi=np.full(n, np.inf),
+        cost=np.zeros(n),
+        n_x=KK,
+        cols=cols,
+        rows={"rows": slice(0, 0)},
+        support=dense_support(K),
+    )

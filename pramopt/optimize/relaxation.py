@@ -28,6 +28,7 @@ Two uses:
   exactly; it misses C1 only by the terms ``o_m w(g)`` the relaxation leaves out, which the
   replacement strategy absorbs with a margin (:mod:`.strategies.replacement`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -41,7 +42,14 @@ from .backends import Outcome, solve_lp
 from .constraints.c1 import build_groups
 from .problem import DesignProblem
 
-__all__ = ["FlowSolution", "flow_relaxation", "floor_bound", "changes_bound", "bound_combinations", "loss_bound"]
+__all__ = [
+    "FlowSolution",
+    "flow_relaxation",
+    "floor_bound",
+    "changes_bound",
+    "bound_combinations",
+    "loss_bound",
+]
 
 #: Above this many C1 rows the floor relaxation imposes them lazily, starting with those of groups of
 #: fewer than LAZY_GROUP_RECORDS / alpha records; after LAZY_ROUNDS rounds every row is imposed.
@@ -67,9 +75,16 @@ class FlowSolution:
     inflow: np.ndarray | None = None
 
 
-def flow_relaxation(problem: DesignProblem, alpha: float | None = None, pools: np.ndarray | None = None,
-                    t_max: float = 1.0, out_max: np.ndarray | None = None, *, t_min: float = 0.0,
-                    objective: str = "floor") -> FlowSolution:
+def flow_relaxation(
+    problem: DesignProblem,
+    alpha: float | None = None,
+    pools: np.ndarray | None = None,
+    t_max: float = 1.0,
+    out_max: np.ndarray | None = None,
+    *,
+    t_min: float = 0.0,
+    objective: str = "floor",
+) -> FlowSolution:
     """Maximise the common diagonal floor t of the relaxation (see the module docstring), or
     with ``objective="changes"`` minimise the records sent out, ``sum out``, at floors >= ``t_min``.
 
@@ -110,8 +125,12 @@ def flow_relaxation(problem: DesignProblem, alpha: float | None = None, pools: n
     if res.outcome is not Outcome.OPTIMAL:
         return FlowSolution(f"solver failed: {res.detail}")
     x, K, o_in = res.x, problem.K, problem.K
-    return FlowSolution("ok", t=float(x[prog.o_t]), out=np.clip(x[:K], 0.0, problem.counts),
-                        inflow=np.maximum(x[o_in:o_in + K], 0.0))
+    return FlowSolution(
+        "ok",
+        t=float(x[prog.o_t]),
+        out=np.clip(x[:K], 0.0, problem.counts),
+        inflow=np.maximum(x[o_in : o_in + K], 0.0),
+    )
 
 
 @dataclass(frozen=True)
@@ -136,13 +155,28 @@ class _FlowProgram:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             # the interior point: faster than the simplex on large tables (benchmarks/README.md)
-            return solve_lp(self.c, A_ub=sp.vstack([self.A_C[rows], self.A_T], format="csr"),
-                            b_ub=np.concatenate([-np.ones(rows.size), self.U]), A_eq=self.A_eq,
-                            b_eq=self.b_eq, bounds=self.bounds, solver=solver, method="highs-ipm")
+            return solve_lp(
+                self.c,
+                A_ub=sp.vstack([self.A_C[rows], self.A_T], format="csr"),
+                b_ub=np.concatenate([-np.ones(rows.size), self.U]),
+                A_eq=self.A_eq,
+                b_eq=self.b_eq,
+                bounds=self.bounds,
+                solver=solver,
+                method="highs-ipm",
+            )
 
     @classmethod
-    def build(cls, problem: DesignProblem, alpha: float, pools, t_max: float, out_max, t_min: float,
-              objective: str) -> _FlowProgram:
+    def build(
+        cls,
+        problem: DesignProblem,
+        alpha: float,
+        pools,
+        t_max: float,
+        out_max,
+        t_min: float,
+        objective: str,
+    ) -> _FlowProgram:
         groups, K = problem.groups, problem.K
         U = problem.counts
         rare = np.flatnonzero(U < 1.0 / alpha)
@@ -163,10 +197,16 @@ class _FlowProgram:
         ok = gg >= 0
         kk, gg = kk[ok], gg[ok]
         # D_g + sum_{k in g} (out_k - in_k) = sum_{k in g} U0(k)
-        A_D = sp.csr_matrix((np.concatenate([np.ones(nG), np.ones(kk.size), -np.ones(kk.size)]),
-                             (np.concatenate([np.arange(nG), gg, gg]),
-                              np.concatenate([o_D + np.arange(nG), kk, o_in + kk]))),
-                            shape=(nG, nv))
+        A_D = sp.csr_matrix(
+            (
+                np.concatenate([np.ones(nG), np.ones(kk.size), -np.ones(kk.size)]),
+                (
+                    np.concatenate([np.arange(nG), gg, gg]),
+                    np.concatenate([o_D + np.arange(nG), kk, o_in + kk]),
+                ),
+            ),
+            shape=(nG, nv),
+        )
         b_D = np.bincount(gg, weights=U[kk], minlength=nG)
         # conservation per pool (per cell when invariant)
         if problem.params.invariant:
@@ -175,21 +215,34 @@ class _FlowProgram:
             pools = problem.strata
         pools = np.unique(np.asarray(pools), return_inverse=True)[1].ravel()
         S = int(pools.max()) + 1 if K else 0
-        A_S = sp.csr_matrix((np.concatenate([np.ones(K), -np.ones(K)]),
-                             (np.concatenate([pools, pools]),
-                              np.concatenate([np.arange(K), o_in + np.arange(K)]))),
-                            shape=(S, nv))
+        A_S = sp.csr_matrix(
+            (
+                np.concatenate([np.ones(K), -np.ones(K)]),
+                (
+                    np.concatenate([pools, pools]),
+                    np.concatenate([np.arange(K), o_in + np.arange(K)]),
+                ),
+            ),
+            shape=(S, nv),
+        )
         # -alpha D_g - out_m / U0(m) <= -1 for every rare m and group g of m
         W = rare.size * nP
         rm = np.repeat(rare, nP)
-        A_C = sp.csr_matrix((np.concatenate([np.full(W, -alpha), -1.0 / U[rm]]),
-                             (np.tile(np.arange(W), 2), np.concatenate([o_D + gpos.ravel(), rm]))),
-                            shape=(W, nv))
+        A_C = sp.csr_matrix(
+            (
+                np.concatenate([np.full(W, -alpha), -1.0 / U[rm]]),
+                (np.tile(np.arange(W), 2), np.concatenate([o_D + gpos.ravel(), rm])),
+            ),
+            shape=(W, nv),
+        )
         # out_k + U0(k) t <= U0(k)
-        A_T = sp.csr_matrix((np.concatenate([np.ones(K), U]),
-                             (np.tile(np.arange(K), 2),
-                              np.concatenate([np.arange(K), np.full(K, o_t)]))),
-                            shape=(K, nv))
+        A_T = sp.csr_matrix(
+            (
+                np.concatenate([np.ones(K), U]),
+                (np.tile(np.arange(K), 2), np.concatenate([np.arange(K), np.full(K, o_t)])),
+            ),
+            shape=(K, nv),
+        )
         hi = np.full(nv, np.inf)
         if out_max is not None:
             hi[:K] = out_max
@@ -207,11 +260,16 @@ class _FlowProgram:
         if edges is not None:
             # out_k = sum of the flows leaving k, in_k = sum of those entering k
             er, ec = edges
-            A_F = sp.csr_matrix((np.concatenate([np.ones(2 * K), -np.ones(2 * E)]),
-                                 (np.concatenate([np.arange(2 * K), er, K + ec]),
-                                  np.concatenate([np.arange(2 * K), o_f + np.arange(E),
-                                                  o_f + np.arange(E)]))),
-                                shape=(2 * K, nv))
+            A_F = sp.csr_matrix(
+                (
+                    np.concatenate([np.ones(2 * K), -np.ones(2 * E)]),
+                    (
+                        np.concatenate([np.arange(2 * K), er, K + ec]),
+                        np.concatenate([np.arange(2 * K), o_f + np.arange(E), o_f + np.arange(E)]),
+                    ),
+                ),
+                shape=(2 * K, nv),
+            )
             A_eq = sp.vstack([A_eq, A_F], format="csr")
             b_eq = np.concatenate([b_eq, np.zeros(2 * K)])
         return cls(c, A_C, A_T.tocsr(), U, A_eq, b_eq, np.column_stack([lo, hi]), o_t, used, gpos)
@@ -281,4 +339,4 @@ def loss_bound(changes: float | None, counts) -> float | None:
     if changes is None:
         return None
     n = float(np.sum(counts))
-    return changes / n ** 2
+    return changes / n**2

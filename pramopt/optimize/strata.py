@@ -19,6 +19,7 @@ into the full cell order, the merged matrix is checked against the full, unreduc
 only when every stratum succeeded and the merged check passes.  The L2 loss of a block-diagonal
 P is sum_s (n_s / n)^2 loss_s (P^-1 is block diagonal too), so it is not recomputed.
 """
+
 from __future__ import annotations
 
 import concurrent.futures as cf
@@ -31,9 +32,9 @@ import scipy.sparse as sp
 
 from ..errors import InvalidParameterError
 from ..frequency.table import FrequencyTable, cells_of
-from ..verified_result import finish, verify_stage
 from ..params import DesignParams
 from ..result import DesignResult, Status
+from ..verified_result import finish, verify_stage
 from .problem import Trace, _keep_rows
 
 __all__ = ["Stratum", "split_strata", "design_stratum", "design_strata", "check_client"]
@@ -64,18 +65,22 @@ def check_client(client, owner: str = "design"):
         raise ImportError("A Dask client needs distributed: pip install 'pramopt[dask]'.") from e
     if not isinstance(client, distributed.Client):
         raise InvalidParameterError(
-            f"The 'client' parameter of {owner} must be a distributed.Client; got {type(client).__name__}.")
+            f"The 'client' parameter of {owner} must be a distributed.Client; got {type(client).__name__}."
+        )
     return client
 
 
-def split_strata(table: FrequencyTable, params: DesignParams, owner: str = "design") -> list[Stratum]:
+def split_strata(
+    table: FrequencyTable, params: DesignParams, owner: str = "design"
+) -> list[Stratum]:
     """One :class:`Stratum` per combination of the fixed values present, in the order of the codes."""
     qi = list(table.qi)
     # the joint design's checks (fixed names, keep_cells present), before any work
     bad = [f for f in params.fixed or () if f not in qi]
     if bad:
         raise InvalidParameterError(
-            f"The 'fixed' parameter of {owner} must name identifying variables {qi!r}; got {bad!r}.")
+            f"The 'fixed' parameter of {owner} must name identifying variables {qi!r}; got {bad!r}."
+        )
     _keep_rows(table, params.keep_cells, owner)
     fixed_idx = [qi.index(f) for f in params.fixed or ()]
     if fixed_idx:
@@ -88,7 +93,9 @@ def split_strata(table: FrequencyTable, params: DesignParams, owner: str = "desi
     if keep:
         import pandas as pd
 
-        keep_at = cells_of(pd.DataFrame([dict(r) for r in keep]), table)  # every one present (checked)
+        keep_at = cells_of(
+            pd.DataFrame([dict(r) for r in keep]), table
+        )  # every one present (checked)
     base = params.to_dict()
     base["workers"] = None  # each stratum is one joint design
     out = []
@@ -98,7 +105,9 @@ def split_strata(table: FrequencyTable, params: DesignParams, owner: str = "desi
         opts = dict(base)
         mine = [dict(r) for r, at in zip(keep, keep_at) if inv[at] == s]
         opts["keep_cells"] = mine or None
-        label = ", ".join(f"{qi[j]}={table.categories[j][c]}" for j, c in zip(fixed_idx, key)) or "all"
+        label = (
+            ", ".join(f"{qi[j]}={table.categories[j][c]}" for j, c in zip(fixed_idx, key)) or "all"
+        )
         out.append(Stratum(label, cells, sub, opts))
     return out
 
@@ -124,8 +133,17 @@ def design_stratum(design, table: FrequencyTable, options: dict) -> StratumDesig
     t0 = time.perf_counter()
     res = design(table, **options)
     structure = res.reduction.structure if res.reduction is not None else None
-    return StratumDesign(res.status, res.message, sp.csr_matrix(res.matrix), float(res.loss), float(res.max_risk),
-                         res.gamma, res.solver, structure, time.perf_counter() - t0)
+    return StratumDesign(
+        res.status,
+        res.message,
+        sp.csr_matrix(res.matrix),
+        float(res.loss),
+        float(res.max_risk),
+        res.gamma,
+        res.solver,
+        structure,
+        time.perf_counter() - t0,
+    )
 
 
 def _run_local(design, strata: list[Stratum], workers: int, done) -> list[StratumDesign]:
@@ -137,9 +155,13 @@ def _run_local(design, strata: list[Stratum], workers: int, done) -> list[Stratu
         return out
     # 'spawn': no fork of a process that may hold solver or Dask threads; largest strata first
     order = sorted(range(len(strata)), key=lambda i: -strata[i].table.n_cells)
-    ex = cf.ProcessPoolExecutor(max_workers=min(workers, len(strata)), mp_context=multiprocessing.get_context("spawn"))
+    ex = cf.ProcessPoolExecutor(
+        max_workers=min(workers, len(strata)), mp_context=multiprocessing.get_context("spawn")
+    )
     try:
-        futures = {ex.submit(design_stratum, design, strata[i].table, strata[i].options): i for i in order}
+        futures = {
+            ex.submit(design_stratum, design, strata[i].table, strata[i].options): i for i in order
+        }
         for f in cf.as_completed(futures):
             i = futures[f]
             out[i] = f.result()
@@ -153,7 +175,9 @@ def _run_dask(design, strata: list[Stratum], client, done) -> list[StratumDesign
     from distributed import as_completed
 
     out: list[StratumDesign | None] = [None] * len(strata)
-    futures = [client.submit(design_stratum, design, s.table, s.options, pure=False) for s in strata]
+    futures = [
+        client.submit(design_stratum, design, s.table, s.options, pure=False) for s in strata
+    ]
     index = {f.key: i for i, f in enumerate(futures)}
     try:
         for f in as_completed(futures):
@@ -174,22 +198,36 @@ def _merge(strata: list[Stratum], designs: list[StratumDesign], K: int) -> sp.cs
         rows.append(s.cells[P.row])
         cols.append(s.cells[P.col])
         vals.append(P.data)
-    return sp.csr_array((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(K, K))
+    return sp.csr_array(
+        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(K, K)
+    )
 
 
-def design_strata(design, table: FrequencyTable, combos, params: DesignParams, *, client=None, progress=None,
-                  owner: str = "design") -> DesignResult | None:
+def design_strata(
+    design,
+    table: FrequencyTable,
+    combos,
+    params: DesignParams,
+    *,
+    client=None,
+    progress=None,
+    owner: str = "design",
+) -> DesignResult | None:
     """The per-stratum design of ``table`` with ``design`` (:func:`pramopt.design`, a top-level and
     so picklable function) on each stratum; None when there is a single stratum: the joint design
     is then the same, and the caller makes it."""
     trace = Trace(progress)
     with trace.stage("strata") as info:
         strata = split_strata(table, params, owner)
-        info["detail"] = f"{len(strata)} strata of {', '.join(params.fixed or ()) or 'no fixed variable'}"
+        info["detail"] = (
+            f"{len(strata)} strata of {', '.join(params.fixed or ()) or 'no fixed variable'}"
+        )
     if len(strata) <= 1:
         return None
     stored = params.to_dict()
-    stored["workers"] = params.workers or 1  # design(result.table, **result.params) repeats it locally
+    stored["workers"] = (
+        params.workers or 1
+    )  # design(result.table, **result.params) repeats it locally
     alpha = params.alpha
     K = table.n_cells
     # records never leave their stratum: the U0-weighted mean of C1's left-hand sides within a
@@ -197,25 +235,46 @@ def design_strata(design, table: FrequencyTable, combos, params: DesignParams, *
     small = [s for s in strata if s.n * alpha < 1 - 1e-12]
     if small:
         names = "; ".join(f"{s.label} ({s.n} records)" for s in small)
-        return finish(sp.identity(K, format="csr"), table, combos, alpha, Status.INFEASIBLE,
-                      f"C1 cannot hold for any matrix in stratum {names}: fewer than 1/alpha = {1 / alpha:g} "
-                      "records, and the fixed variables keep every record in its stratum.",
-                      stages=trace.stages, params=stored)
-    where = "on the Dask cluster" if client is not None else (
-        "one after the other" if params.workers == 1 else f"in {min(params.workers, len(strata))} local processes")
+        return finish(
+            sp.identity(K, format="csr"),
+            table,
+            combos,
+            alpha,
+            Status.INFEASIBLE,
+            f"C1 cannot hold for any matrix in stratum {names}: fewer than 1/alpha = {1 / alpha:g} "
+            "records, and the fixed variables keep every record in its stratum.",
+            stages=trace.stages,
+            params=stored,
+        )
+    where = (
+        "on the Dask cluster"
+        if client is not None
+        else (
+            "one after the other"
+            if params.workers == 1
+            else f"in {min(params.workers, len(strata))} local processes"
+        )
+    )
     count = {"done": 0}
 
     def done(i: int, d: StratumDesign) -> None:
         s = strata[i]
         count["done"] += 1
-        trace.add(f"stratum {s.label}", d.seconds, 0,
-                  f"{s.table.n_cells} cells, {s.n} records: {d.status.value}"
-                  + (f", {d.structure} design, loss {d.loss:.4g}" if d.status is Status.SUCCESS else ""))
+        trace.add(
+            f"stratum {s.label}",
+            d.seconds,
+            0,
+            f"{s.table.n_cells} cells, {s.n} records: {d.status.value}"
+            + (f", {d.structure} design, loss {d.loss:.4g}" if d.status is Status.SUCCESS else ""),
+        )
         trace.progress("strata", count["done"], d.loss, d.max_risk)
 
     t0 = time.perf_counter()
-    designs = (_run_dask(design, strata, client, done) if client is not None
-               else _run_local(design, strata, params.workers, done))
+    designs = (
+        _run_dask(design, strata, client, done)
+        if client is not None
+        else _run_local(design, strata, params.workers, done)
+    )
     trace.add("designs", time.perf_counter() - t0, 0, f"{len(strata)} strata {where}")
     P = _merge(strata, designs, K)
     rep, st = verify_stage(P, table, combos, "verify merged")
@@ -226,22 +285,57 @@ def design_strata(design, table: FrequencyTable, combos, params: DesignParams, *
     if failed:
         s, d = failed[0]
         others = f" ({len(failed) - 1} more strata failed.)" if len(failed) > 1 else ""
-        status, message = d.status, (f"Stratum {s.label} ({s.n} records, {s.table.n_cells} cells) failed: "
-                                     f"{d.message}{others}")
+        status, message = (
+            d.status,
+            (
+                f"Stratum {s.label} ({s.n} records, {s.table.n_cells} cells) failed: "
+                f"{d.message}{others}"
+            ),
+        )
     elif rep.max_risk <= alpha:
         status = Status.SUCCESS
-        message = (f"Designed per stratum of {', '.join(params.fixed)} ({len(strata)} strata, {where}), each "
-                   "under C1 within its stratum (every combination extended by the fixed variables). "
-                   "Full C1 verified on the merged matrix.")
+        message = (
+            f"Designed per stratum of {', '.join(params.fixed)} ({len(strata)} strata, {where}), each "
+            "under C1 within its stratum (every combination extended by the fixed variables). "
+            "Full C1 verified on the merged matrix."
+        )
     else:
         status = Status.UNVERIFIED
-        message = (f"Every stratum was verified, but the merged matrix fails the full C1 "
-                   f"(max risk {rep.max_risk:.8g} > {alpha:g}).")
+        message = (
+            f"Every stratum was verified, but the merged matrix fails the full C1 "
+            f"(max risk {rep.max_risk:.8g} > {alpha:g})."
+        )
     gammas = [d.gamma for d in designs if d.gamma is not None]
     solvers = sorted({d.solver for d in designs if d.solver})
-    details = {"strata": [{"stratum": s.label, "records": s.n, "cells": s.table.n_cells, "status": d.status.value,
-                           "structure": d.structure, "loss": d.loss, "max_risk": d.max_risk, "gamma": d.gamma,
-                           "seconds": d.seconds, "message": d.message} for s, d in zip(strata, designs)]}
-    return finish(P, table, combos, alpha, status, message, stages=trace.stages,
-                  gamma=min(gammas) if gammas else None, solver="; ".join(solvers) or None, report=rep,
-                  params=stored, loss=loss, details=details)
+    details = {
+        "strata": [
+            {
+                "stratum": s.label,
+                "records": s.n,
+                "cells": s.table.n_cells,
+                "status": d.status.value,
+                "structure": d.structure,
+                "loss": d.loss,
+                "max_risk": d.max_risk,
+                "gamma": d.gamma,
+                "seconds": d.seconds,
+                "message": d.message,
+            }
+            for s, d in zip(strata, designs)
+        ]
+    }
+    return finish(
+        P,
+        table,
+        combos,
+        alpha,
+        status,
+        message,
+        stages=trace.stages,
+        gamma=min(gammas) if gammas else None,
+        solver="; ".join(solvers) or None,
+        report=rep,
+        params=stored,
+        loss=loss,
+        details=details,
+    )

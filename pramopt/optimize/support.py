@@ -5,9 +5,11 @@ P is a sparse vector ``x`` over a support of (row, column) pairs of present cell
 strategy's choice (:func:`pramopt.optimize.strategies.general.initial_support`); the greedy
 cover of the problem groups it may start from is here.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -31,7 +33,7 @@ class Support:
         return int(self.rows.shape[0])
 
     @staticmethod
-    def from_pairs(rows, cols, K: int) -> "Support":
+    def from_pairs(rows, cols, K: int) -> Support:
         rows = np.concatenate([np.asarray(rows, dtype=np.int64), np.arange(K)])
         cols = np.concatenate([np.asarray(cols, dtype=np.int64), np.arange(K)])
         key = np.unique(rows * K + cols)
@@ -39,11 +41,15 @@ class Support:
         diag = np.searchsorted(key, np.arange(K) * (K + 1))
         return Support(rows=r, cols=c, diag=diag, K=K)
 
-    def union(self, rows, cols) -> "Support":
-        return Support.from_pairs(np.concatenate([self.rows, rows]), np.concatenate([self.cols, cols]), self.K)
+    def union(self, rows, cols) -> Support:
+        return Support.from_pairs(
+            np.concatenate([self.rows, rows]), np.concatenate([self.cols, cols]), self.K
+        )
 
     def to_matrix(self, x) -> sp.csr_matrix:
-        return sp.csr_matrix((np.asarray(x, dtype=float), (self.rows, self.cols)), shape=(self.K, self.K))
+        return sp.csr_matrix(
+            (np.asarray(x, dtype=float), (self.rows, self.cols)), shape=(self.K, self.K)
+        )
 
     def from_matrix(self, P) -> np.ndarray:
         if sp.issparse(P):

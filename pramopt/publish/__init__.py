@@ -8,6 +8,7 @@
 Every release path checks the design again against the full C1 before it draws or writes
 anything (:func:`.frame.releasable_table`).
 """
+
 from .distributed import release_dask
 from .file_release import FileRelease, release_file
 from .frame import estimate, release

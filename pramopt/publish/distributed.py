@@ -5,6 +5,7 @@ with the same seed: record ``i`` of the frame takes its uniform from block ``i /
 the seed's stream, and every partition knows the position of its first record (from the
 partition sizes counted while checking the data against the design).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -32,7 +33,9 @@ class _PartitionRelease:
         start = int(self.offsets[partition_info["number"]])
         if len(part) == 0:
             return part.copy()
-        return release_frame(part, self.table, self.sampler, UniformStream(self.entropy), start, "release_dask")
+        return release_frame(
+            part, self.table, self.sampler, UniformStream(self.entropy), start, "release_dask"
+        )
 
 
 def release_dask(ddf, result, seed=None, *, allow_unverified: bool = False):
@@ -73,12 +76,18 @@ def release_dask(ddf, result, seed=None, *, allow_unverified: bool = False):
     parts, (count, part) = _partition_counts(ddf, qi)
     domains = {q: list(c) for q, c in zip(table.qi, table.categories)}
     try:
-        got = _table(parts, count, qi, domains, max(max(len(c) for c in table.categories), 1), "release")
+        got = _table(
+            parts, count, qi, domains, max(max(len(c) for c in table.categories), 1), "release"
+        )
     except InvalidParameterError as e:
         raise DesignMismatchError(f"The data do not match the design: {e}") from None
     check_same_table(got, table, "the Dask frame")
-    sizes = (parts.groupby(part)[count].sum()
-             .reindex(range(ddf.npartitions), fill_value=0).to_numpy(dtype=np.int64))
+    sizes = (
+        parts.groupby(part)[count]
+        .sum()
+        .reindex(range(ddf.npartitions), fill_value=0)
+        .to_numpy(dtype=np.int64)
+    )
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     fn = _PartitionRelease(table, Sampler(result.matrix), entropy, offsets)
     return ddf.map_partitions(fn, meta=ddf._meta)

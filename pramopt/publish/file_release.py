@@ -29,6 +29,7 @@ Memory
     A release holds one batch, one output row group (Parquet) and, for a CSV, the blocks
     pyarrow's reader keeps in flight (a few dozen blocks of about ``batch_size`` records).
 """
+
 from __future__ import annotations
 
 import os
@@ -46,15 +47,24 @@ from .._csv import DEFAULT_DIALECT, CsvDialect, csv_dialect, line_end
 from .._validation import InvalidParameterError, check_int
 from ..errors import DesignMismatchError
 from ..frequency.file_counting import (
-    DEFAULT_BATCH_SIZE, PARQUET_SUFFIXES, _Counter, _parse_csv_texts, _Source,
+    DEFAULT_BATCH_SIZE,
+    PARQUET_SUFFIXES,
+    _Counter,
+    _parse_csv_texts,
+    _Source,
 )
 from ..frequency.table import (
-    CellLookup, FrequencyTable, category_codes, check_qi_names, is_missing, text_categories,
+    CellLookup,
+    FrequencyTable,
+    category_codes,
+    check_qi_names,
+    is_missing,
+    text_categories,
 )
 from ..io.atomic import atomic_write, check_out_file
 from ..kinds import kind_of
-from .sampling import Sampler, UniformStream, seed_entropy
 from .frame import check_same_table, releasable_table
+from .sampling import Sampler, UniformStream, seed_entropy
 
 __all__ = ["release_file", "FileRelease", "ROW_GROUP_SIZE", "release_in_memory"]
 
@@ -129,7 +139,11 @@ def _csv_bytes(columns: list[pa.Array], sep: str = ",", newline: str = "\n") -> 
     """The CSV lines of already quoted text columns, as one (UTF-8) buffer."""
     L = pa.large_string()
     columns = [c if c.type == L else c.cast(L) for c in columns]
-    row = columns[0] if len(columns) == 1 else pc.binary_join_element_wise(*columns, pa.scalar(sep, L))
+    row = (
+        columns[0]
+        if len(columns) == 1
+        else pc.binary_join_element_wise(*columns, pa.scalar(sep, L))
+    )
     lines = pc.binary_join_element_wise(row, pa.scalar("", L), pa.scalar(newline, L))
     _, offsets, data = lines.buffers()
     off = np.frombuffer(offsets, dtype=np.int64)
@@ -141,11 +155,15 @@ class _CsvSink:
     """CSV lines in the source's dialect: its separator, its encoding (Arrow's text is UTF-8) and
     its line ends."""
 
-    def __init__(self, fh, names: list[str], dialect: CsvDialect = DEFAULT_DIALECT, newline: str = "\n"):
+    def __init__(
+        self, fh, names: list[str], dialect: CsvDialect = DEFAULT_DIALECT, newline: str = "\n"
+    ):
         self.fh, self.sep, self.newline = fh, dialect.sep, newline
         self.encoding = None if dialect.encoding == "utf-8" else dialect.encoding
-        header = _quote(pa.array(names, type=pa.large_string()), quote_empty=len(names) == 1, sep=self.sep)
-        self._put(_csv_bytes([header[i:i + 1] for i in range(len(names))], self.sep, newline))
+        header = _quote(
+            pa.array(names, type=pa.large_string()), quote_empty=len(names) == 1, sep=self.sep
+        )
+        self._put(_csv_bytes([header[i : i + 1] for i in range(len(names))], self.sep, newline))
 
     def _put(self, data: memoryview) -> None:
         if self.encoding is None:
@@ -225,11 +243,19 @@ class _Releaser:
         self.luts = [np.empty(0, dtype=np.int64) for _ in table.qi]
         self.as_str = [src.format == "csv" and text_categories(c) for c in table.categories]
         if src.format == "csv":
-            self.labels = [_quote(pa.array([_csv_text(c) for c in cats], type=pa.large_string()),
-                                  quote_empty=len(src.names) == 1, sep=src.dialect.sep)
-                           for cats in table.categories]
+            self.labels = [
+                _quote(
+                    pa.array([_csv_text(c) for c in cats], type=pa.large_string()),
+                    quote_empty=len(src.names) == 1,
+                    sep=src.dialect.sep,
+                )
+                for cats in table.categories
+            ]
         else:
-            self.labels = [_arrow_labels(src.schema.field(q), cats) for q, cats in zip(table.qi, table.categories)]
+            self.labels = [
+                _arrow_labels(src.schema.field(q), cats)
+                for q, cats in zip(table.qi, table.categories)
+            ]
 
     def _interpret(self, j: int, start: int) -> np.ndarray:
         """Design codes of the raw values with ids >= start of column j (-1: not a category)."""
@@ -240,7 +266,9 @@ class _Releaser:
             # typed one value at a time where typing them together failed (mixed-type categories)
             texts = raw.to_pylist()
             for i in np.flatnonzero(codes < 0)[:100]:
-                codes[i] = category_codes(_parse_csv_texts([texts[i]], decimal=self.src.dialect.decimal), cats)[0]
+                codes[i] = category_codes(
+                    _parse_csv_texts([texts[i]], decimal=self.src.dialect.decimal), cats
+                )[0]
         if self.src.format == "csv" and not self.as_str[j]:
             # a design on typed values (1, 1.0) writes its categories back as typed: refuse a file
             # that writes them otherwise ('01', '1'), rather than rewrite values the user did not
@@ -253,7 +281,8 @@ class _Releaser:
                         f"The data do not match the design: {q!r} is written {texts[i]!r} in {str(self.src.path)!r} "
                         f"where the design's category is {want!r}, and a release would write it back as {want!r}. "
                         "Make the design from this file (the command line reads identifying values as the text "
-                        "written; in Python, count_file(..., keys_as_text=True)).")
+                        "written; in Python, count_file(..., keys_as_text=True))."
+                    )
         return codes
 
     def codes(self, ids: list[np.ndarray]) -> np.ndarray:
@@ -332,18 +361,24 @@ def release_file(
     kind = kind_of(result)
     if kind is not None:
         # e.g. households: household-level values once per household, in memory, verified only
-        for name, value, default in (("batch_size", batch_size, DEFAULT_BATCH_SIZE), ("format", format, None),
-                                     ("allow_unverified", allow_unverified, False)):
+        for name, value, default in (
+            ("batch_size", batch_size, DEFAULT_BATCH_SIZE),
+            ("format", format, None),
+            ("allow_unverified", allow_unverified, False),
+        ):
             if value != default:
                 raise InvalidParameterError(
                     f"The {name!r} parameter of {owner} is not supported with a {kind.name} design "
-                    f"(released in memory, verified designs only); got {value!r}.")
+                    f"(released in memory, verified designs only); got {value!r}."
+                )
         dialect = csv_dialect(sep, encoding, decimal, owner)
         return kind.release_file(src, dst, result, seed, dialect, owner)
     table = releasable_table(result, owner, allow_unverified)
     batch_size = check_int(batch_size, "batch_size", owner, low=1)
     entropy = seed_entropy(seed, owner)
-    source = _Source(src, format, owner, param="src", dialect=csv_dialect(sep, encoding, decimal, owner))
+    source = _Source(
+        src, format, owner, param="src", dialect=csv_dialect(sep, encoding, decimal, owner)
+    )
     out = _check_dst(dst, source, owner)
     qi = check_qi_names(source.names, table.qi, owner)
     # identifying values of a design made on text keys are read as the text written
@@ -355,8 +390,11 @@ def release_file(
     positions = [source.names.index(q) for q in qi]
     offset = changed = batches = 0
     with atomic_write(out) as fh:
-        sink = (_CsvSink(fh, source.names, source.dialect, line_end(source.path)) if source.format == "csv"
-                else _ParquetSink(fh, source.schema, source.compression, ROW_GROUP_SIZE))
+        sink = (
+            _CsvSink(fh, source.names, source.dialect, line_end(source.path))
+            if source.format == "csv"
+            else _ParquetSink(fh, source.schema, source.compression, ROW_GROUP_SIZE)
+        )
         for batch in source.batches(None, batch_size):
             m = batch.num_rows
             cells = _batch_cells(batch, releaser.codes(counter.add(batch)), lookup, qi)
@@ -378,8 +416,9 @@ def records_changed(df: pd.DataFrame, out: pd.DataFrame, qi) -> int:
     return int((~same.to_numpy(dtype=bool)).any(axis=1).sum())
 
 
-def release_in_memory(src, dst, result, seed, dialect: CsvDialect, owner: str, *, check,
-                      release) -> FileRelease:
+def release_in_memory(
+    src, dst, result, seed, dialect: CsvDialect, owner: str, *, check, release
+) -> FileRelease:
     """Release a file in memory with ``release(df, result, seed)``, after ``check(result)``: for a
     kind of design whose release needs every record at once (a household needs all its members).
 
@@ -401,23 +440,36 @@ def release_in_memory(src, dst, result, seed, dialect: CsvDialect, owner: str, *
     if source.format == "parquet":
         write_table(out, out_path)
         return FileRelease(out_path, len(out), changed, 1, "parquet")
-    raw = pd.read_csv(source.path, dtype=str, keep_default_na=False, na_filter=False, sep=dialect.sep,
-                      encoding=dialect.encoding)
-    if len(raw) != len(out) or list(raw.columns) != source.names:  # pragma: no cover - one parser, two reads
-        raise InvalidParameterError(f"Cannot read {str(source.path)!r} twice alike; release it in memory instead.")
+    raw = pd.read_csv(
+        source.path,
+        dtype=str,
+        keep_default_na=False,
+        na_filter=False,
+        sep=dialect.sep,
+        encoding=dialect.encoding,
+    )
+    if (
+        len(raw) != len(out) or list(raw.columns) != source.names
+    ):  # pragma: no cover - one parser, two reads
+        raise InvalidParameterError(
+            f"Cannot read {str(source.path)!r} twice alike; release it in memory instead."
+        )
     columns = []
     for name in source.names:
         if name in qi:
             if name not in text:  # typed categories: refuse text they would not write back as read
                 want = np.array([_csv_text(x) for x in df[name]], dtype=object)
-                bad = np.flatnonzero((want != raw[name].to_numpy(dtype=object)) & df[name].notna().to_numpy())
+                bad = np.flatnonzero(
+                    (want != raw[name].to_numpy(dtype=object)) & df[name].notna().to_numpy()
+                )
                 if bad.size:
                     i = int(bad[0])
                     raise DesignMismatchError(
                         f"The data do not match the design: {name!r} is written {raw[name].iloc[i]!r} in "
                         f"{str(source.path)!r} where the design's category is {want[i]!r}, and a release would "
                         f"write it back as {want[i]!r}. Make the design from this file (the command line reads "
-                        "identifying values as the text written; in Python, count_file(..., keys_as_text=True)).")
+                        "identifying values as the text written; in Python, count_file(..., keys_as_text=True))."
+                    )
             col = pa.array([_csv_text(x) for x in out[name]], type=pa.large_string())
         else:
             col = pa.array(raw[name].tolist(), type=pa.large_string())
@@ -435,18 +487,26 @@ def _batch_cells(batch: pa.RecordBatch, codes: np.ndarray, lookup: CellLookup, q
     if unknown.any():
         raise DesignMismatchError(
             f"The data do not match the design: {int(unknown.sum())} records of this batch have "
-            f"values the design does not know (for example {_describe_bad(batch, qi, np.flatnonzero(unknown))}).")
+            f"values the design does not know (for example {_describe_bad(batch, qi, np.flatnonzero(unknown))})."
+        )
     cells = lookup(codes)
     if (cells < 0).any():
         raise DesignMismatchError(
             f"{int((cells < 0).sum())} records of the data fall in cells the design does not have "
             f"(for example {_describe_bad(batch, qi, np.flatnonzero(cells < 0))}); the design was made "
-            "for other data.")
+            "for other data."
+        )
     return cells
 
 
-def _released(batch: pa.RecordBatch, new: np.ndarray, source: _Source, table: FrequencyTable,
-              releaser: "_Releaser", positions: list[int]):
+def _released(
+    batch: pa.RecordBatch,
+    new: np.ndarray,
+    source: _Source,
+    table: FrequencyTable,
+    releaser: _Releaser,
+    positions: list[int],
+):
     """The batch with its identifying columns replaced by the released cells' labels."""
     qi = table.qi
     columns = list(batch.columns)
@@ -459,8 +519,11 @@ def _released(batch: pa.RecordBatch, new: np.ndarray, source: _Source, table: Fr
         return pa.RecordBatch.from_arrays(columns, schema=source.schema)
     for p in range(len(columns)):
         if p not in positions:
-            columns[p] = _quote(columns[p].cast(pa.large_string()), quote_empty=len(columns) == 1,
-                                sep=source.dialect.sep)
+            columns[p] = _quote(
+                columns[p].cast(pa.large_string()),
+                quote_empty=len(columns) == 1,
+                sep=source.dialect.sep,
+            )
     return columns
 
 
@@ -470,13 +533,18 @@ def _check_dst(dst, source: _Source, owner: str) -> Path:
     if fmt != source.format:
         raise InvalidParameterError(
             f"The 'dst' parameter of {owner} must be a {source.format} file like its source; got {str(out)!r} "
-            f"(to change format, read the released file with pandas and write it again).")
+            f"(to change format, read the released file with pandas and write it again)."
+        )
     if out.exists() and os.path.samefile(out, source.path):
-        raise InvalidParameterError(f"The 'dst' parameter of {owner} must not be the source file; got {str(out)!r}.")
+        raise InvalidParameterError(
+            f"The 'dst' parameter of {owner} must not be the source file; got {str(out)!r}."
+        )
     return out
 
 
-def _check_counts(counter: _Counter, table: FrequencyTable, releaser: _Releaser, source: _Source, qi) -> None:
+def _check_counts(
+    counter: _Counter, table: FrequencyTable, releaser: _Releaser, source: _Source, qi
+) -> None:
     """The source's table, coded with the design's categories, must be the design's table."""
     domains = {q: list(c) for q, c in zip(table.qi, table.categories)}
     limits = [max(len(c), 1) for c in table.categories]
@@ -487,7 +555,8 @@ def _check_counts(counter: _Counter, table: FrequencyTable, releaser: _Releaser,
     check_same_table(got, table, repr(str(source.path)))
     for j, q in enumerate(qi):
         seen = luts[j] >= 0
-        if not np.array_equal(luts[j][seen], releaser.luts[j][:len(luts[j])][seen]):
+        if not np.array_equal(luts[j][seen], releaser.luts[j][: len(luts[j])][seen]):
             raise DesignMismatchError(
                 f"The values of {q!r} were typed differently batch by batch than over the whole file; "
-                "release this file in memory (pramopt.release) instead.")
+                "release this file in memory (pramopt.release) instead."
+            )

@@ -6,6 +6,7 @@ full C1 with the independent verifier, and ends its check of the data with
 :func:`check_same_table`, so that no file or frame is written from a design that is unsafe or
 made for other data.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,7 +21,14 @@ from ..kinds import kind_of
 from ..verify import c1_risk
 from .sampling import Sampler, UniformStream, seed_entropy
 
-__all__ = ["release", "estimate", "releasable_table", "check_same_table", "record_cells", "release_frame"]
+__all__ = [
+    "release",
+    "estimate",
+    "releasable_table",
+    "check_same_table",
+    "record_cells",
+    "release_frame",
+]
 
 
 def check_same_table(got: FrequencyTable, table: FrequencyTable, source: str = "the data") -> None:
@@ -29,13 +37,16 @@ def check_same_table(got: FrequencyTable, table: FrequencyTable, source: str = "
         raise DesignMismatchError(
             f"The design was made for other data: the cells or counts of {source} over "
             f"{', '.join(map(str, table.qi))} differ (n = {got.n} vs {table.n}, {got.n_cells} vs "
-            f"{table.n_cells} cells).")
+            f"{table.n_cells} cells)."
+        )
 
 
 def _table_of(result) -> FrequencyTable:
     table = getattr(result, "table", None)
     if table is None:
-        raise InvalidParameterError("The 'result' parameter must carry its frequency table (a DesignResult).")
+        raise InvalidParameterError(
+            "The 'result' parameter must carry its frequency table (a DesignResult)."
+        )
     return table
 
 
@@ -57,17 +68,20 @@ def releasable_table(result, owner: str, allow_unverified: bool = False) -> Freq
     if not getattr(result, "success", False):
         raise DesignMismatchError(
             f"The design's status is {getattr(result.status, 'value', result.status)!r}: it did not pass "
-            "the C1 verification, so it is not safe to release with.")
+            "the C1 verification, so it is not safe to release with."
+        )
     rows = np.asarray(sp.csr_array(P).sum(axis=1)).ravel()
     if not np.all(np.abs(rows - 1.0) <= ROW_SUM_TOL):
         raise DesignMismatchError(
             "The design's matrix is not row-stochastic (a row sums to "
-            f"{rows[np.argmax(np.abs(rows - 1.0))]!r}); refusing to release with it.")
+            f"{rows[np.argmax(np.abs(rows - 1.0))]!r}); refusing to release with it."
+        )
     rep = c1_risk(P, table.codes, table.counts, result.combination_indices)
     if not rep.max_risk <= result.alpha:
         raise DesignMismatchError(
             f"The design fails C1 when checked again (max risk {rep.max_risk:.6g} > alpha {result.alpha:g}); "
-            "refusing to release with it.")
+            "refusing to release with it."
+        )
     _check_privacy_again(result, table)
     return table
 
@@ -82,15 +96,21 @@ def _check_privacy_again(result, table: FrequencyTable) -> None:
     from ..risk.dp_pk_anonymity import dp_epsilon, pk_anonymity
 
     if table.n_cells > PRIVACY_MAX_CELLS:  # no design under epsilon or k is made that large
-        raise DesignMismatchError(f"The design claims epsilon or k on {table.n_cells} cells (at most "
-                                  f"{PRIVACY_MAX_CELLS} are designed so); refusing to release with it.")
+        raise DesignMismatchError(
+            f"The design claims epsilon or k on {table.n_cells} cells (at most "
+            f"{PRIVACY_MAX_CELLS} are designed so); refusing to release with it."
+        )
     P = sp.csr_array(result.matrix).toarray()  # dense and small, as checked above
     if eps is not None and not dp_epsilon(P) <= float(eps):
-        raise DesignMismatchError(f"The design fails epsilon = {float(eps):g} when checked again (epsilon "
-                                  f"{dp_epsilon(P):.6g}); refusing to release with it.")
+        raise DesignMismatchError(
+            f"The design fails epsilon = {float(eps):g} when checked again (epsilon "
+            f"{dp_epsilon(P):.6g}); refusing to release with it."
+        )
     if k is not None and not pk_anonymity(P, table.n) >= float(k):
-        raise DesignMismatchError(f"The design fails k = {float(k):g} when checked again (k "
-                                  f"{pk_anonymity(P, table.n):.6g}); refusing to release with it.")
+        raise DesignMismatchError(
+            f"The design fails k = {float(k):g} when checked again (k "
+            f"{pk_anonymity(P, table.n):.6g}); refusing to release with it."
+        )
 
 
 def record_cells(df: pd.DataFrame, table: FrequencyTable, owner: str) -> np.ndarray:
@@ -99,18 +119,34 @@ def record_cells(df: pd.DataFrame, table: FrequencyTable, owner: str) -> np.ndar
     idx = cells_of(df, table)
     if (idx < 0).any():
         bad = df.loc[idx < 0, list(qi)].head(3).to_dict("records")
-        text = [q for q, c in zip(table.qi, table.categories)
-                if text_categories(c) and not pd.api.types.is_string_dtype(df[q])]
-        hint = (f" The design's categories of {text} are text, as written in a file (the command line reads "
-                "them so); read the data as text too, e.g. pd.read_csv(path, dtype=str).") if text else ""
+        text = [
+            q
+            for q, c in zip(table.qi, table.categories)
+            if text_categories(c) and not pd.api.types.is_string_dtype(df[q])
+        ]
+        hint = (
+            (
+                f" The design's categories of {text} are text, as written in a file (the command line reads "
+                "them so); read the data as text too, e.g. pd.read_csv(path, dtype=str)."
+            )
+            if text
+            else ""
+        )
         raise DesignMismatchError(
             f"{int((idx < 0).sum())} records of the data fall in cells the design does not have "
-            f"(for example {bad}); the design was made for other data.{hint}")
+            f"(for example {bad}); the design was made for other data.{hint}"
+        )
     return idx
 
 
-def release_frame(df: pd.DataFrame, table: FrequencyTable, sampler: Sampler, uniforms: UniformStream,
-                  offset: int, owner: str = "release") -> pd.DataFrame:
+def release_frame(
+    df: pd.DataFrame,
+    table: FrequencyTable,
+    sampler: Sampler,
+    uniforms: UniformStream,
+    offset: int,
+    owner: str = "release",
+) -> pd.DataFrame:
     """Release the records of ``df``, which are records ``offset, offset + 1, ...`` of the data.
 
     Shared by :func:`release` (offset 0) and the Dask release (one call per partition).
@@ -119,7 +155,9 @@ def release_frame(df: pd.DataFrame, table: FrequencyTable, sampler: Sampler, uni
     new = sampler.draw(cells, uniforms(offset, offset + len(df)))
     out = df.copy()
     for j, q in enumerate(table.qi):
-        vals = pd.Series(np.asarray(table.categories[j].take(table.codes[new, j]), dtype=object), index=df.index)
+        vals = pd.Series(
+            np.asarray(table.categories[j].take(table.codes[new, j]), dtype=object), index=df.index
+        )
         try:  # keep the column's dtype (categorical, integer, float with NaN, string)
             vals = vals.astype(df[q].dtype)
         except (TypeError, ValueError):
@@ -155,8 +193,11 @@ def release(df: pd.DataFrame, result, seed=None, *, allow_unverified: bool = Fal
     if not np.array_equal(np.bincount(cells, minlength=table.n_cells), table.counts):
         raise DesignMismatchError(
             f"The design was made for other data: the cell counts of the frame over {', '.join(map(str, table.qi))} "
-            "differ from the design's.")
-    return release_frame(df, table, Sampler(result.matrix), UniformStream(seed_entropy(seed, "release")), 0)
+            "differ from the design's."
+        )
+    return release_frame(
+        df, table, Sampler(result.matrix), UniformStream(seed_entropy(seed, "release")), 0
+    )
 
 
 def _factor(P):
@@ -164,7 +205,9 @@ def _factor(P):
     try:
         return spla.splu(sp.csc_matrix(P, dtype=float))
     except RuntimeError:
-        raise DesignMismatchError("The design's matrix is singular: the estimator (4) needs P^-1.") from None
+        raise DesignMismatchError(
+            "The design's matrix is singular: the estimator (4) needs P^-1."
+        ) from None
 
 
 #: Standard errors are computed up to this many cells: they need every column of P^-1 (K sparse
@@ -183,7 +226,9 @@ def _variances(lu, U: np.ndarray, est: np.ndarray) -> np.ndarray:
     """
     K = U.shape[1]
     out = np.empty_like(est)
-    step = max(1, min(512, (1 << 23) // max(K, 1)))  # at most 8M floats (64 MB) per block of columns
+    step = max(
+        1, min(512, (1 << 23) // max(K, 1))
+    )  # at most 8M floats (64 MB) per block of columns
     for a in range(0, K, step):
         b = min(K, a + step)
         E = np.zeros((K, b - a))
@@ -234,7 +279,9 @@ def estimate(released: pd.DataFrame, result, by=None, *, nonnegative: bool = Fal
         every column of P^-1 would be too slow to solve).
     """
     if not isinstance(nonnegative, (bool, np.bool_)):
-        raise InvalidParameterError(f"The 'nonnegative' parameter of estimate must be True or False; got {nonnegative!r}.")
+        raise InvalidParameterError(
+            f"The 'nonnegative' parameter of estimate must be True or False; got {nonnegative!r}."
+        )
     table = _table_of(result)
     cells = record_cells(released, table, "estimate")
     K = table.n_cells
@@ -247,13 +294,18 @@ def estimate(released: pd.DataFrame, result, by=None, *, nonnegative: bool = Fal
         missing = [b for b in by if b not in released.columns]
         if missing:
             raise InvalidParameterError(
-                f"The 'by' parameter of estimate must name columns of the data; {missing!r} are not.")
+                f"The 'by' parameter of estimate must name columns of the data; {missing!r} are not."
+            )
         clash = [b for b in by if b in table.qi]
         if clash:
             raise InvalidParameterError(
-                f"The 'by' parameter of estimate must not name identifying variables; got {clash!r}.")
-        ycode, yvals = (pd.MultiIndex.from_frame(released[by]).factorize() if len(by) > 1
-                        else pd.factorize(released[by[0]]))
+                f"The 'by' parameter of estimate must not name identifying variables; got {clash!r}."
+            )
+        ycode, yvals = (
+            pd.MultiIndex.from_frame(released[by]).factorize()
+            if len(by) > 1
+            else pd.factorize(released[by[0]])
+        )
         ycode = np.asarray(ycode)
         Y = int(ycode.max()) + 1 if ycode.size else 0
     U = np.zeros((Y, K))
@@ -274,5 +326,7 @@ def estimate(released: pd.DataFrame, result, by=None, *, nonnegative: bool = Fal
         f["se"] = se[y]
         frames.append(f)
     if not frames:
-        return pd.concat([labels.iloc[:0]], ignore_index=True).assign(observed=[], estimate=[], se=[])
+        return pd.concat([labels.iloc[:0]], ignore_index=True).assign(
+            observed=[], estimate=[], se=[]
+        )
     return pd.concat(frames, ignore_index=True)

@@ -1,4 +1,5 @@
 """Random draws of a release: a secure default seed, split-invariant uniforms, a row sampler."""
+
 from __future__ import annotations
 
 import secrets
@@ -7,7 +8,6 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._validation import InvalidParameterError, check_int
-
 
 #: Records per block of the random stream: record ``i`` takes its uniform from block
 #: ``i // BLOCK``, whose generator is spawned from the release's entropy, so that the draw of a
@@ -63,7 +63,7 @@ class UniformStream:
         while pos < stop:
             b = pos // BLOCK
             hi = min(stop, (b + 1) * BLOCK)
-            out[pos - start:hi - start] = self._get(b)[pos - b * BLOCK:hi - b * BLOCK]
+            out[pos - start : hi - start] = self._get(b)[pos - b * BLOCK : hi - b * BLOCK]
             pos = hi
         return out
 
@@ -85,7 +85,9 @@ class Sampler:
         counts = np.diff(Pc.indptr)
         if (counts == 0).any():
             r = int(np.flatnonzero(counts == 0)[0])
-            raise InvalidParameterError(f"The design's matrix has an empty row {r}; every row of P must sum to 1.")
+            raise InvalidParameterError(
+                f"The design's matrix has an empty row {r}; every row of P must sum to 1."
+            )
         rows = np.repeat(np.arange(K), counts)
         cum = np.cumsum(Pc.data)
         start = np.concatenate([[0.0], cum])[Pc.indptr[:-1]]

@@ -6,21 +6,57 @@ each figure id and explains the summary figures a newcomer cannot read (ε = ∞
 binding rows, condition number), and :mod:`.render` fills the Jinja2 templates of ``templates/``
 (one per figure id and format) with both, with the drawings of :mod:`.plots` in the HTML.
 """
+
 from __future__ import annotations
 
-from .data import (FIGURES, ReportData, Section, changed_variables_figures, from_result,
-                   risk_by_combination, sections, top_flows, variable_changes, variable_labels,
-                   variable_margins, variable_transitions)
-from .plots import (PLOTS, change_vs_frequency_figure, figure_change_vs_frequency,
-                    transitions_figure, variables_figure)
+from .data import (
+    FIGURES,
+    ReportData,
+    Section,
+    changed_variables_figures,
+    from_result,
+    risk_by_combination,
+    sections,
+    top_flows,
+    variable_changes,
+    variable_labels,
+    variable_margins,
+    variable_transitions,
+)
+from .plots import (
+    PLOTS,
+    change_vs_frequency_figure,
+    figure_change_vs_frequency,
+    transitions_figure,
+    variables_figure,
+)
 from .render import _CSS as _CSS  # the frontier page's style
 from .render import _html_table as _html_table
 from .render import render_html, render_markdown
 from .words import REDUCTION_LABELS, WORDS, explanations, reduction_table
 
-__all__ = ["ReportData", "risk_by_combination", "render_html", "render_markdown", "from_result",
-           "variable_changes", "variable_margins", "variable_transitions", "top_flows",
-           "explanations", "change_vs_frequency_figure", "figure_change_vs_frequency",
-           "variables_figure", "transitions_figure", "variable_labels", "changed_variables_figures",
-           "reduction_table", "REDUCTION_LABELS", "FIGURES", "Section", "sections", "WORDS",
-           "PLOTS"]
+__all__ = [
+    "ReportData",
+    "risk_by_combination",
+    "render_html",
+    "render_markdown",
+    "from_result",
+    "variable_changes",
+    "variable_margins",
+    "variable_transitions",
+    "top_flows",
+    "explanations",
+    "change_vs_frequency_figure",
+    "figure_change_vs_frequency",
+    "variables_figure",
+    "transitions_figure",
+    "variable_labels",
+    "changed_variables_figures",
+    "reduction_table",
+    "REDUCTION_LABELS",
+    "FIGURES",
+    "Section",
+    "sections",
+    "WORDS",
+    "PLOTS",
+]

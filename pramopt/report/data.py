@@ -14,6 +14,7 @@ computes its data from a :class:`ReportData` (None: the report leaves that figur
 for each id are in :mod:`.words`, its drawing (HTML only) in :mod:`.plots` and its templates in
 ``templates/<id>.html.j2`` and ``templates/<id>.md.j2``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -26,10 +27,25 @@ import scipy.sparse as sp
 from ..frequency.table import FrequencyTable, is_missing
 from ..verify import c1_risk
 
-__all__ = ["ReportData", "from_result", "changed_variables_figures", "risk_by_combination",
-           "variable_labels", "variable_changes", "variable_margins", "variable_transitions",
-           "top_flows", "ChangePoints", "change_points", "stages_table", "Utility", "utility",
-           "Section", "FIGURES", "sections"]
+__all__ = [
+    "ReportData",
+    "from_result",
+    "changed_variables_figures",
+    "risk_by_combination",
+    "variable_labels",
+    "variable_changes",
+    "variable_margins",
+    "variable_transitions",
+    "top_flows",
+    "ChangePoints",
+    "change_points",
+    "stages_table",
+    "Utility",
+    "utility",
+    "Section",
+    "FIGURES",
+    "sections",
+]
 
 
 @dataclass
@@ -116,11 +132,20 @@ def from_result(result, title: str = "pramopt design") -> ReportData:
         figures["Pk-anonymity k, target"] = d.get("k_target")
         figures["Pk-anonymity k, measured"] = d.get("k")
         figures["binding requirement"] = d.get("binding")
-    return ReportData(title=title, matrix=result.matrix, table=result.table,
-                      combinations=combos, alpha=result.alpha, figures=figures,
-                      status=result.status.value, message=result.message,
-                      reduction=result.reduction.as_dict() if result.reduction is not None else {},
-                      stages=tuple(result.stages), solver=result.solver, gamma=result.gamma)
+    return ReportData(
+        title=title,
+        matrix=result.matrix,
+        table=result.table,
+        combinations=combos,
+        alpha=result.alpha,
+        figures=figures,
+        status=result.status.value,
+        message=result.message,
+        reduction=result.reduction.as_dict() if result.reduction is not None else {},
+        stages=tuple(result.stages),
+        solver=result.solver,
+        gamma=result.gamma,
+    )
 
 
 def changed_variables_figures(result) -> dict:
@@ -133,16 +158,18 @@ def changed_variables_figures(result) -> dict:
     cv = d.get("changed_variables")
     if cv:
         out["mean variables changed per changed record"] = cv["mean"]
-        out["variables changed (share of changed records)"] = ", ".join(
-            f"{j}: {100 * s:.1f}%" for j, s in cv["distribution"].items()) or "none"
+        out["variables changed (share of changed records)"] = (
+            ", ".join(f"{j}: {100 * s:.1f}%" for j, s in cv["distribution"].items()) or "none"
+        )
     if params.get("change_weights"):
         out["change weights"] = ", ".join(f"{k}={v:g}" for k, v in params["change_weights"].items())
         out["weighted objective"] = d.get("weighted_objective")
     return out
 
 
-def risk_by_combination(P, table: FrequencyTable, combinations, alpha=None,
-                        col_codes=None) -> pd.DataFrame:
+def risk_by_combination(
+    P, table: FrequencyTable, combinations, alpha=None, col_codes=None
+) -> pd.DataFrame:
     """C1 risk before (P = I) and after, per combination, worst (after) first.
 
     Returns
@@ -158,8 +185,12 @@ def risk_by_combination(P, table: FrequencyTable, combinations, alpha=None,
     rows = []
     for ci, c in enumerate(combinations):
         rb, ra = before.risk_by_group[ci], after.risk_by_group[ci]
-        row = {"combination": ", ".join(str(table.qi[i]) for i in c), "groups": int(len(ra)),
-               "risk_before": float(rb.max()), "risk_after": float(ra.max())}
+        row = {
+            "combination": ", ".join(str(table.qi[i]) for i in c),
+            "groups": int(len(ra)),
+            "risk_before": float(rb.max()),
+            "risk_after": float(ra.max()),
+        }
         if alpha is not None:
             row["over_before"] = int((rb > alpha).sum())
             row["over_after"] = int((ra > alpha).sum())
@@ -193,7 +224,7 @@ def _flows(P, table: FrequencyTable, col_codes=None):
         b = max(a + 1, int(np.searchsorted(indptr, indptr[a] + FLOW_CHUNK, side="right")) - 1)
         b = min(b, K)
         lo, hi = indptr[a], indptr[b]
-        r = np.repeat(np.arange(a, b), np.diff(indptr[a:b + 1]))
+        r = np.repeat(np.arange(a, b), np.diff(indptr[a : b + 1]))
         c, v = indices[lo:hi], data[lo:hi].astype(float)
         keep = v != 0
         r, c = r[keep], c[keep]
@@ -239,9 +270,14 @@ def variable_changes(P, table: FrequencyTable, col_codes=None) -> pd.DataFrame:
     rows = []
     for j, q in enumerate(table.qi):
         e = float(changed[j])
-        rows.append({"variable": str(q), "categories": len(table.categories[j]),
-                     "expected records changed": e,
-                     "share of records": e / n if n else float("nan")})
+        rows.append(
+            {
+                "variable": str(q),
+                "categories": len(table.categories[j]),
+                "expected records changed": e,
+                "share of records": e / n if n else float("nan"),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -259,14 +295,21 @@ def variable_margins(P, table: FrequencyTable, col_codes=None, labels=None) -> p
         L = len(labels[j])
         before = np.bincount(np.asarray(table.codes)[:, j], weights=u, minlength=L)
         for a in range(L):
-            rows.append({"variable": str(q), "category": labels[j][a], "before": float(before[a]),
-                         "after (expected)": float(after[j][a]),
-                         "difference": float(after[j][a] - before[a])})
+            rows.append(
+                {
+                    "variable": str(q),
+                    "category": labels[j][a],
+                    "before": float(before[a]),
+                    "after (expected)": float(after[j][a]),
+                    "difference": float(after[j][a] - before[a]),
+                }
+            )
     return pd.DataFrame(rows)
 
 
-def variable_transitions(P, table: FrequencyTable, col_codes=None,
-                         labels=None) -> dict[str, pd.DataFrame]:
+def variable_transitions(
+    P, table: FrequencyTable, col_codes=None, labels=None
+) -> dict[str, pd.DataFrame]:
     """Per identifying variable, its transition matrix over the data.
 
     Entry (a, b) is the expected share of the records with category a whose value of the
@@ -285,8 +328,11 @@ def variable_transitions(P, table: FrequencyTable, col_codes=None,
         T = sums[j]
         with np.errstate(invalid="ignore", divide="ignore"):
             T = T / T.sum(axis=1, keepdims=True)
-        out[str(q)] = pd.DataFrame(T, index=pd.Index(labels[j][:Lr], name=f"original {q}"),
-                                   columns=pd.Index(labels[j], name=f"released {q}"))
+        out[str(q)] = pd.DataFrame(
+            T,
+            index=pd.Index(labels[j][:Lr], name=f"original {q}"),
+            columns=pd.Index(labels[j], name=f"released {q}"),
+        )
     return out
 
 
@@ -305,30 +351,42 @@ def top_flows(P, table: FrequencyTable, n: int = 15, col_codes=None, labels=None
         top = np.argsort(-flow, kind="stable")[:n]
         parts.append((frm[top], to[top], flow[top], r[top]))
     d = len(table.qi)
-    empty = (np.empty((0, d), np.int64), np.empty((0, d), np.int64), np.empty(0),
-             np.empty(0, np.int64))
-    frm, to, flow, r = (np.concatenate([p[i] for p in parts]) if parts else empty[i]
-                        for i in range(4))
+    empty = (
+        np.empty((0, d), np.int64),
+        np.empty((0, d), np.int64),
+        np.empty(0),
+        np.empty(0, np.int64),
+    )
+    frm, to, flow, r = (
+        np.concatenate([p[i] for p in parts]) if parts else empty[i] for i in range(4)
+    )
     order = np.argsort(-flow, kind="stable")[:n]
 
     def cell(code):
         return ", ".join(labels[j][code[j]] for j in range(d))
 
     def changes(a, b):
-        return ", ".join(f"{table.qi[j]}: {labels[j][a[j]]}→{labels[j][b[j]]}"
-                         for j in range(d) if a[j] != b[j])
+        return ", ".join(
+            f"{table.qi[j]}: {labels[j][a[j]]}→{labels[j][b[j]]}" for j in range(d) if a[j] != b[j]
+        )
 
     u = np.asarray(table.counts)[r[order]]
-    return pd.DataFrame({"from": [cell(frm[i]) for i in order], "to": [cell(to[i]) for i in order],
-                         "changes": [changes(frm[i], to[i]) for i in order], "records in cell": u,
-                         "probability": flow[order] / u, "expected records": flow[order]})
-
-
+    return pd.DataFrame(
+        {
+            "from": [cell(frm[i]) for i in order],
+            "to": [cell(to[i]) for i in order],
+            "changes": [changes(frm[i], to[i]) for i in order],
+            "records in cell": u,
+            "probability": flow[order] / u,
+            "expected records": flow[order],
+        }
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # The figures of a report, by id
 # ---------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class ChangePoints:
@@ -352,14 +410,19 @@ class ChangePoints:
 
 def change_points(diag, table: FrequencyTable, gamma=None) -> ChangePoints:
     """Figure 1's points from P's diagonal (P_mm per present cell m) and the table's counts."""
-    return ChangePoints(frequency=np.asarray(table.counts, dtype=float),
-                        change=1.0 - np.asarray(diag), gamma=gamma)
+    return ChangePoints(
+        frequency=np.asarray(table.counts, dtype=float), change=1.0 - np.asarray(diag), gamma=gamma
+    )
 
 
 def stages_table(stages) -> pd.DataFrame:
     """The solver's stages, one row each."""
-    return pd.DataFrame([{"stage": s.name, "seconds": s.seconds, "iterations": s.iterations,
-                          "detail": s.detail} for s in stages])
+    return pd.DataFrame(
+        [
+            {"stage": s.name, "seconds": s.seconds, "iterations": s.iterations, "detail": s.detail}
+            for s in stages
+        ]
+    )
 
 
 @dataclass(frozen=True)
@@ -375,10 +438,12 @@ class Utility:
 def utility(d: ReportData) -> Utility:
     """The per-variable tables of ``d``, with the labels of the matrix's columns."""
     labels = variable_labels(d.table, d.col_codes, d.col_cells)
-    return Utility(changes=variable_changes(d.matrix, d.table, d.col_codes),
-                   margins=variable_margins(d.matrix, d.table, d.col_codes, labels),
-                   transitions=variable_transitions(d.matrix, d.table, d.col_codes, labels),
-                   flows=top_flows(d.matrix, d.table, col_codes=d.col_codes, labels=labels))
+    return Utility(
+        changes=variable_changes(d.matrix, d.table, d.col_codes),
+        margins=variable_margins(d.matrix, d.table, d.col_codes, labels),
+        transitions=variable_transitions(d.matrix, d.table, d.col_codes, labels),
+        flows=top_flows(d.matrix, d.table, col_codes=d.col_codes, labels=labels),
+    )
 
 
 @dataclass(frozen=True)
@@ -393,8 +458,9 @@ class Section:
 #: tables, or None where the report has no such figure.
 FIGURES: dict[str, Callable[[ReportData, Utility], object]] = {
     "summary": lambda d, u: d.figures,
-    "risk": lambda d, u: risk_by_combination(d.matrix, d.table, d.combinations, d.alpha,
-                                             d.col_codes),
+    "risk": lambda d, u: risk_by_combination(
+        d.matrix, d.table, d.combinations, d.alpha, d.col_codes
+    ),
     "change_vs_frequency": lambda d, u: change_points(d.diagonal(), d.table, d.gamma),
     "change_rates": lambda d, u: u.changes,
     "margins": lambda d, u: u.margins,

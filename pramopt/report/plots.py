@@ -5,6 +5,7 @@ so that writing a report leaves the caller's matplotlib backend and figures as t
 :data:`PLOTS` names the figure ids that have a drawing: id -> a function of the report's figure
 data (figure id -> data) that returns the Figure.
 """
+
 from __future__ import annotations
 
 import base64
@@ -18,8 +19,14 @@ import pandas as pd
 from ..frequency.table import FrequencyTable
 from .data import ChangePoints, change_points
 
-__all__ = ["change_vs_frequency_figure", "figure_change_vs_frequency", "variables_figure",
-           "transitions_figure", "PLOTS", "png"]
+__all__ = [
+    "change_vs_frequency_figure",
+    "figure_change_vs_frequency",
+    "variables_figure",
+    "transitions_figure",
+    "PLOTS",
+    "png",
+]
 
 
 def png(fig) -> str:
@@ -58,9 +65,15 @@ def change_points_figure(points: ChangePoints):
     right.set_ylabel("probability of change 1 − P_mm")
     right.set_title("Probability of change of one record")
     if gamma is not None and gamma > 0:
-        right.axhline(1.0 - gamma, color="#b03a2e", linestyle="--", linewidth=1.2, gid="floor",
-                      label=f"1 − γ = {1 - gamma:.3g}: no cell changes more often "
-                            f"(diagonal floor γ = {gamma:.3g})")
+        right.axhline(
+            1.0 - gamma,
+            color="#b03a2e",
+            linestyle="--",
+            linewidth=1.2,
+            gid="floor",
+            label=f"1 − γ = {1 - gamma:.3g}: no cell changes more often "
+            f"(diagonal floor γ = {gamma:.3g})",
+        )
         right.set_ylim(0, max(1.3 * (1.0 - gamma), 1.05 * float(change.max(initial=0))))
         right.legend(loc="upper center", fontsize=8)
     for ax in (left, right):
@@ -109,8 +122,9 @@ def variables_figure(changes: pd.DataFrame, margins: pd.DataFrame):
         ax.bar(x - 0.2, m["before"], width=0.4, color="#9db4d3", label="before")
         ax.bar(x + 0.2, m["after (expected)"], width=0.4, color="#1f5fa8", label="after (expected)")
         ax.set_xticks(x, list(m["category"]), rotation=90 if len(m) > 8 else 0, fontsize=8)
-        ax.set_title(f"{title}: largest difference {m['difference'].abs().max():.3g} records",
-                     fontsize=10)
+        ax.set_title(
+            f"{title}: largest difference {m['difference'].abs().max():.3g} records", fontsize=10
+        )
         pos = m[["before", "after (expected)"]].to_numpy(dtype=float)
         pos = pos[pos > 0]
         if pos.size and pos.max() > 50 * pos.min():  # small categories stay visible
@@ -160,9 +174,15 @@ def transitions_figure(transitions: dict):
                     v = T.iat[a, b]
                     if np.isfinite(v) and (v > 0 or a == b):
                         dark = a != b and norm is not None and norm(v) < 0.6
-                        ax.text(b, a, f"{100 * v:.3g}%" if a == b else f"{100 * v:.2g}%",
-                                ha="center", va="center", fontsize=7,
-                                color="white" if dark else "black")
+                        ax.text(
+                            b,
+                            a,
+                            f"{100 * v:.3g}%" if a == b else f"{100 * v:.2g}%",
+                            ha="center",
+                            va="center",
+                            fontsize=7,
+                            color="white" if dark else "black",
+                        )
         if max(L0, L1) <= 40:
             long = max(len(str(c)) for c in T.columns) > 3
             ax.set_xticks(range(L1), list(T.columns), rotation=90 if long else 0, fontsize=7)
@@ -170,13 +190,19 @@ def transitions_figure(transitions: dict):
         ax.set_xlabel(f"released {q}")
         ax.set_ylabel(f"original {q}")
         ax.set_title(q, fontsize=10)
-    for ax in axes[len(names):]:
+    for ax in axes[len(names) :]:
         ax.set_visible(False)
     if im is not None and norm is not None:
         from matplotlib.ticker import FuncFormatter
+
         pct = FuncFormatter(lambda v, _: f"{100 * v:.2g}%")
-        cb = fig.colorbar(im, ax=list(axes[:len(names)]), shrink=0.8, format=pct,
-                          label="share of the row's records changed into the column")
+        cb = fig.colorbar(
+            im,
+            ax=list(axes[: len(names)]),
+            shrink=0.8,
+            format=pct,
+            label="share of the row's records changed into the column",
+        )
         cb.ax.yaxis.set_minor_formatter(pct)
     return fig
 

@@ -6,6 +6,7 @@ refers to the HTML for the drawings.  The page templates (``report.html.j2``, ``
 include one template per figure, ``<figure id>.html.j2`` and ``<figure id>.md.j2``, in the order
 of :func:`.data.sections`.
 """
+
 from __future__ import annotations
 
 import html
@@ -59,29 +60,45 @@ def _as_frame(obj) -> pd.DataFrame:
 def environment(kind: str) -> jinja2.Environment:
     """The Jinja2 environment of the ``"html"`` (autoescaped) or ``"md"`` templates."""
     html_kind = kind == "html"
-    env = jinja2.Environment(loader=jinja2.PackageLoader("pramopt.report", "templates"),
-                             autoescape=html_kind, finalize=_escape if html_kind else None,
-                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
-                             undefined=jinja2.StrictUndefined)
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("pramopt.report", "templates"),
+        autoescape=html_kind,
+        finalize=_escape if html_kind else None,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+    )
     env.filters["fmt"] = fmt
-    env.globals.update(words=WORDS, page=PAGE, explanations=explanations,
-                       reduction_table=reduction_table, percent_table=_percent_table,
-                       as_frame=_as_frame, table_categories=TABLE_CATEGORIES)
+    env.globals.update(
+        words=WORDS,
+        page=PAGE,
+        explanations=explanations,
+        reduction_table=reduction_table,
+        percent_table=_percent_table,
+        as_frame=_as_frame,
+        table_categories=TABLE_CATEGORIES,
+    )
     return env
 
 
 def _context(d: ReportData) -> dict:
     parts = sections(d)
-    return {"d": d, "sections": parts, "data": {s.id: s.data for s in parts},
-            "qi": ", ".join(map(str, d.table.qi))}
+    return {
+        "d": d,
+        "sections": parts,
+        "data": {s.id: s.data for s in parts},
+        "qi": ", ".join(map(str, d.table.qi)),
+    }
 
 
 def render_html(d: ReportData) -> str:
     """A self-contained HTML report (inline CSS, figures as base64 PNG)."""
     ctx = _context(d)
     # drawn here rather than in the template: the Markdown report needs none of them
-    ctx["images"] = {key: plots.png(draw(ctx["data"])) for key, draw in plots.PLOTS.items()
-                     if key in ctx["data"]}
+    ctx["images"] = {
+        key: plots.png(draw(ctx["data"])) for key, draw in plots.PLOTS.items() if key in ctx["data"]
+    }
     return environment("html").get_template("report.html.j2").render(ctx)
 
 

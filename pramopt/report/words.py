@@ -4,6 +4,7 @@
 sentences the templates show with it; :data:`PAGE` the words of the page around the figures.
 The templates look words up by figure id (``words.risk.title``), never by a heading's text.
 """
+
 from __future__ import annotations
 
 import math
@@ -12,8 +13,15 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-__all__ = ["FigureWords", "WORDS", "PAGE", "REDUCTION_LABELS", "reduction_table", "explanations",
-           "fmt"]
+__all__ = [
+    "FigureWords",
+    "WORDS",
+    "PAGE",
+    "REDUCTION_LABELS",
+    "reduction_table",
+    "explanations",
+    "fmt",
+]
 
 
 def fmt(v) -> str:
@@ -74,37 +82,43 @@ WORDS: dict[str, FigureWords] = {
     "risk": FigureWords(
         title="Risk before and after, per combination (worst first)",
         text="C1 (Cator et al., eq. (1)) requires every risk to be at most α = {alpha:g}; 'over' "
-             "counts the k0 above it."),
+        "counts the k0 above it.",
+    ),
     "change_vs_frequency": FigureWords(
         title="Changes against frequency",
         alt="expected changes and probability of change against frequency",
         caption="One point per present cell m. Left, as Figure 1 of Cator et al. (almost linear): "
-                "the expected number of changed records of the cell, U0(m)(1 − P_mm). Right: the "
-                "probability that one of its records changes, 1 − P_mm, nearly the same for the "
-                "cells that send records, which is why the left panel is a line.",
+        "the expected number of changed records of the cell, U0(m)(1 − P_mm). Right: the "
+        "probability that one of its records changes, 1 − P_mm, nearly the same for the "
+        "cells that send records, which is why the left panel is a line.",
         note=" The dashed line is 1 − γ = {one_minus_gamma:.3g}: the diagonal floor γ = "
-             "{gamma:.3g} keeps every record with probability at least γ, so no cell lies above "
-             "it."),
+        "{gamma:.3g} keeps every record with probability at least γ, so no cell lies above "
+        "it.",
+    ),
     "change_rates": FigureWords(
         title="Expected change rate per variable",
         text="The share of records whose value of each variable is expected to change, and each "
-             "variable's categories before and after (expected: U0ᵀP summed per category). A "
-             "record whose cell changes counts for every variable that changes with it.",
+        "variable's categories before and after (expected: U0ᵀP summed per category). A "
+        "record whose cell changes counts for every variable that changes with it.",
         alt="change rate and categories before and after, per variable",
         caption="First panel: expected % of records whose value of the variable changes. Then, per "
-                "variable, the records in each category before (light) and expected after (dark)."),
-    "margins": FigureWords(title="Categories before and after, as a table",
-                           md_title="Categories before and after (expected)"),
+        "variable, the records in each category before (light) and expected after (dark).",
+    ),
+    "margins": FigureWords(
+        title="Categories before and after, as a table",
+        md_title="Categories before and after (expected)",
+    ),
     "transitions": FigureWords(
         title="Transitions per variable",
         text="For each variable, the share of the records with a category (row) released with "
-             "another (column), summed over the cells: colour for the changes (log scale, empty: "
-             "none), grey on the diagonal for the records kept.",
+        "another (column), summed over the cells: colour for the changes (log scale, empty: "
+        "none), grey on the diagonal for the records kept.",
         alt="transition matrix per variable",
         caption="Row a, column b: expected share of the records with category a released as b.",
         table_title="{variable}: transitions as a table (%)",
         md_title="Transitions per variable (% of the row's records)",
-        md_text="{categories} categories: in report.html."),
+        md_text="{categories} categories: in report.html.",
+    ),
     "flows": FigureWords(title="Largest expected flows (cells as {qi})"),
     "reduction": FigureWords(title="Reduction of the C1 constraints"),
     "stages": FigureWords(title="Solver stages"),
@@ -117,8 +131,10 @@ class PageWords:
 
     not_safe: str = "NOT SAFE TO RELEASE"
     solver: str = "Solver: {solver}"
-    md_figures: str = ("The figures (changes against frequency, change rates and categories per "
-                       "variable, transitions per variable) are in report.html.")
+    md_figures: str = (
+        "The figures (changes against frequency, change rates and categories per "
+        "variable, transitions per variable) are in report.html."
+    )
 
     def say(self, name: str, **values) -> str:
         """Field ``name`` with ``values`` filled in."""
@@ -168,79 +184,110 @@ def explanations(figures: dict) -> list[str]:
     out = []
     for key, v in figures.items():
         if key == "max C1 risk":
-            out.append("max C1 risk: over every record and every combination of identifying "
-                       "variables an intruder may know, the largest chance that a released record "
-                       "with those values is that person (C1, Cator et al., eq. (1)); a design is "
-                       "safe when it is at most α.")
+            out.append(
+                "max C1 risk: over every record and every combination of identifying "
+                "variables an intruder may know, the largest chance that a released record "
+                "with those values is that person (C1, Cator et al., eq. (1)); a design is "
+                "safe when it is at most α."
+            )
         elif key in ("exact L2 loss",):
-            out.append("exact L2 loss: the mean squared error of the corrected (unbiased) "
-                       "estimates of the cells' shares of records; smaller keeps more "
-                       "information. Compare it between designs of the same data (pramopt assess, "
-                       "pramopt baseline).")
+            out.append(
+                "exact L2 loss: the mean squared error of the corrected (unbiased) "
+                "estimates of the cells' shares of records; smaller keeps more "
+                "information. Compare it between designs of the same data (pramopt assess, "
+                "pramopt baseline)."
+            )
         elif key == "lower bound on the loss":
-            out.append("lower bound on the loss: no general, replacement or block design that "
-                       "meets C1 with the same options has a smaller exact L2 loss (the lower "
-                       "bound on the expected changes over n², docs/method.md): the best of those "
-                       "designs is within a factor of (the design's loss ÷ this bound) of the "
-                       "design.")
+            out.append(
+                "lower bound on the loss: no general, replacement or block design that "
+                "meets C1 with the same options has a smaller exact L2 loss (the lower "
+                "bound on the expected changes over n², docs/method.md): the best of those "
+                "designs is within a factor of (the design's loss ÷ this bound) of the "
+                "design."
+            )
         elif key == "lower bound on the expected changes":
-            out.append("lower bound on the expected changes: no design that meets C1 with the "
-                       "same options changes fewer records in expectation (the flow relaxation of "
-                       "C1).")
+            out.append(
+                "lower bound on the expected changes: no design that meets C1 with the "
+                "same options changes fewer records in expectation (the flow relaxation of "
+                "C1)."
+            )
         elif key == "diagonal floor γ" and v is not None:
-            out.append(f"diagonal floor γ = {fmt(v)}: every cell keeps each of its records with "
-                       "probability at least γ (min diagonal is the smallest such probability), "
-                       f"so no record changes with probability above 1 − γ = {fmt(1 - float(v))}: "
-                       "the dashed line of the probability-of-change plot.")
+            out.append(
+                f"diagonal floor γ = {fmt(v)}: every cell keeps each of its records with "
+                "probability at least γ (min diagonal is the smallest such probability), "
+                f"so no record changes with probability above 1 − γ = {fmt(1 - float(v))}: "
+                "the dashed line of the probability-of-change plot."
+            )
         elif key.startswith("binding"):
-            out.append("binding (π, k0), the binding rows: the groups of records (a combination π "
-                       "of identifying variables and its values k0) whose C1 risk is at α (within "
-                       "1e-4). They are what stops the design from changing fewer records; every "
-                       "other group is safer than required.")
+            out.append(
+                "binding (π, k0), the binding rows: the groups of records (a combination π "
+                "of identifying variables and its values k0) whose C1 risk is at α (within "
+                "1e-4). They are what stops the design from changing fewer records; every "
+                "other group is safer than required."
+            )
         elif key == "condition number":
-            out.append("condition number: how much correcting the released counts for PRAM "
-                       "(multiplying by P⁻¹) can amplify their random noise; 1 for P = I. Close "
-                       "to 1 the corrected estimates are nearly as precise as the released "
-                       "counts; above about 100 they become unstable.")
+            out.append(
+                "condition number: how much correcting the released counts for PRAM "
+                "(multiplying by P⁻¹) can amplify their random noise; 1 for P = I. Close "
+                "to 1 the corrected estimates are nearly as precise as the released "
+                "counts; above about 100 they become unstable."
+            )
         elif key.startswith("ε"):
             if _is(v, math.inf):
-                out.append("ε = ∞: no finite ε-differential-privacy guarantee (Ikarashi et al., "
-                           "Theorem 1). Some column of P has a zero next to a positive entry: "
-                           "some released cell can come from one original cell but never from "
-                           "another, and seeing it rules the other out. A design made for C1 only "
-                           "is usually so; design with --epsilon for a finite ε.")
+                out.append(
+                    "ε = ∞: no finite ε-differential-privacy guarantee (Ikarashi et al., "
+                    "Theorem 1). Some column of P has a zero next to a positive entry: "
+                    "some released cell can come from one original cell but never from "
+                    "another, and seeing it rules the other out. A design made for C1 only "
+                    "is usually so; design with --epsilon for a finite ε."
+                )
             elif v is not None:
-                out.append(f"{key}: ε-differential privacy (Ikarashi et al., Theorem 1), the "
-                           "largest log-ratio of the probabilities that two original cells are "
-                           "released as the same cell; smaller is more private.")
+                out.append(
+                    f"{key}: ε-differential privacy (Ikarashi et al., Theorem 1), the "
+                    "largest log-ratio of the probabilities that two original cells are "
+                    "released as the same cell; smaller is more private."
+                )
         elif key.startswith("Pk-anonymity k") and "target" not in key:
             if _is(v, 1.0):
-                out.append("Pk-anonymity k = 1: the smallest value, no Pk-anonymity guarantee "
-                           "(Ikarashi et al., Theorem 3). P has zeros that let an intruder with "
-                           "enough background knowledge tell a record apart from every other; "
-                           "design with --k for a guarantee.")
+                out.append(
+                    "Pk-anonymity k = 1: the smallest value, no Pk-anonymity guarantee "
+                    "(Ikarashi et al., Theorem 3). P has zeros that let an intruder with "
+                    "enough background knowledge tell a record apart from every other; "
+                    "design with --k for a guarantee."
+                )
             elif v is not None and not (isinstance(v, float) and math.isnan(v)):
-                out.append(f"{key}: no intruder, whatever they know, can tell which person a "
-                           "released record came from with probability above 1/k (Ikarashi et "
-                           "al., Theorem 3).")
+                out.append(
+                    f"{key}: no intruder, whatever they know, can tell which person a "
+                    "released record came from with probability above 1/k (Ikarashi et "
+                    "al., Theorem 3)."
+                )
             else:
-                out.append(f"{key} n/a: not computed for a matrix this large (it takes O(K³) "
-                           "operations).")
+                out.append(
+                    f"{key} n/a: not computed for a matrix this large (it takes O(K³) operations)."
+                )
         elif key.startswith("max R1"):
             if v is None:
-                out.append("max R1(1, T) –: the correct-match risk of Nayak et al. is defined for "
-                           "a matrix that acts on one variable; this one acts on several jointly, "
-                           "so it is not computed (C1 is the risk for several variables).")
+                out.append(
+                    "max R1(1, T) –: the correct-match risk of Nayak et al. is defined for "
+                    "a matrix that acts on one variable; this one acts on several jointly, "
+                    "so it is not computed (C1 is the risk for several variables)."
+                )
             else:
-                out.append("max R1(1, T): the largest chance (Nayak et al.) that a released "
-                           "record with the target's category is the target, over every category "
-                           "as the target.")
+                out.append(
+                    "max R1(1, T): the largest chance (Nayak et al.) that a released "
+                    "record with the target's category is the target, over every category "
+                    "as the target."
+                )
         elif key == "invariance error":
-            out.append("invariance error ||U0ᵀP − U0ᵀ||₁: records moved out of balance in "
-                       "expectation; 0 for invariant PRAM, whose released counts need no "
-                       "correction to be unbiased.")
+            out.append(
+                "invariance error ||U0ᵀP − U0ᵀ||₁: records moved out of balance in "
+                "expectation; 0 for invariant PRAM, whose released counts need no "
+                "correction to be unbiased."
+            )
         elif key.startswith("released as absent"):
-            out.append(f"{key}: the share of records expected to be released as a combination of "
-                       "categories that no record has; per-variable tools release those, and C1 "
-                       "above counts them.")
+            out.append(
+                f"{key}: the share of records expected to be released as a combination of "
+                "categories that no record has; per-variable tools release those, and C1 "
+                "above counts them."
+            )
     return out

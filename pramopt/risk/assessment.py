@@ -5,6 +5,7 @@ Pk-anonymity k and the ε-DP ε of Ikarashi et al., the largest correct-match ri
 of Nayak et al. / Ghatak & Roy when the matrix acts on one variable, the expected number of
 changed records, the exact L2 loss, the invariance error and the condition number.
 """
+
 from __future__ import annotations
 
 import math
@@ -99,14 +100,23 @@ class Assessment:
 
     def summary(self) -> str:
         """A short human-readable report."""
+
         def f(x, fmt="{:.6g}"):
-            return "n/a" if x is None else ("inf" if isinstance(x, float) and math.isinf(x) else fmt.format(x))
+            return (
+                "n/a"
+                if x is None
+                else ("inf" if isinstance(x, float) and math.isinf(x) else fmt.format(x))
+            )
 
         lines = [
             f"PRAM assessment: {self.n_records} records, {self.n_present} present cells, "
             f"{self.n_cells}x{self.n_cells} matrix, {self.n_combinations} combinations",
             f"  C1 max risk (Cator et al.)        {f(self.max_risk)}"
-            + ("" if self.alpha is None else f"  (alpha = {self.alpha:g}: {'met' if self.meets_c1 else 'NOT met'})"),
+            + (
+                ""
+                if self.alpha is None
+                else f"  (alpha = {self.alpha:g}: {'met' if self.meets_c1 else 'NOT met'})"
+            ),
             f"  Pk-anonymity k (Ikarashi et al.)  {f(self.k)}",
             f"  epsilon-DP (Ikarashi et al.)      {f(self.epsilon)}",
             f"  max R1(1, T) (Nayak; one var.)    {f(self.r1_max)}",
@@ -116,14 +126,26 @@ class Assessment:
             f"  condition number                  {f(self.condition_number)}",
         ]
         if self.released_absent is not None:
-            lines.insert(1, f"  one matrix per variable, combined over all {self.n_cells} combinations of categories; "
-                            f"{100 * self.released_absent:.3g}% of records expected released as combinations "
-                            "absent from the data (counted in C1)")
+            lines.insert(
+                1,
+                f"  one matrix per variable, combined over all {self.n_cells} combinations of categories; "
+                f"{100 * self.released_absent:.3g}% of records expected released as combinations "
+                "absent from the data (counted in C1)",
+            )
         return "\n".join(lines)
 
 
-def assess(data, matrix, qi=None, cells=None, *, combinations=None, combination_size=3,
-           alpha=None, renormalize: float | None = None) -> Assessment:
+def assess(
+    data,
+    matrix,
+    qi=None,
+    cells=None,
+    *,
+    combinations=None,
+    combination_size=3,
+    alpha=None,
+    renormalize: float | None = None,
+) -> Assessment:
     """Report every risk notion of the seeds for one PRAM matrix on one data set.
 
     Parameters
@@ -158,9 +180,13 @@ def assess(data, matrix, qi=None, cells=None, *, combinations=None, combination_
     table = _table_of(data, qi, owner)
     if alpha is not None:
         alpha = check_real(alpha, "alpha", owner, low=0.0, high=1.0)
-    combos = resolve_combinations(table.qi, size=combination_size, explicit=combinations, owner=owner)
+    combos = resolve_combinations(
+        table.qi, size=combination_size, explicit=combinations, owner=owner
+    )
     if renormalize is not None:
-        renormalize = check_real(renormalize, "renormalize", owner, low=0.0, high=0.1, high_open=False)
+        renormalize = check_real(
+            renormalize, "renormalize", owner, low=0.0, high=0.1, high_open=False
+        )
     P = as_transition_matrix(matrix, "matrix", owner, renormalize=renormalize)
     K = table.n_cells
     col_codes, rows = _matrix_cells(table, P, cells, owner)
@@ -194,17 +220,20 @@ def _table_of(data, qi, owner: str) -> FrequencyTable:
         if qi is not None and tuple([qi] if isinstance(qi, str) else qi) != data.qi:
             raise InvalidParameterError(
                 f"The 'qi' parameter of {owner} must match the frequency table's variables "
-                f"{list(data.qi)!r}; got {qi!r}.")
+                f"{list(data.qi)!r}; got {qi!r}."
+            )
         return data
     if isinstance(data, pd.DataFrame):
         if qi is None:
             raise InvalidParameterError(
                 f"The 'qi' parameter of {owner} must name the identifying variables when data is a "
-                "DataFrame; got None.")
+                "DataFrame; got None."
+            )
         return frequency_table(data, qi, owner=owner)
     raise InvalidParameterError(
         f"The 'data' parameter of {owner} must be a pandas DataFrame or a FrequencyTable; "
-        f"got {type(data).__name__}.")
+        f"got {type(data).__name__}."
+    )
 
 
 def _matrix_cells(table: FrequencyTable, P, cells, owner: str) -> tuple[np.ndarray, np.ndarray]:
@@ -228,7 +257,9 @@ def _matrix_cells(table: FrequencyTable, P, cells, owner: str) -> tuple[np.ndarr
         raise InvalidParameterError(f"The 'cells' parameter of {owner} must list each cell once.")
     missing = [tuple(r) for r in table.codes.tolist() if tuple(r) not in lookup]
     if missing:
-        lab = table.cells().iloc[[table.codes.tolist().index(list(missing[0]))]].to_dict("records")[0]
+        lab = (
+            table.cells().iloc[[table.codes.tolist().index(list(missing[0]))]].to_dict("records")[0]
+        )
         raise InvalidParameterError(
             f"The 'cells' parameter of {owner} must include every cell present in the data; "
             f"{len(missing)} missing, e.g. {lab!r}."

@@ -8,19 +8,32 @@ defines ``α_i = p_{1i}``; the derivation of (8)-(9) and the closed form (11) ne
 P), which is used here.  The last line of (10) is printed ``(1/a)[1 + 1/(β_1 Σ_{a-1})]^{-1}``;
 the line above it and the appendix give ``(1/a)[1 + Σ_a / (β_1 Σ_{a-1})]^{-1}``, used here.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
-from .._validation import InvalidParameterError, check_int, check_real
-from .._validation import as_frequencies, as_transition_matrix
+from .._validation import (
+    InvalidParameterError,
+    as_frequencies,
+    as_transition_matrix,
+    check_int,
+    check_real,
+)
 
-__all__ = ["nayak_r1", "correct_match_risk", "correct_match_risks", "expected_correct_match",
-           "expected_squared_error", "simulate_intruder", "IntruderSimulation"]
+__all__ = [
+    "nayak_r1",
+    "correct_match_risk",
+    "correct_match_risks",
+    "expected_correct_match",
+    "expected_squared_error",
+    "simulate_intruder",
+    "IntruderSimulation",
+]
 
 
 def nayak_r1(T, theta, block: Sequence[int] | None = None) -> float:
@@ -70,8 +83,12 @@ def _sigma_poly(alpha: np.ndarray, counts: np.ndarray, degree: int) -> tuple[np.
         m = int(min(t, degree))
         lb = math.log(a_i) - math.log1p(-a_i)
         jj = j[: m + 1]
-        logc = (math.lgamma(t + 1) - np.array([math.lgamma(x + 1) for x in jj])
-                - np.array([math.lgamma(t - x + 1) for x in jj]) + jj * lb)
+        logc = (
+            math.lgamma(t + 1)
+            - np.array([math.lgamma(x + 1) for x in jj])
+            - np.array([math.lgamma(t - x + 1) for x in jj])
+            + jj * lb
+        )
         c = np.exp(logc - logc.max())
         poly = np.convolve(poly, c)[: degree + 1]
         mx = poly.max()
@@ -109,7 +126,9 @@ def correct_match_risk(alpha, t, a, target: int = 0) -> float:
     try:
         al = np.asarray(alpha, dtype=float)
     except (TypeError, ValueError):
-        raise InvalidParameterError(f"The 'alpha' parameter of {owner} must be a list of probabilities; got {alpha!r}.") from None
+        raise InvalidParameterError(
+            f"The 'alpha' parameter of {owner} must be a list of probabilities; got {alpha!r}."
+        ) from None
     if al.shape != t.shape or not np.all(np.isfinite(al)) or (al < 0).any() or (al > 1).any():
         raise InvalidParameterError(
             f"The 'alpha' parameter of {owner} must be {t.size} probabilities in [0, 1] (one per category); got {alpha!r}."
@@ -204,7 +223,9 @@ def expected_correct_match(P, T, target: int) -> float:
     T = as_frequencies(T, "T", owner)
     target = check_int(target, "target", owner, low=0, high=T.size - 1)
     if T[target] < 1:
-        raise InvalidParameterError(f"The 'target' parameter of {owner} must be a category with T >= 1; got {target}.")
+        raise InvalidParameterError(
+            f"The 'target' parameter of {owner} must be a category with T >= 1; got {target}."
+        )
     counts = T.copy()
     counts[target] -= 1
     pmf = np.array([1.0])
@@ -239,6 +260,7 @@ def _binom_pmf(n: int, p: float) -> np.ndarray:
 # The intruder of Section 2, simulated
 # ---------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class IntruderSimulation:
     """Seeded simulation of the intruder of Ghatak & Roy, Section 2.
@@ -265,7 +287,9 @@ class IntruderSimulation:
     target: int
 
 
-def simulate_intruder(P, T, *, target: int | None = None, n_sim: int = 1000, seed=0) -> IntruderSimulation:
+def simulate_intruder(
+    P, T, *, target: int | None = None, n_sim: int = 1000, seed=0
+) -> IntruderSimulation:
     """Simulate the intruder of Section 2: release ``Z``, pick a random unit with ``Z = c_1``.
 
     Parameters
@@ -287,11 +311,15 @@ def simulate_intruder(P, T, *, target: int | None = None, n_sim: int = 1000, see
     if target is None:
         pos = np.flatnonzero(T >= 1)
         if pos.size == 0:
-            raise InvalidParameterError(f"The 'T' parameter of {owner} must have a positive frequency; got {T.tolist()!r}.")
+            raise InvalidParameterError(
+                f"The 'T' parameter of {owner} must have a positive frequency; got {T.tolist()!r}."
+            )
         target = int(pos[np.argmin(T[pos])])
     target = check_int(target, "target", owner, low=0, high=T.size - 1)
     if T[target] < 1:
-        raise InvalidParameterError(f"The 'target' parameter of {owner} must be a category with T >= 1; got {target}.")
+        raise InvalidParameterError(
+            f"The 'target' parameter of {owner} must be a category with T >= 1; got {target}."
+        )
     rng = np.random.default_rng(seed)
     n = int(T.sum())
     k = T.size
@@ -312,5 +340,11 @@ def simulate_intruder(P, T, *, target: int | None = None, n_sim: int = 1000, see
             cm[s] = 1.0 / a
             drawn[s] = float(rng.integers(a) == 0)  # B is one of the a candidates
         se += ((S - T) / n) ** 2
-    return IntruderSimulation(correct_match=float(cm.mean()), correct_match_drawn=float(drawn.mean()),
-                              mse=se / n_sim, n_sim=n_sim, seed=seed, target=target)
+    return IntruderSimulation(
+        correct_match=float(cm.mean()),
+        correct_match_drawn=float(drawn.mean()),
+        mse=se / n_sim,
+        n_sim=n_sim,
+        seed=seed,
+        target=target,
+    )

@@ -11,15 +11,21 @@ that ``u`` is released as ``v'`` (the paper's ``A_{u,v'}``).
   Corollary 4: the minimum (``AR``) multiplies over the attributes of a product mechanism.
   Corollary 5 / equation (7): the closed form for retention-replacement.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-from .._validation import InvalidParameterError, check_int, check_real
-from .._validation import as_levels, as_transition_matrix
+from .._validation import (
+    InvalidParameterError,
+    as_levels,
+    as_transition_matrix,
+    check_int,
+    check_real,
+)
 
 __all__ = [
     "dp_epsilon",
@@ -105,9 +111,9 @@ def pk_ratio(P, chunk: int | None = None) -> float:
     M = np.empty((K, K))
     with np.errstate(divide="ignore", invalid="ignore"):
         for s in range(0, K, chunk):
-            num = A[s:s + chunk, None, :]  # (c, 1, K')
+            num = A[s : s + chunk, None, :]  # (c, 1, K')
             ratio = np.where(A[None, :, :] > 0, num / A[None, :, :], np.inf)
-            M[s:s + chunk] = ratio.min(axis=2)
+            M[s : s + chunk] = ratio.min(axis=2)
     # Each row of A sums to 1, so some w has A[v, w] > 0 and M is finite.
     return float(min(1.0, (M * M.T).min()))
 
@@ -167,7 +173,10 @@ def _rho_list(rho, d: int, owner: str) -> list[float]:
         raise InvalidParameterError(
             f"The 'rho' parameter of {owner} must be one number or one per attribute ({d}); got {len(rhos)} values."
         )
-    return [check_real(r, "rho", owner, low=0.0, high=1.0, low_open=False, high_open=False) for r in rhos]
+    return [
+        check_real(r, "rho", owner, low=0.0, high=1.0, low_open=False, high_open=False)
+        for r in rhos
+    ]
 
 
 def _matrix_list(matrices, name: str, owner: str) -> list[np.ndarray]:
@@ -180,5 +189,7 @@ def _matrix_list(matrices, name: str, owner: str) -> list[np.ndarray]:
             f"The {name!r} parameter of {owner} must be a list of transition matrices; got {type(matrices).__name__}."
         ) from None
     if not mats:
-        raise InvalidParameterError(f"The {name!r} parameter of {owner} must list at least one matrix; got [].")
+        raise InvalidParameterError(
+            f"The {name!r} parameter of {owner} must list at least one matrix; got []."
+        )
     return [as_transition_matrix(A, name, owner, square=False) for A in mats]

@@ -22,20 +22,48 @@ Which backend does what is data (:mod:`.registry`): :data:`BACKENDS` maps each n
 
 A new backend is one module here and one :func:`register` call in :mod:`.registry`.
 """
+
 from __future__ import annotations
 
 import time
 from typing import Protocol
 
 from ..program import Duals, LinearProgram
-from .registry import (BACKENDS, CAPABILITIES, DEFAULT_QP, BackendInfo, backend, implementation,
-                       installed, register, supports)
+from .registry import (
+    BACKENDS,
+    CAPABILITIES,
+    DEFAULT_QP,
+    BackendInfo,
+    backend,
+    implementation,
+    installed,
+    register,
+    supports,
+)
 from .results import LPResult, LPSolution, Marginals, Outcome, Solution
 
-__all__ = ["Outcome", "Solution", "LPSolution", "LPResult", "Marginals", "Duals", "Loaded",
-           "BackendInfo", "BACKENDS", "CAPABILITIES", "register", "backend", "supports",
-           "installed", "chain", "solve_lp", "solve_qp", "solver_names", "known_solvers",
-           "FALLBACK_SOLVERS"]
+__all__ = [
+    "Outcome",
+    "Solution",
+    "LPSolution",
+    "LPResult",
+    "Marginals",
+    "Duals",
+    "Loaded",
+    "BackendInfo",
+    "BACKENDS",
+    "CAPABILITIES",
+    "register",
+    "backend",
+    "supports",
+    "installed",
+    "chain",
+    "solve_lp",
+    "solve_qp",
+    "solver_names",
+    "known_solvers",
+    "FALLBACK_SOLVERS",
+]
 
 #: cvxpy solvers tried, in this order, when HiGHS fails (measured on C1-shaped LPs; README).
 FALLBACK_SOLVERS = ("CLARABEL", "ECOS", "SCS")
@@ -72,8 +100,9 @@ def _lp_backend(name: str) -> BackendInfo:
     info = backend(name)
     if not info.lp:
         lp = ", ".join(n for n, b in BACKENDS.items() if b.lp)
-        raise ValueError(f"The solver {name!r} solves no linear programs; LP solvers: {lp} or a "
-                         "cvxpy solver.")
+        raise ValueError(
+            f"The solver {name!r} solves no linear programs; LP solvers: {lp} or a cvxpy solver."
+        )
     return info
 
 
@@ -119,9 +148,18 @@ def chain(program: LinearProgram, solver: str | None) -> Loaded:
     return _Chain(program, solver_names(solver))
 
 
-def solve_lp(c, A_ub=None, b_ub=None, A_eq=None, b_eq=None, bounds=None, *,
-             solver: str | None = None, method: str = "highs",
-             options: dict | None = None) -> LPResult:
+def solve_lp(
+    c,
+    A_ub=None,
+    b_ub=None,
+    A_eq=None,
+    b_eq=None,
+    bounds=None,
+    *,
+    solver: str | None = None,
+    method: str = "highs",
+    options: dict | None = None,
+) -> LPResult:
     """Minimise ``c . x`` subject to ``A_ub x <= b_ub``, ``A_eq x = b_eq`` and ``bounds``.
 
     Parameters
@@ -146,18 +184,21 @@ def solve_lp(c, A_ub=None, b_ub=None, A_eq=None, b_eq=None, bounds=None, *,
         (``supports(solver, "duals")``).
     """
     info = _lp_backend("HIGHS" if solver is None else solver)
-    return implementation(info).solve_lp(c, A_ub, b_ub, A_eq, b_eq, bounds, name=info.name,
-                                         method=method, options=options)
+    return implementation(info).solve_lp(
+        c, A_ub, b_ub, A_eq, b_eq, bounds, name=info.name, method=method, options=options
+    )
 
 
-def solve_qp(program: LinearProgram, cost, hdiag, lo, hi, *, solver: str | None = None,
-             **options) -> LPSolution:
+def solve_qp(
+    program: LinearProgram, cost, hdiag, lo, hi, *, solver: str | None = None, **options
+) -> LPSolution:
     """Minimise ``cost . x + 1/2 x' H x`` over ``program``'s rows with ``lo <= x <= hi`` on the
     backend ``solver`` names (``None``: :data:`~.registry.DEFAULT_QP`); ``options`` are the
     backend's (see :func:`.clarabel_qp.solve_qp`)."""
     info = backend(solver, default=DEFAULT_QP)
     if not info.qp:
         qp = ", ".join(n for n, b in BACKENDS.items() if b.qp)
-        raise ValueError(f"The 'solver' parameter of solve_qp must name a QP backend ({qp}); "
-                         f"got {solver!r}.")
+        raise ValueError(
+            f"The 'solver' parameter of solve_qp must name a QP backend ({qp}); got {solver!r}."
+        )
     return implementation(info).solve_qp(program, cost, hdiag, lo, hi, **options)

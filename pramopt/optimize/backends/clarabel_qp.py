@@ -18,6 +18,7 @@ per pair the QP stays convex and sparse (``m`` dense rows and columns)::
     1/2 d' B_m d = min over t of  1/2 z_1' H z_1 + sum_i 1/2 w_i^2 / (y_i' s_i),
     z_(i+1) = d - sum_(j > i) t_j s_j,   w_i = y_i' z_(i+1).
 """
+
 from __future__ import annotations
 
 import time
@@ -36,8 +37,18 @@ NAME = "CLARABEL(qp)"
 ZERO = 1e-9
 
 
-def solve_qp(program: LinearProgram, cost, hdiag, lo, hi, *, tol: float = 1e-8, scale: float = 1.0,
-             pairs=(), center=None) -> LPSolution:
+def solve_qp(
+    program: LinearProgram,
+    cost,
+    hdiag,
+    lo,
+    hi,
+    *,
+    tol: float = 1e-8,
+    scale: float = 1.0,
+    pairs=(),
+    center=None,
+) -> LPSolution:
     """Minimise ``cost . x + 1/2 x' H x`` over ``program`` with ``lo <= x <= hi``.
 
     Parameters
@@ -83,14 +94,27 @@ def solve_qp(program: LinearProgram, cost, hdiag, lo, hi, *, tol: float = 1e-8, 
         Hx = sp.triu(sp.coo_matrix(hdiag)).tocoo()
         H = sp.csc_matrix((Hx.data, (Hx.row, Hx.col)), shape=(n, n))
     else:
-        H = sp.diags(np.concatenate([np.asarray(hdiag, dtype=float), np.zeros(n - nx)]), format="csc")
+        H = sp.diags(
+            np.concatenate([np.asarray(hdiag, dtype=float), np.zeros(n - nx)]), format="csc"
+        )
     A = sp.csr_matrix(P.A)
     row_lo, row_hi = P.row_lo, P.row_hi
     m = len(pairs)
     if m:
-        H, c, A, row_lo, row_hi, col_lo, col_hi = _lift_pairs(H, c, A, row_lo, row_hi, col_lo, col_hi, nx,
-                                                              np.asarray(hdiag, dtype=float), pairs,
-                                                              np.asarray(center, dtype=float), scale)
+        H, c, A, row_lo, row_hi, col_lo, col_hi = _lift_pairs(
+            H,
+            c,
+            A,
+            row_lo,
+            row_hi,
+            col_lo,
+            col_hi,
+            nx,
+            np.asarray(hdiag, dtype=float),
+            pairs,
+            np.asarray(center, dtype=float),
+            scale,
+        )
         n = H.shape[0]
     I = sp.identity(n, format="csr")
     # Clarabel's form A y + s = b, s in a cone: equalities in the zero cone, every finite
@@ -101,8 +125,10 @@ def solve_qp(program: LinearProgram, cost, hdiag, lo, hi, *, tol: float = 1e-8, 
     cu, cl = ~fix & np.isfinite(col_hi), ~fix & np.isfinite(col_lo)
     M = sp.vstack([A[eq], I[fix], A[up], -A[dn], I[cu], -I[cl]], format="csc")
     b = np.concatenate([row_lo[eq], col_lo[fix], row_hi[up], -row_lo[dn], col_hi[cu], -col_lo[cl]])
-    cones = [clarabel.ZeroConeT(int(eq.sum() + fix.sum())),
-             clarabel.NonnegativeConeT(int(up.sum() + dn.sum() + cu.sum() + cl.sum()))]
+    cones = [
+        clarabel.ZeroConeT(int(eq.sum() + fix.sum())),
+        clarabel.NonnegativeConeT(int(up.sum() + dn.sum() + cu.sum() + cl.sum())),
+    ]
     s = clarabel.DefaultSettings()
     s.verbose = False
     s.tol_feas = s.tol_gap_abs = s.tol_gap_rel = tol
@@ -123,14 +149,21 @@ def solve_qp(program: LinearProgram, cost, hdiag, lo, hi, *, tol: float = 1e-8, 
     n_eq, n_fix, n_up = int(eq.sum()), int(fix.sum()), int(up.sum())
     u = np.zeros(A.shape[0])
     u[eq] = -z[:n_eq]
-    u[up] -= z[n_eq + n_fix:n_eq + n_fix + n_up]
-    u[dn] += z[n_eq + n_fix + n_up:n_eq + n_fix + n_up + int(dn.sum())]
-    red = (c + (H @ y_all + H.T @ y_all - H.diagonal() * y_all) - A.T @ u)[:nx] * scale  # H y, H symmetric
-    u = u[:P.A.shape[0]] * scale  # the pairs' rows price nothing outside the support
+    u[up] -= z[n_eq + n_fix : n_eq + n_fix + n_up]
+    u[dn] += z[n_eq + n_fix + n_up : n_eq + n_fix + n_up + int(dn.sum())]
+    red = (c + (H @ y_all + H.T @ y_all - H.diagonal() * y_all) - A.T @ u)[
+        :nx
+    ] * scale  # H y, H symmetric
+    u = u[: P.A.shape[0]] * scale  # the pairs' rows price nothing outside the support
     r = P.rows
     empty = np.zeros(0)
-    duals = Duals(rows=u[r["rows"]], B=u[r["B"]] if "B" in r else empty, N=u[r["N"]] if "N" in r else empty,
-                  inv=u[r["inv"]] if "inv" in r else None, cols=red)
+    duals = Duals(
+        rows=u[r["rows"]],
+        B=u[r["B"]] if "B" in r else empty,
+        N=u[r["N"]] if "N" in r else empty,
+        inv=u[r["inv"]] if "inv" in r else None,
+        cols=red,
+    )
     return LPSolution(Outcome.OPTIMAL, x, NAME, secs, objective=float(sol.obj_val), duals=duals)
 
 
@@ -159,15 +192,36 @@ def _lift_pairs(H, c, A, row_lo, row_hi, col_lo, col_hi, nx, hdiag, pairs, cente
     tr, tc = np.triu_indices(m)
     StHS = S.T @ HS
     xr, xt = np.nonzero(HS)
-    Hl = sp.csc_matrix((np.concatenate([Hc.data, -HS[xr, xt], StHS[tr, tc], 1.0 / (ys * scale)]),
-                        (np.concatenate([Hc.row, xr, n + tr, n + m + np.arange(m)]),
-                         np.concatenate([Hc.col, n + xt, n + tc, n + m + np.arange(m)]))), shape=(n + 2 * m,) * 2)
+    Hl = sp.csc_matrix(
+        (
+            np.concatenate([Hc.data, -HS[xr, xt], StHS[tr, tc], 1.0 / (ys * scale)]),
+            (
+                np.concatenate([Hc.row, xr, n + tr, n + m + np.arange(m)]),
+                np.concatenate([Hc.col, n + xt, n + tc, n + m + np.arange(m)]),
+            ),
+        ),
+        shape=(n + 2 * m,) * 2,
+    )
     c = np.concatenate([c, HS.T @ center, np.zeros(m)])
     # w_i = y_i' (x - center - sum_(j > i) t_j s_j):  y_i' x - sum_(j > i) (y_i' s_j) t_j - w_i = y_i' center
-    E = sp.hstack([sp.csr_matrix(Y.T), sp.csr_matrix((m, n - nx)), sp.csr_matrix(-np.triu(Y.T @ S, 1)),
-                   -sp.identity(m, format="csr")], format="csr")
+    E = sp.hstack(
+        [
+            sp.csr_matrix(Y.T),
+            sp.csr_matrix((m, n - nx)),
+            sp.csr_matrix(-np.triu(Y.T @ S, 1)),
+            -sp.identity(m, format="csr"),
+        ],
+        format="csr",
+    )
     A = sp.vstack([sp.hstack([A, sp.csr_matrix((A.shape[0], 2 * m))]), E], format="csr")
     yc = Y.T @ center
     free = np.full(2 * m, np.inf)
-    return (Hl, c, A, np.concatenate([row_lo, yc]), np.concatenate([row_hi, yc]),
-            np.concatenate([col_lo, -free]), np.concatenate([col_hi, free]))
+    return (
+        Hl,
+        c,
+        A,
+        np.concatenate([row_lo, yc]),
+        np.concatenate([row_hi, yc]),
+        np.concatenate([col_lo, -free]),
+        np.concatenate([col_hi, free]),
+    )

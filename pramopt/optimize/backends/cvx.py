@@ -5,6 +5,7 @@ by the refinement.  This backend gives no duals, so column generation does not r
 designer then starts from a support that needs none); a one-shot LP (:func:`solve_lp`) is
 compiled for its one solve.
 """
+
 from __future__ import annotations
 
 import time
@@ -82,16 +83,28 @@ class CvxpyProgram:
                 warnings.simplefilter("ignore")
                 self.problem.solve(solver=self.solver, **_options(self.solver))
         except (cp.error.SolverError, ValueError, ArithmeticError) as exc:
-            return LPSolution(Outcome.ERROR, None, None, time.perf_counter() - t0,
-                              f"{self.solver}: {exc}".splitlines()[0])
+            return LPSolution(
+                Outcome.ERROR,
+                None,
+                None,
+                time.perf_counter() - t0,
+                f"{self.solver}: {exc}".splitlines()[0],
+            )
         st = self.problem.status
         secs = time.perf_counter() - t0
         if st in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE) and self.y.value is not None:
             y = np.asarray(self.y.value).ravel()
             t = float(y[P.cols["t"]][0]) if P.cols["t"].stop > P.cols["t"].start else None
-            return LPSolution(Outcome.OPTIMAL, y[: P.n_x].copy(), name, secs,
-                              objective=float(self.problem.value) * scale, t=t, slack=y[P.cols["s"]].copy(),
-                              scale=scale)
+            return LPSolution(
+                Outcome.OPTIMAL,
+                y[: P.n_x].copy(),
+                name,
+                secs,
+                objective=float(self.problem.value) * scale,
+                t=t,
+                slack=y[P.cols["s"]].copy(),
+                scale=scale,
+            )
         if st in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):
             return LPSolution(Outcome.INFEASIBLE, None, name, secs)
         return LPSolution(Outcome.ERROR, None, None, secs, f"{self.solver}: {st}")
@@ -125,8 +138,9 @@ def _bounds(bounds, n: int) -> tuple[np.ndarray, np.ndarray]:
     return lo, hi
 
 
-def solve_lp(c, A_ub, b_ub, A_eq, b_eq, bounds, *, name: str, method: str = "",
-             options: dict | None = None) -> LPResult:
+def solve_lp(
+    c, A_ub, b_ub, A_eq, b_eq, bounds, *, name: str, method: str = "", options: dict | None = None
+) -> LPResult:
     """One LP (``linprog``'s form) by the cvxpy solver ``name``; no marginals (``method`` and
     ``options`` are HiGHS's and not used)."""
     import cvxpy as cp
@@ -142,8 +156,10 @@ def solve_lp(c, A_ub, b_ub, A_eq, b_eq, bounds, *, name: str, method: str = "",
             Ax = sp.csr_matrix(A) @ x
             b = np.asarray(b, dtype=float)
             cons.append(Ax == b if eq else Ax <= b)
-    for idx, con in ((np.flatnonzero(np.isfinite(lo)), lambda i: x[i] >= lo[i]),
-                     (np.flatnonzero(np.isfinite(hi)), lambda i: x[i] <= hi[i])):
+    for idx, con in (
+        (np.flatnonzero(np.isfinite(lo)), lambda i: x[i] >= lo[i]),
+        (np.flatnonzero(np.isfinite(hi)), lambda i: x[i] <= hi[i]),
+    ):
         if idx.size:
             cons.append(con(idx))
     problem = cp.Problem(cp.Minimize(c @ x), cons)
@@ -158,8 +174,18 @@ def solve_lp(c, A_ub, b_ub, A_eq, b_eq, bounds, *, name: str, method: str = "",
     secs = time.perf_counter() - t0
     st = problem.status
     if st in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE) and x.value is not None:
-        return LPResult(Outcome.OPTIMAL, np.asarray(x.value).ravel(), name, secs, f"{name}: {st}",
-                        objective=float(problem.value))
-    ends = {cp.INFEASIBLE: Outcome.INFEASIBLE, cp.INFEASIBLE_INACCURATE: Outcome.INFEASIBLE,
-            cp.UNBOUNDED: Outcome.UNBOUNDED, cp.UNBOUNDED_INACCURATE: Outcome.UNBOUNDED}
+        return LPResult(
+            Outcome.OPTIMAL,
+            np.asarray(x.value).ravel(),
+            name,
+            secs,
+            f"{name}: {st}",
+            objective=float(problem.value),
+        )
+    ends = {
+        cp.INFEASIBLE: Outcome.INFEASIBLE,
+        cp.INFEASIBLE_INACCURATE: Outcome.INFEASIBLE,
+        cp.UNBOUNDED: Outcome.UNBOUNDED,
+        cp.UNBOUNDED_INACCURATE: Outcome.UNBOUNDED,
+    }
     return LPResult(ends.get(st, Outcome.ERROR), None, name, secs, f"{name}: {st}")

@@ -11,6 +11,7 @@ with, and proves infeasibility far faster than through cvxpy.
 can be set; the C++ object ``highspy._core._Highs`` takes the same calls without it, so it is
 used where it exists, and the banner is kept off stdout otherwise.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -86,28 +87,43 @@ class HighsProgram:
         self.scale = scale
         t0 = time.perf_counter()
         self.h.changeColsCost(P.n_x, self._idx, np.asarray(c, dtype=float) / scale)
-        self.h.changeColsBounds(P.n_x, self._idx, np.asarray(lo, dtype=float), np.asarray(hi, dtype=float))
+        self.h.changeColsBounds(
+            P.n_x, self._idx, np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
+        )
         self.h.run()
         st = self.h.getModelStatus()
         secs = time.perf_counter() - t0
         if st == self._hs.HighsModelStatus.kOptimal:
             sol = np.asarray(self.h.getSolution().col_value)
             t = float(sol[P.cols["t"]][0]) if P.cols["t"].stop > P.cols["t"].start else None
-            return LPSolution(Outcome.OPTIMAL, sol[: P.n_x].copy(), NAME, secs,
-                              objective=float(self.h.getInfo().objective_function_value) * scale,
-                              t=t, slack=sol[P.cols["s"]].copy(), scale=scale)
+            return LPSolution(
+                Outcome.OPTIMAL,
+                sol[: P.n_x].copy(),
+                NAME,
+                secs,
+                objective=float(self.h.getInfo().objective_function_value) * scale,
+                t=t,
+                slack=sol[P.cols["s"]].copy(),
+                scale=scale,
+            )
         if st == self._hs.HighsModelStatus.kInfeasible:
             return LPSolution(Outcome.INFEASIBLE, None, NAME, secs)
-        return LPSolution(Outcome.ERROR, None, None, secs, f"highspy: {self.h.modelStatusToString(st)}")
+        return LPSolution(
+            Outcome.ERROR, None, None, secs, f"highspy: {self.h.modelStatusToString(st)}"
+        )
 
     def duals(self) -> Duals:
         sol = self.h.getSolution()
         y = np.asarray(sol.row_dual) * self.scale
         r = self.program.rows
         empty = np.zeros(0)
-        return Duals(rows=y[r["rows"]], B=y[r["B"]] if "B" in r else empty, N=y[r["N"]] if "N" in r else empty,
-                     inv=y[r["inv"]] if "inv" in r else None,
-                     cols=np.asarray(sol.col_dual)[: self.program.n_x] * self.scale)
+        return Duals(
+            rows=y[r["rows"]],
+            B=y[r["B"]] if "B" in r else empty,
+            N=y[r["N"]] if "N" in r else empty,
+            inv=y[r["inv"]] if "inv" in r else None,
+            cols=np.asarray(sol.col_dual)[: self.program.n_x] * self.scale,
+        )
 
 
 def load(program: LinearProgram, name: str = "HIGHS") -> HighsProgram:
@@ -129,8 +145,18 @@ def installed(name: str = "HIGHS") -> bool:
 _LINPROG_OUTCOMES = {0: Outcome.OPTIMAL, 2: Outcome.INFEASIBLE, 3: Outcome.UNBOUNDED}
 
 
-def solve_lp(c, A_ub, b_ub, A_eq, b_eq, bounds, *, name: str = "HIGHS", method: str = "highs",
-             options: dict | None = None) -> LPResult:
+def solve_lp(
+    c,
+    A_ub,
+    b_ub,
+    A_eq,
+    b_eq,
+    bounds,
+    *,
+    name: str = "HIGHS",
+    method: str = "highs",
+    options: dict | None = None,
+) -> LPResult:
     """One LP by scipy's ``linprog`` with the HiGHS ``method`` (its marginals when optimal)."""
     from scipy.optimize import linprog
 
@@ -142,7 +168,18 @@ def solve_lp(c, A_ub, b_ub, A_eq, b_eq, bounds, *, name: str = "HIGHS", method: 
     if outcome is not Outcome.OPTIMAL or res.x is None:
         outcome = Outcome.ERROR if outcome is Outcome.OPTIMAL else outcome
         return LPResult(outcome, None, f"HIGHS({method})", secs, str(res.message))
-    marg = Marginals(*(np.asarray(res[k].marginals, dtype=float) if res.get(k) is not None
-                       else np.zeros(0) for k in ("ineqlin", "eqlin", "lower", "upper")))
-    return LPResult(Outcome.OPTIMAL, np.asarray(res.x), f"HIGHS({method})", secs, str(res.message),
-                    objective=float(res.fun), marginals=marg)
+    marg = Marginals(
+        *(
+            np.asarray(res[k].marginals, dtype=float) if res.get(k) is not None else np.zeros(0)
+            for k in ("ineqlin", "eqlin", "lower", "upper")
+        )
+    )
+    return LPResult(
+        Outcome.OPTIMAL,
+        np.asarray(res.x),
+        f"HIGHS({method})",
+        secs,
+        str(res.message),
+        objective=float(res.fun),
+        marginals=marg,
+    )

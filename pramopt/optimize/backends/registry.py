@@ -13,13 +13,24 @@ takes, and one module of this package that implements its capabilities:
 ``marginals``); ``warm_start``: a loaded program re-solves from its last basis.  A name that is
 not registered but that cvxpy can load is a cvxpy backend with the capabilities of the others.
 """
+
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, replace
 
-__all__ = ["BackendInfo", "BACKENDS", "CAPABILITIES", "DEFAULT_LP", "DEFAULT_QP", "register", "backend",
-           "supports", "installed", "implementation"]
+__all__ = [
+    "BackendInfo",
+    "BACKENDS",
+    "CAPABILITIES",
+    "DEFAULT_LP",
+    "DEFAULT_QP",
+    "register",
+    "backend",
+    "supports",
+    "installed",
+    "implementation",
+]
 
 #: The capabilities :func:`supports` answers for.
 CAPABILITIES = ("lp", "qp", "duals", "warm_start")
@@ -50,15 +61,40 @@ def register(info: BackendInfo) -> BackendInfo:
     return info
 
 
-_CVXPY = BackendInfo("CVXPY", lp=True, qp=False, duals=False, warm_start=False, module="cvx",
-                     description="an LP solver called through cvxpy")
+_CVXPY = BackendInfo(
+    "CVXPY",
+    lp=True,
+    qp=False,
+    duals=False,
+    warm_start=False,
+    module="cvx",
+    description="an LP solver called through cvxpy",
+)
 
-register(BackendInfo("HIGHS", lp=True, qp=False, duals=True, warm_start=True, module="highs",
-                     description="HiGHS: highspy for loaded programs, scipy's linprog for one-shot LPs"))
+register(
+    BackendInfo(
+        "HIGHS",
+        lp=True,
+        qp=False,
+        duals=True,
+        warm_start=True,
+        module="highs",
+        description="HiGHS: highspy for loaded programs, scipy's linprog for one-shot LPs",
+    )
+)
 for _name in ("CLARABEL", "ECOS", "SCS"):
     register(replace(_CVXPY, name=_name, description=f"{_name} through cvxpy"))
-register(BackendInfo("CLARABEL_QP", lp=False, qp=True, duals=True, warm_start=False, module="clarabel_qp",
-                     description="convex QPs over a loaded program's rows, by Clarabel directly"))
+register(
+    BackendInfo(
+        "CLARABEL_QP",
+        lp=False,
+        qp=True,
+        duals=True,
+        warm_start=False,
+        module="clarabel_qp",
+        description="convex QPs over a loaded program's rows, by Clarabel directly",
+    )
+)
 
 #: The backend of one-shot LPs when ``solver=None`` (the first of :func:`solver_names`' chain).
 DEFAULT_LP = "HIGHS"
@@ -78,8 +114,10 @@ def supports(solver: str | None, capability: str) -> bool:
     """Whether the backend ``solver=`` starts with can do ``capability`` (one of
     :data:`CAPABILITIES`); ``solver=None`` is the default chain, which starts with HiGHS."""
     if capability not in CAPABILITIES:
-        raise ValueError(f"The 'capability' parameter of supports must be one of {', '.join(CAPABILITIES)}; "
-                         f"got {capability!r}.")
+        raise ValueError(
+            f"The 'capability' parameter of supports must be one of {', '.join(CAPABILITIES)}; "
+            f"got {capability!r}."
+        )
     return bool(getattr(backend(solver), capability))
 
 

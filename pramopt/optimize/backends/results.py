@@ -7,6 +7,7 @@ what a loaded program's solve (:func:`pramopt.optimize.backends.chain`) and a QP
 (:func:`pramopt.optimize.backends.solve_qp`) return: phase one's floor, the elastic slacks, the
 cost scale and the row duals by block.
 """
+
 from __future__ import annotations
 
 import enum

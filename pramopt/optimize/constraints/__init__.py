@@ -14,6 +14,7 @@ A new risk constraint is one module here implementing :class:`Constraint`, regis
 :data:`CONSTRAINTS`; ``tests/test_objective_contract.py`` checks every registered entry against
 an independent checker.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -101,5 +102,9 @@ def _invariance(counts):
 
 
 #: Every constraint, by name: its factory.
-CONSTRAINTS: dict[str, Callable] = {"c1": _c1, "epsilon": _epsilon, "pk": _pk,
-                                    "invariance": _invariance}
+CONSTRAINTS: dict[str, Callable] = {
+    "c1": _c1,
+    "epsilon": _epsilon,
+    "pk": _pk,
+    "invariance": _invariance,
+}

@@ -29,6 +29,7 @@ that exists in the data.  Every group g reachable this way has U_π(k0) >= 1, wh
 bound (5) silently assumes; a transition into an empty combination would create groups with
 U_π(k0) = 0 whose C1 rows the paper never lists.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -40,13 +41,27 @@ from ... import verify as _verify
 from ...frequency.table import FrequencyTable
 from ..support import Support
 
-__all__ = ["Groups", "build_groups", "membership", "C1Block", "C1Rows", "c1_block", "c1_rows", "c1_prices",
-           "RowReduction", "protected_groups", "reduce_constraints", "WorkingSet", "floor_upper_bound"]
+__all__ = [
+    "Groups",
+    "build_groups",
+    "membership",
+    "C1Block",
+    "C1Rows",
+    "c1_block",
+    "c1_rows",
+    "c1_prices",
+    "RowReduction",
+    "protected_groups",
+    "reduce_constraints",
+    "WorkingSet",
+    "floor_upper_bound",
+]
 
 
 # ---------------------------------------------------------------------------------------------
 # Groups
 # ---------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Groups:
@@ -81,7 +96,9 @@ def build_groups(table: FrequencyTable, combinations) -> Groups:
     combo, size, rep = [], [], []
     offset = 0
     for ci, pi in enumerate(combinations):
-        _, first, inv = np.unique(table.codes[:, list(pi)], axis=0, return_index=True, return_inverse=True)
+        _, first, inv = np.unique(
+            table.codes[:, list(pi)], axis=0, return_index=True, return_inverse=True
+        )
         inv = np.asarray(inv).ravel()
         G = first.shape[0]
         member[:, ci] = inv + offset
@@ -89,15 +106,21 @@ def build_groups(table: FrequencyTable, combinations) -> Groups:
         size.append(np.bincount(inv, weights=table.counts, minlength=G))
         rep.append(first)
         offset += G
-    return Groups(member=member, combination=np.concatenate(combo),
-                  size=np.concatenate(size), rep=np.concatenate(rep))
+    return Groups(
+        member=member,
+        combination=np.concatenate(combo),
+        size=np.concatenate(size),
+        rep=np.concatenate(rep),
+    )
 
 
 def membership(groups: Groups) -> sp.csr_matrix:
     """G x K indicator: cell k belongs to group g (k's projection on π(g) is k0(g))."""
     K, nP = groups.member.shape
-    return sp.csr_matrix((np.ones(K * nP), (groups.member.ravel(), np.repeat(np.arange(K), nP))),
-                         shape=(groups.n_groups, K))
+    return sp.csr_matrix(
+        (np.ones(K * nP), (groups.member.ravel(), np.repeat(np.arange(K), nP))),
+        shape=(groups.n_groups, K),
+    )
 
 
 def floor_upper_bound(table: FrequencyTable, groups: Groups, alpha: float) -> float:
@@ -124,6 +147,7 @@ def floor_upper_bound(table: FrequencyTable, groups: Groups, alpha: float) -> fl
 #   U_π(k0) < (1 - gamma)/(gamma alpha).  With (1 - gamma)/gamma < alpha this never happens,
 #   which is the paper's third rule.
 # The reduction is exact given the floor, so the solver enforces P_kk >= gamma whenever it is used.
+
 
 @dataclass(frozen=True)
 class RowReduction:
@@ -232,6 +256,7 @@ def reduce_constraints(
 # Rows over a support, for the linear programs
 # ---------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class C1Block:
     """Sparse C1 rows for a working set of (m, g) pairs.
@@ -260,14 +285,15 @@ def c1_block(support: Support, groups: Groups, counts, m, g) -> C1Block:
     nP = groups.member.shape[1]
     S = support.size
     # every support entry s contributes to the |Π| groups of its column
-    sg = groups.member[support.cols].ravel()            # (S * |Π|,)
+    sg = groups.member[support.cols].ravel()  # (S * |Π|,)
     ss = np.repeat(np.arange(S), nP)
     # B: denominators, only for the groups in use
     upos = np.full(G, -1, dtype=np.int64)
     upos[used] = np.arange(used.size)
     keep = upos[sg] >= 0
-    B = sp.csr_matrix((counts[support.rows[ss[keep]]], (upos[sg[keep]], ss[keep])),
-                      shape=(used.size, S))
+    B = sp.csr_matrix(
+        (counts[support.rows[ss[keep]]], (upos[sg[keep]], ss[keep])), shape=(used.size, S)
+    )
     # N: constraint w touches entry s when row(s) == m[w] and col(s) lies in g[w]
     wkey = m * G + g
     order = np.argsort(wkey, kind="stable")
@@ -315,16 +341,16 @@ class WorkingSet:
         self.g = np.concatenate([self.g, keys % G])
         self.added += keys.size
 
-    def block(self, support: Support) -> "C1Block":
+    def block(self, support: Support) -> C1Block:
         return c1_block(support, self.groups, self.counts, self.m, self.g)
 
-    def rows(self, support: Support, mem: sp.csr_matrix | None = None) -> "C1Rows":
+    def rows(self, support: Support, mem: sp.csr_matrix | None = None) -> C1Rows:
         """The imposed rows over ``support`` as a program constraint (``mem``: the groups'
         membership, :func:`membership`, when the caller keeps one for pricing)."""
         return C1Rows(self.block(support), self.a_solve, self.groups, mem, self)
 
 
-def c1_rows(block: "C1Block", a_solve: float, elastic: bool):
+def c1_rows(block: C1Block, a_solve: float, elastic: bool):
     """C1's rows in a linear program whose columns are ``[x, D, s]``.
 
     ``B x - D = 0`` defines the denominators of the groups in use, and
@@ -338,13 +364,19 @@ def c1_rows(block: "C1Block", a_solve: float, elastic: bool):
     if not nG:
         return [], {"D": 0, "s": 0}
     sel = sp.csr_matrix((np.full(W, a_solve), (np.arange(W), block.gpos)), shape=(W, nG))
-    rows = [("B", {"x": block.B, "D": -sp.identity(nG, format="csr")}, np.zeros(nG), np.zeros(nG)),
-            ("N", {"x": block.N, "D": -sel, **({"s": -sp.identity(W, format="csr")} if elastic else {})},
-             np.full(W, -np.inf), np.zeros(W))]
+    rows = [
+        ("B", {"x": block.B, "D": -sp.identity(nG, format="csr")}, np.zeros(nG), np.zeros(nG)),
+        (
+            "N",
+            {"x": block.N, "D": -sel, **({"s": -sp.identity(W, format="csr")} if elastic else {})},
+            np.full(W, -np.inf),
+            np.zeros(W),
+        ),
+    ]
     return rows, {"D": nG, "s": W if elastic else 0}
 
 
-def c1_prices(groups: Groups, block: "C1Block", duals_B, duals_N, mem: sp.csr_matrix | None = None):
+def c1_prices(groups: Groups, block: C1Block, duals_B, duals_N, mem: sp.csr_matrix | None = None):
     """What C1's rows charge a candidate transition (m, k) outside the support.
 
     The column of P[m, k] has U0(m) in the denominator row of every used group of k and 1 in
@@ -405,12 +437,14 @@ class C1Rows:
 
         if self.groups is None:
             raise ValueError("C1Rows.prices needs the groups: build the rows with WorkingSet.rows")
-        per_column, per_pair = c1_prices(self.groups, self.block, duals.of("B"), duals.of("N"),
-                                         self.mem)
+        per_column, per_pair = c1_prices(
+            self.groups, self.block, duals.of("B"), duals.of("N"), self.mem
+        )
         return Prices(per_column=per_column, per_pair=per_pair)
 
     def violated(self, P) -> np.ndarray:
         if self.working is None:
-            raise ValueError("C1Rows.violated needs the working set: build the rows with "
-                             "WorkingSet.rows")
+            raise ValueError(
+                "C1Rows.violated needs the working set: build the rows with WorkingSet.rows"
+            )
         return self.working.violated(P)

@@ -24,6 +24,7 @@ Both notions bound ratios of entries of a column of P:
 
 The rows share no code with those checks.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,8 +35,16 @@ import scipy.sparse as sp
 
 from ..support import Support
 
-__all__ = ["RatioBound", "balancing_weights", "dense_support", "epsilon_bound", "pk_ratio_target",
-           "ratio_rows", "ratio_slack", "softmax_rows"]
+__all__ = [
+    "RatioBound",
+    "balancing_weights",
+    "dense_support",
+    "epsilon_bound",
+    "pk_ratio_target",
+    "ratio_rows",
+    "ratio_slack",
+    "softmax_rows",
+]
 
 
 @dataclass(frozen=True)
@@ -68,8 +77,10 @@ class RatioBound:
         X = sp.csr_matrix((scale[support.rows], (ar, ar)), shape=(S, S))
         up = sp.csr_matrix((np.full(S, -float(self.r)), (ar, support.cols)), shape=(S, K))
         low = sp.csr_matrix((np.full(S, -1.0), (ar, support.cols)), shape=(S, K))
-        return [RowBlock(f"{self.name}_hi", {"x": X, "L": up}, np.full(S, -np.inf), np.zeros(S)),
-                RowBlock(f"{self.name}_lo", {"x": X, "L": low}, np.zeros(S), np.full(S, np.inf))]
+        return [
+            RowBlock(f"{self.name}_hi", {"x": X, "L": up}, np.full(S, -np.inf), np.zeros(S)),
+            RowBlock(f"{self.name}_lo", {"x": X, "L": low}, np.zeros(S), np.full(S, np.inf)),
+        ]
 
     def prices(self, duals):
         """None: an entry outside the support brings two rows of its own, which force its column
@@ -125,7 +136,7 @@ def _log_ratios(P: np.ndarray) -> np.ndarray:
     W = np.empty((K, K))
     step = max(1, int(2_000_000 // max(1, K * L.shape[1])))
     for s in range(0, K, step):
-        W[s:s + step] = (L[s:s + step, None, :] - L[None, :, :]).max(axis=2)
+        W[s : s + step] = (L[s : s + step, None, :] - L[None, :, :]).max(axis=2)
     return W
 
 
@@ -147,10 +158,15 @@ def balancing_weights(P, iterations: int = 60, solver: str | None = None) -> np.
     # variables (σ_0..σ_{K-1}, λ): minimise λ s.t. σ_u - σ_v - λ <= -W[u, v], σ_0 = 0
     try:
         from ..backends import Outcome, solve_lp  # imported here: the backends import this module
+
         n_pairs = u.size
-        A = sp.csr_matrix((np.concatenate([np.ones(n_pairs), -np.ones(n_pairs), -np.ones(n_pairs)]),
-                           (np.tile(np.arange(n_pairs), 3), np.concatenate([u, v, np.full(n_pairs, K)]))),
-                          shape=(n_pairs, K + 1))
+        A = sp.csr_matrix(
+            (
+                np.concatenate([np.ones(n_pairs), -np.ones(n_pairs), -np.ones(n_pairs)]),
+                (np.tile(np.arange(n_pairs), 3), np.concatenate([u, v, np.full(n_pairs, K)])),
+            ),
+            shape=(n_pairs, K + 1),
+        )
         c = np.zeros(K + 1)
         c[K] = 1.0
         bounds = [(0.0, 0.0)] + [(None, None)] * (K - 1) + [(None, None)]

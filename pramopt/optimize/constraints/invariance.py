@@ -3,6 +3,7 @@
 Not a risk constraint but a condition on the design (``invariant=True``): ``K`` equality rows
 ``C x = U0`` with ``(C x)_k = (U0^T P)_k``, after phase one's floor rows in the program.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,8 +22,10 @@ INVARIANCE_RTOL = 1e-9
 def column_mass_matrix(support: Support, counts) -> sp.csr_matrix:
     """C with (C x)_k = (U0^T P)_k, for the invariance constraint U0^T P = U0^T."""
     counts = np.asarray(counts, dtype=float)
-    return sp.csr_matrix((counts[support.rows], (support.cols, np.arange(support.size))),
-                         shape=(support.K, support.size))
+    return sp.csr_matrix(
+        (counts[support.rows], (support.cols, np.arange(support.size))),
+        shape=(support.K, support.size),
+    )
 
 
 @dataclass(frozen=True)

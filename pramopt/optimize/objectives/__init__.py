@@ -9,9 +9,11 @@ identifying value (``"l2+changes"``, :mod:`.changes`).  A new loss is one module
 implementing :class:`Objective`, registered in :data:`OBJECTIVES` (and chosen in
 :func:`objective_for`); ``tests/test_objective_contract.py`` checks every registered entry.
 """
+
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 

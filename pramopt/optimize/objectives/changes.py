@@ -16,6 +16,7 @@ of a variable of weight 1 costs what the L2 loss charges for a whole changed rec
 loss's, and the linear stage minimises ``sum_m U0(m) sum_{k != m} P_mk (1 + h_w(m, k))``, the
 same first-order model.  The result's ``loss`` stays the exact L2 loss.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -57,7 +58,11 @@ class WeightedChangesL2(L2Loss):
         """The added term ``(2/n^2) sum_m U0(m) sum_k P_mk h_w(m, k)`` of a whole matrix."""
         counts = np.asarray(counts, dtype=float)
         Pm = sp.coo_matrix(P)
-        return float(2.0 / counts.sum() ** 2 * np.sum(counts[Pm.row] * Pm.data * self.linear_cost(Pm.row, Pm.col)))
+        return float(
+            2.0
+            / counts.sum() ** 2
+            * np.sum(counts[Pm.row] * Pm.data * self.linear_cost(Pm.row, Pm.col))
+        )
 
     def value(self, P, counts, loss: float | None = None) -> float:
         return super().value(P, counts, loss) + self.term(P, counts)
@@ -78,7 +83,9 @@ class WeightedChangesL2(L2Loss):
                 cols = np.asarray(cols)
                 h = self.linear_cost(all_rows[:, None], cols[None, :])
                 return gcols(cols) + scale * counts[:, None] * h
+
             return f + float(lin @ x), g + lin, (None if gcols is None else columns)
+
         return evaluate
 
     def curvature_on_support(self, support, counts, sparse: bool):
@@ -90,4 +97,5 @@ class WeightedChangesL2(L2Loss):
 
         def curvature(x, g=None):
             return base(x, None if g is None else g - lin)
+
         return curvature

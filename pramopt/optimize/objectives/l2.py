@@ -6,6 +6,7 @@ block-triangular form :class:`SparseL2` for large sparse designs, the closed for
 designs, and :class:`L2Loss`, the :class:`~pramopt.optimize.objectives.Objective` that ties
 them together.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -52,11 +53,11 @@ def _rows_times_dense(A, rows, B, out):
     """``out[:] = A[rows] @ B`` for sparse ``A``, in row blocks; dense-ish blocks use BLAS."""
     step = max(1, _CHUNK // max(B.shape[1], 1))
     for s in range(0, rows.size, step):
-        sub = A[rows[s:s + step]]
+        sub = A[rows[s : s + step]]
         if sub.nnz > 0.05 * sub.shape[0] * sub.shape[1]:
-            np.matmul(sub.toarray(), B, out=out[s:s + step])
+            np.matmul(sub.toarray(), B, out=out[s : s + step])
         else:
-            out[s:s + step] = sub @ B
+            out[s : s + step] = sub @ B
 
 
 class SparseL2:
@@ -249,7 +250,9 @@ class SparseL2:
             raise ValueError("rows and cols must have the same shape")
         shape = rows.shape
         rows, cols = rows.ravel(), cols.ravel()
-        if rows.size and not (np.issubdtype(rows.dtype, np.integer) and np.issubdtype(cols.dtype, np.integer)):
+        if rows.size and not (
+            np.issubdtype(rows.dtype, np.integer) and np.issubdtype(cols.dtype, np.integer)
+        ):
             raise TypeError("rows and cols must be integer arrays")
         if rows.size and (min(rows.min(), cols.min()) < 0 or max(rows.max(), cols.max()) >= self.K):
             raise IndexError("pair index out of range")
@@ -278,10 +281,10 @@ class SparseL2:
             p = np.flatnonzero((ir < a) & (ic < a) & (slot[ic] < 0))  # A QR^T, light columns
             dstep = max(1, _CHUNK // max(r, 1))
             for s in range(0, p.size, dstep):
-                q = p[s:s + dstep]
+                q = p[s : s + dstep]
                 t[q] += np.einsum("ij,ij->i", Ax[ir[q]], QRx[ic[q]])
         for b in range(0, heavy.size, bstep):  # A QR^T, heavy columns
-            B = Ax[:-1] @ QRx[heavy[b:b + bstep]].T  # a x block
+            B = Ax[:-1] @ QRx[heavy[b : b + bstep]].T  # a x block
             for lo, hi in steps:
                 ir, sl = idx[rows[lo:hi]], slot[idx[cols[lo:hi]]] - b
                 p = np.flatnonzero((ir < a) & (sl >= 0) & (sl < B.shape[1]))
@@ -345,8 +348,9 @@ def l2_loss_sparse(P, counts, *, rcond: float = SPARSE_RCOND) -> float:
     return SparseL2(P, counts, rcond=rcond).loss
 
 
-def l2_loss_and_grad_sparse(P, counts, rows, cols, *, rcond: float = SPARSE_RCOND
-                            ) -> tuple[float, np.ndarray]:
+def l2_loss_and_grad_sparse(
+    P, counts, rows, cols, *, rcond: float = SPARSE_RCOND
+) -> tuple[float, np.ndarray]:
     """Exact L2 loss and its gradient at the pairs ``(rows[i], cols[i])`` (see :class:`SparseL2`).
 
     Equal to ``(f, G[rows, cols])`` with ``f, G = l2_loss_and_grad(P, counts)`` up to rounding.
@@ -359,6 +363,7 @@ def l2_loss_and_grad_sparse(P, counts, rows, cols, *, rcond: float = SPARSE_RCON
 # --------------------------------------------------------------------------------------------
 # The objective of the designer
 # --------------------------------------------------------------------------------------------
+
 
 class L2Loss:
     """The exact L2 loss as an :class:`~pramopt.optimize.objectives.Objective`."""
@@ -374,9 +379,11 @@ class L2Loss:
     def on_support(self, support, counts, sparse: bool):
         counts = np.asarray(counts, dtype=float)
         if not sparse:
+
             def dense(x):
                 f, G = l2_loss_and_grad(support.to_matrix(x).toarray(), counts)
                 return f, G[support.rows, support.cols], (lambda cols: G[:, cols])
+
             return dense
 
         def woodbury(x):  # no dense K x K inverse (see SparseL2)
@@ -384,6 +391,7 @@ class L2Loss:
             if s.singular:
                 return float("inf"), None, None
             return s.loss, s.grad_at(support.rows, support.cols), s.grad_columns
+
         return woodbury
 
     def curvature_on_support(self, support, counts, sparse: bool):
@@ -397,6 +405,7 @@ class L2Loss:
         def evaluate(z):
             f, g = block_loss_and_grad(model, z, counts)
             return f, g, None
+
         return evaluate
 
 
@@ -418,7 +427,7 @@ def block_loss_and_grad(model, z, counts) -> tuple[float, np.ndarray]:
     w = lamk * counts + v * nb[b]
     r = (1.0 - 2.0 * v + v2[b]) / lamk**2
     f = float(r @ w) / n**2 - 1.0 / n
-    A = np.bincount(b, weights=w, minlength=B)           # sum of w over the block
+    A = np.bincount(b, weights=w, minlength=B)  # sum of w over the block
     g_lam = np.bincount(b, weights=-2.0 * r * w / lamk + r * counts, minlength=B)
     g_v = (-2.0 * w + 2.0 * v * A[b]) / lamk**2 + r * nb[b]
     return f, np.concatenate([g_lam, g_v]) / n**2

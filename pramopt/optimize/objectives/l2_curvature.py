@@ -9,6 +9,7 @@ entry ``P_ij`` by ``t`` changes ``Q`` by ``-t Q e_i e_j^T Q + t^2 Q_ji Q e_i e_j
 
     d2 loss / d P_ij^2 = (2 r_j c_i - 4 U0_i Q_ji r_j + 4 Q_ji T_ij) / n^2.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -92,4 +93,5 @@ def l2_curvature_on_support(support, counts, sparse: bool):
         pos = h[np.isfinite(h) & (h > 0)]
         floor = 1e-3 * float(np.median(pos)) if pos.size else 1.0
         return np.where(np.isfinite(h) & (h > floor), h, floor)
+
     return curvature

@@ -95,7 +95,7 @@ class Strategy(Protocol):
 
     name: str
 
-    def solve(self, problem: "DesignProblem", level: float, trace: "Trace") -> Attempt:
+    def solve(self, problem: DesignProblem, level: float, trace: Trace) -> Attempt:
         """The design at the working level ``level`` (alpha * (1 - margin)), not yet verified."""
 
 
@@ -116,22 +116,46 @@ class StrategyEntry:
     structure: bool = True
     options: tuple = ()
 
-    def solve(self, problem: "DesignProblem", level: float, trace: "Trace") -> Attempt:
+    def solve(self, problem: DesignProblem, level: float, trace: Trace) -> Attempt:
         """Its module's ``solve``."""
         return importlib.import_module(f"{__name__}.{self.module}").solve(problem, level, trace)
 
 
 #: name -> strategy (auto mode's order is its policy's, :mod:`pramopt.optimize.auto`).
-STRATEGIES = MappingProxyType({e.name: e for e in (
-    StrategyEntry("general", "general", "any P with every diagonal entry above 1/2", "General"),
-    StrategyEntry("blocks", "blocks", "block-diagonal retention-replacement blocks", "Block"),
-    StrategyEntry("replacement", "replacement", "a retention per cell and one replacement "
-                  "distribution", "Replacement"),
-    StrategyEntry("uniform", "uniform", "one retention and the records' own distribution",
-                  "Uniform", structure=False),
-    StrategyEntry("epsilon_k", "dense_ratio", "dense over the present cells, under epsilon and k",
-                  "Dense", structure=False, options=("epsilon", "k")),
-)})
+STRATEGIES = MappingProxyType(
+    {
+        e.name: e
+        for e in (
+            StrategyEntry(
+                "general", "general", "any P with every diagonal entry above 1/2", "General"
+            ),
+            StrategyEntry(
+                "blocks", "blocks", "block-diagonal retention-replacement blocks", "Block"
+            ),
+            StrategyEntry(
+                "replacement",
+                "replacement",
+                "a retention per cell and one replacement distribution",
+                "Replacement",
+            ),
+            StrategyEntry(
+                "uniform",
+                "uniform",
+                "one retention and the records' own distribution",
+                "Uniform",
+                structure=False,
+            ),
+            StrategyEntry(
+                "epsilon_k",
+                "dense_ratio",
+                "dense over the present cells, under epsilon and k",
+                "Dense",
+                structure=False,
+                options=("epsilon", "k"),
+            ),
+        )
+    }
+)
 
 #: The values of the ``structure`` parameter: auto mode, and every strategy one may ask for alone.
 STRUCTURES = ("auto", *(n for n, e in STRATEGIES.items() if e.structure))
@@ -142,7 +166,7 @@ def strategy(name: str) -> StrategyEntry:
     return STRATEGIES[name]
 
 
-def beyond_distance(problem: "DesignProblem", trace: "Trace", name: str, pools) -> Attempt | None:
+def beyond_distance(problem: DesignProblem, trace: Trace, name: str, pools) -> Attempt | None:
     """An INFEASIBLE attempt when ``max_changed_variables`` rules the structure out (pools of cells
     farther apart; ``pools`` None: always, where it restricts anything); the trace says so."""
     if pools is not None and problem.pools_within_distance(pools):

@@ -16,6 +16,7 @@ invertible for every feasible point however small its diagonal.  The inverse has
 form P_b^-1 = (I - 1 v_b^T) / lambda_b, which gives the exact L2 loss and its gradient in O(K).
 The result is verified against the full, unreduced C1 like every other design.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,11 +26,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from ...frequency.table import FrequencyTable
+from ...loss import expected_changes, l2_loss
 from ...result import Reduction
 from ..backends import chain
 from ..constraints.c1 import WorkingSet
 from ..constraints.invariance import Invariance
-from ...loss import expected_changes, l2_loss
 from ..problem import DesignProblem, Trace
 from ..program import build_program
 from ..support import Support
@@ -47,7 +48,9 @@ BLOCK_SUPPORT_MAX = 2_000_000
 LAMBDA_MIN = 1e-3
 
 
-def make_blocks(table: FrequencyTable, target: float, fixed_idx=(), keep_rows=(), strata=None) -> list[np.ndarray]:
+def make_blocks(
+    table: FrequencyTable, target: float, fixed_idx=(), keep_rows=(), strata=None
+) -> list[np.ndarray]:
     """Consecutive cells (in lexicographic order, so neighbours share their leading values)
     grouped until a block holds at least ``target`` records; never across strata (``strata``,
     by default those of the fixed variables); kept cells form blocks of their own."""
@@ -72,7 +75,12 @@ def make_blocks(table: FrequencyTable, target: float, fixed_idx=(), keep_rows=()
                 blocks.append(np.array(cur))
                 cur, tot = [], 0.0
         if cur:  # the remainder joins the stratum's last block, so no block is too small
-            if blocks and len(blocks[-1]) and strata[blocks[-1][0]] == s and not keep[blocks[-1][0]]:
+            if (
+                blocks
+                and len(blocks[-1])
+                and strata[blocks[-1][0]] == s
+                and not keep[blocks[-1][0]]
+            ):
                 blocks[-1] = np.concatenate([blocks[-1], cur])
             else:
                 blocks.append(np.array(cur))
@@ -107,8 +115,10 @@ class BlockModel:
         S = self.support.size
         diag = r == c
         # x_s = lambda_{block} [r == c] + v_c
-        Tl = sp.csr_matrix((np.ones(int(diag.sum())), (np.flatnonzero(diag), self.block_of[r[diag]])),
-                           shape=(S, self.B))
+        Tl = sp.csr_matrix(
+            (np.ones(int(diag.sum())), (np.flatnonzero(diag), self.block_of[r[diag]])),
+            shape=(S, self.B),
+        )
         Tv = sp.csr_matrix((np.ones(S), (np.arange(S), c)), shape=(S, K))
         self.T = sp.hstack([Tl, Tv], format="csr")
 
@@ -117,7 +127,7 @@ class BlockModel:
         return self.B + self.K
 
     def split(self, z):
-        return z[: self.B], z[self.B:]
+        return z[: self.B], z[self.B :]
 
     def clean(self, z) -> np.ndarray:
         """Clip to the feasible box and rescale each block's v so that its rows sum to one.
@@ -144,16 +154,29 @@ def _solve_at_size(problem: DesignProblem, target: float, a_solve: float, trace:
     counts = problem.counts
     t0 = time.perf_counter()
     # min_diagonal holds when every lambda_b does (P_kk = lambda_b + v_k >= lambda_b)
-    bm = BlockModel(make_blocks(problem.table, target, keep_rows=problem.keep_rows, strata=problem.strata), K,
-                    floor=p.min_diagonal or LAMBDA_MIN)
+    bm = BlockModel(
+        make_blocks(problem.table, target, keep_rows=problem.keep_rows, strata=problem.strata),
+        K,
+        floor=p.min_diagonal or LAMBDA_MIN,
+    )
     sup = bm.support
     # start with each rare row's own groups; rows outside their group join when violated
     rare = np.flatnonzero(counts < 1.0 / problem.alpha)
     nP = problem.groups.member.shape[1]
-    ws = WorkingSet(np.repeat(rare, nP), problem.groups.member[rare].ravel(), problem.table, problem.groups,
-                    problem.combos, a_solve)
-    trace.add(f"blocks({target:g})", time.perf_counter() - t0, 0,
-              f"{bm.B} blocks, {bm.n_params} parameters, support {sup.size}")
+    ws = WorkingSet(
+        np.repeat(rare, nP),
+        problem.groups.member[rare].ravel(),
+        problem.table,
+        problem.groups,
+        problem.combos,
+        a_solve,
+    )
+    trace.add(
+        f"blocks({target:g})",
+        time.perf_counter() - t0,
+        0,
+        f"{bm.B} blocks, {bm.n_params} parameters, support {sup.size}",
+    )
     cx = np.zeros(sup.size)
     cx[sup.diag] = -counts
     cz = bm.T.T @ cx
@@ -173,24 +196,61 @@ def _solve_at_size(problem: DesignProblem, target: float, a_solve: float, trace:
 
     t_lin = time.perf_counter()
     out, z, lp, rounds = solve_lazy(
-        load, cz, lo, hi, bm.clean, pending, ws.add,
-        on_round=lambda r, z, new: trace.progress("linear", r, expected_changes(bm.matrix(z), counts), len(new)))
+        load,
+        cz,
+        lo,
+        hi,
+        bm.clean,
+        pending,
+        ws.add,
+        on_round=lambda r, z, new: trace.progress(
+            "linear", r, expected_changes(bm.matrix(z), counts), len(new)
+        ),
+    )
     if z is None:
         trace.add(f"linear(blocks {target:g})", time.perf_counter() - t_lin, rounds, out.status)
-        kind = AttemptStatus.INFEASIBLE if out.status == "infeasible" else AttemptStatus.SOLVER_ERROR
+        kind = (
+            AttemptStatus.INFEASIBLE if out.status == "infeasible" else AttemptStatus.SOLVER_ERROR
+        )
         return Attempt(kind, detail=out.status)
-    trace.add(f"linear(blocks {target:g})", time.perf_counter() - t_lin, rounds,
-              f"expected changes {expected_changes(bm.matrix(z), counts):.4g}")
+    trace.add(
+        f"linear(blocks {target:g})",
+        time.perf_counter() - t_lin,
+        rounds,
+        f"expected changes {expected_changes(bm.matrix(z), counts):.4g}",
+    )
     if p.refine_loss and p.max_iter > 0:
         t_ref = time.perf_counter()
         evaluate = problem.objective.on_blocks(bm, counts)
-        z, info, its = refine_lazy(load, lp, z, lo, hi, evaluate, pending, ws.add, p.max_iter, rtol=p.rtol,
-                                   progress=trace.progress, clean_fn=bm.clean)
-        trace.add("refine(blocks)", time.perf_counter() - t_ref, its,
-                  f"stop: {info.stop_reason}, loss {info.loss_end:.4g}")
+        z, info, its = refine_lazy(
+            load,
+            lp,
+            z,
+            lo,
+            hi,
+            evaluate,
+            pending,
+            ws.add,
+            p.max_iter,
+            rtol=p.rtol,
+            progress=trace.progress,
+            clean_fn=bm.clean,
+        )
+        trace.add(
+            "refine(blocks)",
+            time.perf_counter() - t_ref,
+            its,
+            f"stop: {info.stop_reason}, loss {info.loss_end:.4g}",
+        )
     lam = z[: bm.B]
-    reduction = Reduction(structure="blocks", blocks=bm.B, block_target_records=float(target),
-                          min_lambda=float(lam.min()), final_working_set=int(ws.m.size), support=int(sup.size))
+    reduction = Reduction(
+        structure="blocks",
+        blocks=bm.B,
+        block_target_records=float(target),
+        min_lambda=float(lam.min()),
+        final_working_set=int(ws.m.size),
+        support=int(sup.size),
+    )
     return Attempt(AttemptStatus.OK, P=bm.matrix(z), reduction=reduction, solver=out.solver)
 
 
@@ -222,14 +282,19 @@ def solve(problem: DesignProblem, level: float, trace: Trace) -> Attempt:
                     best = (dataclasses.replace(att, loss=loss), f)
             else:
                 failed = att
-        if best is not None and (best[0].reduction.support > BLOCK_SUPPORT_MAX
-                                 or best[1] > 0.95 * prev):
+        if best is not None and (
+            best[0].reduction.support > BLOCK_SUPPORT_MAX or best[1] > 0.95 * prev
+        ):
             break
         prev = best[1] if best is not None else np.inf
     if best is None:
         return failed or Attempt(AttemptStatus.INFEASIBLE, detail="No block design satisfied C1.")
     r = best[0].reduction
-    return dataclasses.replace(best[0], describe=(
-        f"A block-diagonal retention-replacement design was made ({r.blocks} blocks of at least "
-        f"{r.block_target_records:g} records; P_b = lambda I + 1 v^T is invertible for any "
-        "lambda > 0)."))
+    return dataclasses.replace(
+        best[0],
+        describe=(
+            f"A block-diagonal retention-replacement design was made ({r.blocks} blocks of at least "
+            f"{r.block_target_records:g} records; P_b = lambda I + 1 v^T is invertible for any "
+            "lambda > 0)."
+        ),
+    )

@@ -19,6 +19,7 @@ The steps:
 The caller checks the result exactly (C1, ε, k) and repairs the solver's tolerance by mixing with
 the start (the feasible set is convex in P for ε and C1; k is checked again).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,10 +30,16 @@ import numpy as np
 import scipy.sparse as sp
 
 from ...loss import expected_changes
+from ...risk.dp_pk_anonymity import dp_epsilon
 from ..backends import chain
 from ..constraints.c1 import WorkingSet
-from ..constraints.column_ratio import RatioBound, balancing_weights, dense_support, pk_ratio_target, softmax_rows
-from ...risk.dp_pk_anonymity import dp_epsilon
+from ..constraints.column_ratio import (
+    RatioBound,
+    balancing_weights,
+    dense_support,
+    pk_ratio_target,
+    softmax_rows,
+)
 from ..problem import DesignProblem, Trace
 from ..program import build_program, pk_log_program
 from ..support import clean
@@ -40,8 +47,14 @@ from . import Attempt, AttemptStatus
 from .lazy import solve_lazy
 from .refine import refine
 
-__all__ = ["solve", "solve_privacy", "working_margin", "polish_exact_k", "K_ROUNDS",
-           "EXACT_K_MAX_CELLS"]
+__all__ = [
+    "solve",
+    "solve_privacy",
+    "working_margin",
+    "polish_exact_k",
+    "K_ROUNDS",
+    "EXACT_K_MAX_CELLS",
+]
 
 #: Most rounds of re-chosen row weights for k.
 K_ROUNDS = 6
@@ -79,21 +92,42 @@ def solve(problem: DesignProblem, level: float, trace: Trace) -> Attempt:
     a_s = level if p.alpha is not None else None
     with trace.stage("retention start") as info:
         # feasible starts, the better one refined
-        starts = [(n, s) for n, s in (
-            ("K-ary randomized response", retention_meeting(
-                problem.table, problem.combos, epsilon=eps_s, k=k_s, alpha=a_s, joint=True)),
-            ("retention-replacement", retention_meeting(
-                problem.table, problem.combos, epsilon=eps_s, k=k_s, alpha=a_s)))
-            if s.ok]
+        starts = [
+            (n, s)
+            for n, s in (
+                (
+                    "K-ary randomized response",
+                    retention_meeting(
+                        problem.table, problem.combos, epsilon=eps_s, k=k_s, alpha=a_s, joint=True
+                    ),
+                ),
+                (
+                    "retention-replacement",
+                    retention_meeting(
+                        problem.table, problem.combos, epsilon=eps_s, k=k_s, alpha=a_s
+                    ),
+                ),
+            )
+            if s.ok
+        ]
         start = min((s for _, s in starts), key=lambda s: s.loss) if starts else None
-        info["detail"] = ("; ".join(f"{n}: rho {s.rho[0]:.4g}, loss {s.loss:.4g}" for n, s in starts)
-                          if starts else "no retention-replacement matrix meets the requirements")
+        info["detail"] = (
+            "; ".join(f"{n}: rho {s.rho[0]:.4g}, loss {s.loss:.4g}" for n, s in starts)
+            if starts
+            else "no retention-replacement matrix meets the requirements"
+        )
     att = solve_privacy(problem, [(n, s.P) for n, s in starts], eps_s, k_s, a_s, trace)
     return dataclasses.replace(att, start=None if start is None else start.P)
 
 
-def solve_privacy(problem: DesignProblem, starts_given, eps_solve: float | None,
-                  k_solve: float | None, a_solve: float | None, trace: Trace) -> Attempt:
+def solve_privacy(
+    problem: DesignProblem,
+    starts_given,
+    eps_solve: float | None,
+    k_solve: float | None,
+    a_solve: float | None,
+    trace: Trace,
+) -> Attempt:
     """Minimal-loss P with ε <= eps_solve, k >= k_solve and C1 at a_solve (None: not required).
 
     ``starts_given`` lists ``(name, matrix)`` of feasible matrices (may be empty: the linear stage
@@ -107,11 +141,23 @@ def solve_privacy(problem: DesignProblem, starts_given, eps_solve: float | None,
     if a_solve is not None:
         rare = np.flatnonzero(counts < 1.0 / problem.alpha)
         nP = problem.groups.member.shape[1]
-        ws = WorkingSet(np.repeat(rare, nP), problem.groups.member[rare].ravel(), problem.table, problem.groups,
-                        problem.combos, a_solve)
+        ws = WorkingSet(
+            np.repeat(rare, nP),
+            problem.groups.member[rare].ravel(),
+            problem.table,
+            problem.groups,
+            problem.combos,
+            a_solve,
+        )
     else:
-        ws = WorkingSet(np.zeros(0, np.int64), np.zeros(0, np.int64), problem.table, problem.groups,
-                        problem.combos, 1.0)
+        ws = WorkingSet(
+            np.zeros(0, np.int64),
+            np.zeros(0, np.int64),
+            problem.table,
+            problem.groups,
+            problem.combos,
+            1.0,
+        )
     r_k = None
     if k_solve is not None:
         a = pk_ratio_target(k_solve, n)
@@ -138,8 +184,12 @@ def solve_privacy(problem: DesignProblem, starts_given, eps_solve: float | None,
     hi = np.ones(sup.size)
     cost = np.zeros(sup.size)
     cost[sup.diag] = -counts
-    trace.add("privacy(model)", time.perf_counter() - t0, 0,
-              f"dense support {sup.size}, {len(bounds())} ratio bounds, {ws.m.size} C1 rows")
+    trace.add(
+        "privacy(model)",
+        time.perf_counter() - t0,
+        0,
+        f"dense support {sup.size}, {len(bounds())} ratio bounds, {ws.m.size} C1 rows",
+    )
     exact = problem.objective.on_support(sup, counts, sparse=False)
 
     def evaluate(x):  # a singular P (a zero column, or rows made equal) has no unbiased estimator
@@ -147,13 +197,21 @@ def solve_privacy(problem: DesignProblem, starts_given, eps_solve: float | None,
             return exact(x)
         except np.linalg.LinAlgError:
             return math.inf, None, None
-    starts, solver, out = _starts(problem, sup, starts_given, load, cost, lo, hi, pending, ws,
-                                  evaluate, trace)
+
+    starts, solver, out = _starts(
+        problem, sup, starts_given, load, cost, lo, hi, pending, ws, evaluate, trace
+    )
     if not starts:
         if out is not None and out.x is None:
-            kind = AttemptStatus.INFEASIBLE if out.status == "infeasible" else AttemptStatus.SOLVER_ERROR
+            kind = (
+                AttemptStatus.INFEASIBLE
+                if out.status == "infeasible"
+                else AttemptStatus.SOLVER_ERROR
+            )
             return Attempt(kind, detail=out.status)
-        return Attempt(AttemptStatus.SOLVER_ERROR, detail="no start with a finite loss (singular P)")
+        return Attempt(
+            AttemptStatus.SOLVER_ERROR, detail="no start with a finite loss (singular P)"
+        )
     starts.sort(key=lambda s: s[2])
     if not (p.refine_loss and p.max_iter > 0):
         name, x, f = starts[0]
@@ -164,8 +222,9 @@ def solve_privacy(problem: DesignProblem, starts_given, eps_solve: float | None,
     # the loss is not convex: a symmetric start (K-ary randomized response) is often a stationary
     # point of the refinement, while the product form leads elsewhere; each start is refined
     for name, x, f in starts:
-        x, f_end = _refine_start(problem, sup, name, x, f, load, lo, hi, evaluate, pending, ws,
-                                 scale, r_k, trace)
+        x, f_end = _refine_start(
+            problem, sup, name, x, f, load, lo, hi, evaluate, pending, ws, scale, r_k, trace
+        )
         if best is None or f_end < best[1]:
             best = (x, f_end)
     x = best[0]
@@ -175,8 +234,19 @@ def solve_privacy(problem: DesignProblem, starts_given, eps_solve: float | None,
     return Attempt(AttemptStatus.OK, P=sup.to_matrix(x), solver=solver)
 
 
-def _starts(problem: DesignProblem, sup, starts_given, load, cost, lo, hi, pending, ws, evaluate,
-            trace: Trace):
+def _starts(
+    problem: DesignProblem,
+    sup,
+    starts_given,
+    load,
+    cost,
+    lo,
+    hi,
+    pending,
+    ws,
+    evaluate,
+    trace: Trace,
+):
     """The starts of the refinement, ``(name, x, loss)`` of finite loss: the feasible matrices
     given, or the linear stage's point without any.  Returns ``(starts, solver, the linear
     stage's outcome)``."""
@@ -189,16 +259,21 @@ def _starts(problem: DesignProblem, sup, starts_given, load, cost, lo, hi, pendi
     solver = "closed form"
     out = None
     if not starts_given:
-        out, x_lin, _, rounds = solve_lazy(load, cost, lo, hi, lambda v: clean(sup, v), pending,
-                                           ws.add)
+        out, x_lin, _, rounds = solve_lazy(
+            load, cost, lo, hi, lambda v: clean(sup, v), pending, ws.add
+        )
         solver = out.solver
     starts = []
     if x_lin is not None:
         f_lin = evaluate(x_lin)[0]
         starts.append(("linear stage", x_lin, f_lin))
-        trace.add("privacy(linear)", time.perf_counter() - t_lin, rounds,
-                  f"expected changes {expected_changes(sup.to_matrix(x_lin), counts):.4g}, "
-                  f"loss {f_lin:.4g}")
+        trace.add(
+            "privacy(linear)",
+            time.perf_counter() - t_lin,
+            rounds,
+            f"expected changes {expected_changes(sup.to_matrix(x_lin), counts):.4g}, "
+            f"loss {f_lin:.4g}",
+        )
     elif out is not None:
         trace.add("privacy(linear)", time.perf_counter() - t_lin, rounds, out.status)
     for name, S in starts_given:
@@ -208,8 +283,22 @@ def _starts(problem: DesignProblem, sup, starts_given, load, cost, lo, hi, pendi
     return starts, solver, out
 
 
-def _refine_start(problem: DesignProblem, sup, name: str, x, f: float, load, lo, hi, evaluate,
-                  pending, ws, scale, r_k, trace: Trace):
+def _refine_start(
+    problem: DesignProblem,
+    sup,
+    name: str,
+    x,
+    f: float,
+    load,
+    lo,
+    hi,
+    evaluate,
+    pending,
+    ws,
+    scale,
+    r_k,
+    trace: Trace,
+):
     """The refinement from one start; with k, rounds of re-chosen row weights.  Returns
     ``(x, loss)``."""
     p = problem.params
@@ -219,8 +308,17 @@ def _refine_start(problem: DesignProblem, sup, name: str, x, f: float, load, lo,
     f_prev = f
     lp = load()
     while its < p.max_iter:
-        x, info = refine(lp, x, lo, hi, evaluate, check=pending, rtol=p.rtol,
-                         max_iter=p.max_iter - its, progress=trace.progress)
+        x, info = refine(
+            lp,
+            x,
+            lo,
+            hi,
+            evaluate,
+            check=pending,
+            rtol=p.rtol,
+            max_iter=p.max_iter - its,
+            progress=trace.progress,
+        )
         its += info.iterations
         if info.stop_reason == "constraints":
             ws.add(info.added_constraints)
@@ -235,14 +333,24 @@ def _refine_start(problem: DesignProblem, sup, name: str, x, f: float, load, lo,
         f_prev = info.loss_end
         scale[:] = balancing_weights(sup.to_matrix(x).toarray(), solver=p.solver)
         lp = load()
-    trace.add(f"privacy(refine {name})", time.perf_counter() - t_ref, its,
-              f"loss {f:.4g} -> {info.loss_end:.4g}, stop: {info.stop_reason}"
-              + (f", {k_round} re-weightings" if k_round else ""))
+    trace.add(
+        f"privacy(refine {name})",
+        time.perf_counter() - t_ref,
+        its,
+        f"loss {f:.4g} -> {info.loss_end:.4g}, stop: {info.stop_reason}"
+        + (f", {k_round} re-weightings" if k_round else ""),
+    )
     return x, info.loss_end
 
 
-def polish_exact_k(problem: DesignProblem, P0: np.ndarray, k_solve: float, eps_solve: float | None,
-                   a_solve: float | None, trace: Trace) -> np.ndarray:
+def polish_exact_k(
+    problem: DesignProblem,
+    P0: np.ndarray,
+    k_solve: float,
+    eps_solve: float | None,
+    a_solve: float | None,
+    trace: Trace,
+) -> np.ndarray:
     """The refinement again, in ``y = ln P`` over Theorem 3's exact set (linear there,
     :func:`..program.pk_log_program`), from a design meeting k through the sufficient
     condition.  Every iterate meets k exactly (up to the LP's tolerance); a step that would break
@@ -261,8 +369,14 @@ def polish_exact_k(problem: DesignProblem, P0: np.ndarray, k_solve: float, eps_s
     exact = problem.objective.on_support(dense_support(K), counts, sparse=False)
     ws = None
     if a_solve is not None:
-        ws = WorkingSet(np.zeros(0, np.int64), np.zeros(0, np.int64), problem.table, problem.groups, problem.combos,
-                        a_solve)
+        ws = WorkingSet(
+            np.zeros(0, np.int64),
+            np.zeros(0, np.int64),
+            problem.table,
+            problem.groups,
+            problem.combos,
+            a_solve,
+        )
 
     floor = p.min_diagonal
 
@@ -291,9 +405,22 @@ def polish_exact_k(problem: DesignProblem, P0: np.ndarray, k_solve: float, eps_s
     if not np.isfinite(f0):
         return P0
     lo, hi = np.full(K * K, -30.0), np.zeros(K * K)
-    y, info = refine(lp, y0, lo, hi, evaluate, rtol=p.rtol, max_iter=min(p.max_iter, EXACT_K_MAX_ITER), radius=0.5,
-                     clean_fn=normalise,
-                     progress=trace.progress)
-    trace.add("privacy(exact k)", time.perf_counter() - t0, info.iterations,
-              f"Theorem 3 in log space: loss {f0:.4g} -> {info.loss_end:.4g}, stop: {info.stop_reason}")
+    y, info = refine(
+        lp,
+        y0,
+        lo,
+        hi,
+        evaluate,
+        rtol=p.rtol,
+        max_iter=min(p.max_iter, EXACT_K_MAX_ITER),
+        radius=0.5,
+        clean_fn=normalise,
+        progress=trace.progress,
+    )
+    trace.add(
+        "privacy(exact k)",
+        time.perf_counter() - t0,
+        info.iterations,
+        f"Theorem 3 in log space: loss {f0:.4g} -> {info.loss_end:.4g}, stop: {info.stop_reason}",
+    )
     return softmax_rows(y.reshape(K, K)) if info.loss_end < f0 else P0

@@ -9,6 +9,7 @@ trust-region steps on a convex QP model of it (:mod:`.refine`), pricing transiti
 loss's gradient between chunks of iterations.  Phase one (:mod:`.phase_one`) runs the same
 loop with another objective.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,19 +24,29 @@ from ...result import Reduction
 from ..backends import chain, supports
 from ..constraints.c1 import WorkingSet, membership, protected_groups, reduce_constraints
 from ..constraints.invariance import Invariance
+from ..diagnosis import ADVICE, RELAXATION_TOL, invariant_hint
 from ..objectives.l2 import SparseL2
 from ..pricing import Pricer
 from ..problem import DesignProblem, Trace
 from ..program import build_program
-from ..diagnosis import ADVICE, RELAXATION_TOL, invariant_hint
 from ..support import Support, clean, greedy_cover
 from . import Attempt, AttemptStatus
 from .checks import once
 from .refine import refine
 
-__all__ = ["solve", "solve_general", "ColumnGeneration", "initial_support",
-           "MAX_PRICING_ROUNDS", "LP_GAP_RTOL",
-           "REFINE_CHUNK", "REFINE_SUPPORT_MAX", "REFINE_QP_MAX", "DENSE_SUPPORT_MAX", "COVER_BUDGET"]
+__all__ = [
+    "solve",
+    "solve_general",
+    "ColumnGeneration",
+    "initial_support",
+    "MAX_PRICING_ROUNDS",
+    "LP_GAP_RTOL",
+    "REFINE_CHUNK",
+    "REFINE_SUPPORT_MAX",
+    "REFINE_QP_MAX",
+    "DENSE_SUPPORT_MAX",
+    "COVER_BUDGET",
+]
 
 #: Sources of the initial cover support: at most this many support entries from the largest
 #: cells into the cover (column generation adds whatever else helps).
@@ -134,27 +145,47 @@ class ColumnGeneration:
         Transitions to start from besides the initial support (phase one's).
     """
 
-    def __init__(self, problem: DesignProblem, gamma: float, floor: float, a_solve: float,
-                 phase_one: bool = False, init: Support | None = None):
+    def __init__(
+        self,
+        problem: DesignProblem,
+        gamma: float,
+        floor: float,
+        a_solve: float,
+        phase_one: bool = False,
+        init: Support | None = None,
+    ):
         p = problem.params
-        self.problem, self.gamma, self.floor, self.a_solve, self.phase_one = problem, gamma, floor, a_solve, phase_one
+        self.problem, self.gamma, self.floor, self.a_solve, self.phase_one = (
+            problem,
+            gamma,
+            floor,
+            a_solve,
+            phase_one,
+        )
         self.counts = problem.counts
         K = problem.K
         duals = supports(p.solver, "duals")  # column generation needs them
-        mode = p.support if p.support != "auto" else (
-            "dense" if K <= DENSE_SUPPORT_MAX else ("cover" if duals else "targets"))
+        mode = (
+            p.support
+            if p.support != "auto"
+            else ("dense" if K <= DENSE_SUPPORT_MAX else ("cover" if duals else "targets"))
+        )
         if mode == "cover" and not duals:  # a cover needs pricing to be widened
             mode = "targets"
         self.mode = mode
         self.widen = duals and mode != "dense"
         t0 = time.perf_counter()
-        self.red = reduce_constraints(problem.table, problem.groups, problem.alpha, gamma, lazy_outside=True)
+        self.red = reduce_constraints(
+            problem.table, problem.groups, problem.alpha, gamma, lazy_outside=True
+        )
         sup = initial_support(problem, gamma, mode)
         if init is not None:
             sup = sup.union(init.rows, init.cols)
         self.sup = sup
         self.reduce_seconds = time.perf_counter() - t0
-        self.ws = WorkingSet(self.red.m, self.red.g, problem.table, problem.groups, problem.combos, a_solve)
+        self.ws = WorkingSet(
+            self.red.m, self.red.g, problem.table, problem.groups, problem.combos, a_solve
+        )
         self.mem = membership(problem.groups)
         self.added_cols = 0
         # certified relative bound on what the full K x K linear stage could still gain: 0 on a
@@ -177,14 +208,20 @@ class ColumnGeneration:
 
     def load(self, sup: Support, *, phase_one: bool = False):
         inv = [Invariance(self.counts)] if self.problem.params.invariant else []
-        prog = build_program(sup, [self.ws.rows(sup, self.mem), *inv], max_floor=phase_one,
-                             elastic=PHASE1_ELASTIC if phase_one else None)
+        prog = build_program(
+            sup,
+            [self.ws.rows(sup, self.mem), *inv],
+            max_floor=phase_one,
+            elastic=PHASE1_ELASTIC if phase_one else None,
+        )
         return chain(prog, self.problem.params.solver)
 
     def price(self, lp, duals, cost_fn=None, tol: float = 1e-7, max_add: int | None = None):
-        return Pricer(lp.program.support, self.counts, lp.program.constraints, duals,
-                      self.problem.allowed).candidates(
-            cost_fn=cost_fn, tol=tol, max_add=max_add or max(REFINE_MAX_ADD, 2 * self.problem.K))
+        return Pricer(
+            lp.program.support, self.counts, lp.program.constraints, duals, self.problem.allowed
+        ).candidates(
+            cost_fn=cost_fn, tol=tol, max_add=max_add or max(REFINE_MAX_ADD, 2 * self.problem.K)
+        )
 
     # -- the restricted linear programs ---------------------------------------------------------
     def linear(self, trace: Trace):
@@ -210,8 +247,12 @@ class ColumnGeneration:
                 return out.status, out, None, lp, rounds
             x = clean(sup, out.x)
             new = self.pending(sup, x)
-            trace.progress("phase1" if phase_one else "linear", rounds, expected_changes(sup.to_matrix(x), counts),
-                           len(new))
+            trace.progress(
+                "phase1" if phase_one else "linear",
+                rounds,
+                expected_changes(sup.to_matrix(x), counts),
+                len(new),
+            )
             if new and phase_one:
                 # An upper bound on every feasible floor, before imposing the rest of the rows (on
                 # rare-heavy data dozens of rounds of ~1,000 rows each): more rows only lower t, and
@@ -238,8 +279,12 @@ class ColumnGeneration:
             cap = PHASE1_MAX_ROUNDS if phase_one else MAX_PRICING_ROUNDS
             duals = lp.duals() if (self.widen and rounds < cap) else None
             if duals is not None:
-                r, cc, bound = self.price(lp, duals, cost_fn=None if phase_one else self._change_costs,
-                                          tol=1e-7 * out.scale)
+                r, cc, bound = self.price(
+                    lp,
+                    duals,
+                    cost_fn=None if phase_one else self._change_costs,
+                    tol=1e-7 * out.scale,
+                )
                 # stop when the Lagrangian bound certifies the restricted optimum to be within
                 # LP_GAP_RTOL of the full program's (degenerate tails add columns for nothing)
                 E = expected_changes(sup.to_matrix(x), counts)
@@ -258,9 +303,12 @@ class ColumnGeneration:
                 # safe, and the linear stage prices to optimality at that floor anyway.
                 # (only at a floor the ladder can use: a lower one proves nothing about the
                 # full program, whose floor pricing may still raise)
-                settled = (phase_one and rounds >= PHASE1_PRICING_ROUNDS
-                           and float(out.slack.max(initial=0.0)) <= 1e-9
-                           and float(np.min(x[sup.diag])) >= self.gamma)
+                settled = (
+                    phase_one
+                    and rounds >= PHASE1_PRICING_ROUNDS
+                    and float(out.slack.max(initial=0.0)) <= 1e-9
+                    and float(np.min(x[sup.diag])) >= self.gamma
+                )
                 if r.size and not settled:
                     # a rebuilt model is solved with presolve, which beats HiGHS's warm start from
                     # the old basis once thousands of columns are added (measured on 5,577 cells)
@@ -326,13 +374,31 @@ class ColumnGeneration:
             # the curved model needs the objective's curvature (None: linear steps only)
             model = problem.objective.curvature_on_support(sup, counts, sparse=self.mode != "dense")
             curvature = model if sup.size <= REFINE_QP_MAX else None
-            chunk = (REFINE_QP_CHUNK if curvature is not None
-                     else REFINE_LINEAR_CHUNK if model is not None else REFINE_CHUNK)
+            chunk = (
+                REFINE_QP_CHUNK
+                if curvature is not None
+                else REFINE_LINEAR_CHUNK
+                if model is not None
+                else REFINE_CHUNK
+            )
             # in chunks, so that pricing can widen the support while the refinement runs
-            x, info = refine(lp, x, lo, hi, evaluate, check=lambda z: self.pending(sup, z), rtol=p.rtol,
-                             max_iter=min(chunk if self.widen else p.max_iter, p.max_iter - its),
-                             progress=trace.progress, radius=radius, history=hist, want_duals=self.widen,
-                             curvature=curvature, sigma=sigma, steps=steps)
+            x, info = refine(
+                lp,
+                x,
+                lo,
+                hi,
+                evaluate,
+                check=lambda z: self.pending(sup, z),
+                rtol=p.rtol,
+                max_iter=min(chunk if self.widen else p.max_iter, p.max_iter - its),
+                progress=trace.progress,
+                radius=radius,
+                history=hist,
+                want_duals=self.widen,
+                curvature=curvature,
+                sigma=sigma,
+                steps=steps,
+            )
             its += info.iterations
             radius, hist, sigma, steps = info.radius, info.history, info.sigma, info.steps
             if info.stop_reason == "constraints":
@@ -351,8 +417,13 @@ class ColumnGeneration:
             # than REFINE_PRICING_GAIN * rtol ends the refinement: what pricing still finds is
             # worth less than the steps it costs
             curved = curved or info.model == "quadratic"
-            if (curved and its > info.iterations and info.accepted
-                    and info.loss_start - info.loss_end < REFINE_PRICING_GAIN * p.rtol * abs(info.loss_end)):
+            if (
+                curved
+                and its > info.iterations
+                and info.accepted
+                and info.loss_start - info.loss_end
+                < REFINE_PRICING_GAIN * p.rtol * abs(info.loss_end)
+            ):
                 stop = f"converged (a pricing round gained < {REFINE_PRICING_GAIN:g} rtol)"
                 break
             # a step whose model predicts less than rtol on a support that already holds what the
@@ -381,7 +452,6 @@ class ColumnGeneration:
         self.sup = sup
         return x, its, info, stop
 
-
     def _refine_support(self, x):
         """The refinement's support and the linear stage's ``x`` on it."""
         problem, K, sup = self.problem, self.problem.K, self.sup
@@ -392,8 +462,9 @@ class ColumnGeneration:
             Px = sup.to_matrix(x).tocoo()
             off = (Px.row != Px.col) & (Px.data > 0)
             rr, cc = _refine_pairs(Px, off, self.counts, problem.allowed)
-            small = Support.from_pairs(np.concatenate([rr, Px.row[off]]),
-                                       np.concatenate([cc, Px.col[off]]), K)
+            small = Support.from_pairs(
+                np.concatenate([rr, Px.row[off]]), np.concatenate([cc, Px.col[off]]), K
+            )
             return small, small.from_matrix(sup.to_matrix(x))
         if self.mode != "dense":
             # without pricing: every row x the receivers of the linear stage
@@ -418,8 +489,12 @@ class ColumnGeneration:
             # and pricing cannot cycle: a transition is dropped again only after a step that
             # lowered the loss, so no support recurs at the same point.
             keys = sup.rows * K + sup.cols
-            drop = ((x <= 0.0) & (sup.rows != sup.cols) & (info.duals.cols > tol)
-                    & ((info.accepted > 0) | ~np.isin(keys, dropped)))
+            drop = (
+                (x <= 0.0)
+                & (sup.rows != sup.cols)
+                & (info.duals.cols > tol)
+                & ((info.accepted > 0) | ~np.isin(keys, dropped))
+            )
             # ... and price transitions outside the support with the exact loss's gradient,
             # after a curved step as many as keep the next one curved (linear steps on a
             # larger support price as many as before: their drops trim it)
@@ -427,8 +502,9 @@ class ColumnGeneration:
             if curved:
                 room = min(room, REFINE_QP_MAX - (sup.size - int(drop.sum())))
             if room > 0:
-                r, cc, _ = self.price(lp, info.duals, cost_fn=info.grad_columns, tol=tol,
-                                      max_add=room)
+                r, cc, _ = self.price(
+                    lp, info.duals, cost_fn=info.grad_columns, tol=tol, max_add=room
+                )
         return r, cc, drop, keys
 
 
@@ -455,36 +531,51 @@ def solve(problem: DesignProblem, level: float, trace: Trace) -> Attempt:
     g_low = max(GAMMA_LADDER[-1], floor)
     relax = once(trace, "floor bound", lambda: floor_bound_stage(problem, trace))
     if relax is not None and relax < g_low - RELAXATION_TOL:
-        why = (f"No design with every diagonal entry >= {g_low:g} satisfies C1: the flow "
-               f"relaxation of C1 bounds every diagonal floor by {relax:.4g}.")
-        return Attempt(AttemptStatus.INFEASIBLE, gamma=g_low, auto_reason=why,
-                       detail=f"{why}{invariant_hint(p)} {ADVICE}")
+        why = (
+            f"No design with every diagonal entry >= {g_low:g} satisfies C1: the flow "
+            f"relaxation of C1 bounds every diagonal floor by {relax:.4g}."
+        )
+        return Attempt(
+            AttemptStatus.INFEASIBLE,
+            gamma=g_low,
+            auto_reason=why,
+            detail=f"{why}{invariant_hint(p)} {ADVICE}",
+        )
     ph = largest_floor(problem, g_low, floor, level, trace)
     if ph.status == "unproven":
-        trace.add("phase1", ph.seconds, 0,
-                  f"no floor >= {g_low:g} found on its support (not proven)")
+        trace.add(
+            "phase1", ph.seconds, 0, f"no floor >= {g_low:g} found on its support (not proven)"
+        )
         allows = "" if relax is None else f" (the flow relaxation allows floors up to {relax:.4g})"
-        why = (f"Phase one found no design with every diagonal entry >= {g_low:g} within its "
-               f"pricing rounds; one may exist{allows}.")
-        return Attempt(AttemptStatus.UNPROVEN, gamma=g_low, auto_reason=why,
-                       detail=f"{why} {ADVICE}")
+        why = (
+            f"Phase one found no design with every diagonal entry >= {g_low:g} within its "
+            f"pricing rounds; one may exist{allows}."
+        )
+        return Attempt(
+            AttemptStatus.UNPROVEN, gamma=g_low, auto_reason=why, detail=f"{why} {ADVICE}"
+        )
     if ph.status == "infeasible" or (ph.status == "ok" and ph.t < g_low - 1e-9):
         trace.add("phase1", ph.seconds, 0, "infeasible")
-        return Attempt(AttemptStatus.INFEASIBLE, gamma=g_low,
-                       auto_reason=f"No design with every diagonal entry >= {g_low:g} satisfies "
-                                   "C1 (phase one).",
-                       detail=f"No design satisfies C1 with every diagonal entry >= {g_low:g} "
-                              f"(needed to keep P invertible).{invariant_hint(p)} {ADVICE}")
+        return Attempt(
+            AttemptStatus.INFEASIBLE,
+            gamma=g_low,
+            auto_reason=f"No design with every diagonal entry >= {g_low:g} satisfies "
+            "C1 (phase one).",
+            detail=f"No design satisfies C1 with every diagonal entry >= {g_low:g} "
+            f"(needed to keep P invertible).{invariant_hint(p)} {ADVICE}",
+        )
     if ph.status != "ok":
         trace.add("phase1", ph.seconds, 0, ph.status)
-        return Attempt(AttemptStatus.SOLVER_ERROR, gamma=g_low,
-                       detail=f"Solver failed: {ph.status}.")
+        return Attempt(
+            AttemptStatus.SOLVER_ERROR, gamma=g_low, detail=f"Solver failed: {ph.status}."
+        )
     trace.add("phase1", ph.seconds, 0, f"largest feasible floor {ph.t:.4g}")
     return _ladder(problem, level, trace, ph, floor, g_low)
 
 
-def _ladder(problem: DesignProblem, level: float, trace: Trace, ph, floor: float,
-            g_low: float) -> Attempt:
+def _ladder(
+    problem: DesignProblem, level: float, trace: Trace, ph, floor: float, g_low: float
+) -> Attempt:
     """The rungs of the floor's ladder at most phase one's floor, from the requested gamma down."""
     from .phase_one import gamma_ladder
 
@@ -503,23 +594,39 @@ def _ladder(problem: DesignProblem, level: float, trace: Trace, ph, floor: float
             return dataclasses.replace(att, gamma=gam, detail=f"Solver failed: {att.detail}.")
         why = f"Diagonal floor gamma = {gam:g}"
         if gam < p.gamma:
-            why += (f": the reduced problem is infeasible at gamma = {p.gamma:g} (the largest "
-                    f"feasible floor is {ph.t:.4g}), so gamma was lowered as the paper suggests.")
+            why += (
+                f": the reduced problem is infeasible at gamma = {p.gamma:g} (the largest "
+                f"feasible floor is {ph.t:.4g}), so gamma was lowered as the paper suggests."
+            )
         else:
             why += " (as requested)."
         return dataclasses.replace(att, gamma=gam, describe=why)
-    return Attempt(AttemptStatus.INFEASIBLE, gamma=tried[-1] if tried else None,
-                   detail="No design satisfies C1 with a diagonal floor in "
-                          f"{', '.join(f'{g:g}' for g in tried)}. {ADVICE}")
+    return Attempt(
+        AttemptStatus.INFEASIBLE,
+        gamma=tried[-1] if tried else None,
+        detail="No design satisfies C1 with a diagonal floor in "
+        f"{', '.join(f'{g:g}' for g in tried)}. {ADVICE}",
+    )
 
 
-def solve_general(problem: DesignProblem, gamma: float, floor: float, a_solve: float, trace: Trace,
-                  init: Support | None = None) -> Attempt:
+def solve_general(
+    problem: DesignProblem,
+    gamma: float,
+    floor: float,
+    a_solve: float,
+    trace: Trace,
+    init: Support | None = None,
+) -> Attempt:
     """Reduce at floor ``gamma``, solve the linear stage with lazy rows and column generation,
     then refine the exact loss (unless ``refine_loss`` is off)."""
     p = problem.params
     cg = ColumnGeneration(problem, gamma, floor, a_solve, init=init)
-    trace.add(f"reduce@{gamma:g}", cg.reduce_seconds, 0, f"{cg.red.m.size} rows, support {cg.sup.size} ({cg.mode})")
+    trace.add(
+        f"reduce@{gamma:g}",
+        cg.reduce_seconds,
+        0,
+        f"{cg.red.m.size} rows, support {cg.sup.size} ({cg.mode})",
+    )
     t_lin = time.perf_counter()
     status, out, x, lp, rounds = cg.linear(trace)
     if status != "ok":
@@ -527,24 +634,42 @@ def solve_general(problem: DesignProblem, gamma: float, floor: float, a_solve: f
         kind = AttemptStatus.INFEASIBLE if status == "infeasible" else AttemptStatus.SOLVER_ERROR
         return Attempt(kind, reduction=_reduction(cg), detail=status)
     solver_used = out.solver
-    trace.add(f"linear@{gamma:g}", time.perf_counter() - t_lin, rounds,
-              f"{solver_used}, support {cg.sup.size} (+{cg.added_cols} priced, gap to full <= "
-              f"{'unknown' if cg.lp_gap is None else format(cg.lp_gap, '.1e')}), "
-              f"expected changes {expected_changes(cg.sup.to_matrix(x), cg.counts):.4g}")
+    trace.add(
+        f"linear@{gamma:g}",
+        time.perf_counter() - t_lin,
+        rounds,
+        f"{solver_used}, support {cg.sup.size} (+{cg.added_cols} priced, gap to full <= "
+        f"{'unknown' if cg.lp_gap is None else format(cg.lp_gap, '.1e')}), "
+        f"expected changes {expected_changes(cg.sup.to_matrix(x), cg.counts):.4g}",
+    )
     if p.refine_loss and p.max_iter > 0:
         t_ref = time.perf_counter()
         x, its, info, stop = cg.refine(x, trace)
-        trace.add("refine", time.perf_counter() - t_ref, its,
-                  f"support {cg.sup.size}, stop: {stop or info.stop_reason}, loss {info.loss_end:.4g}")
-    return Attempt(AttemptStatus.OK, P=cg.sup.to_matrix(x), reduction=_reduction(cg, final=True), solver=solver_used)
+        trace.add(
+            "refine",
+            time.perf_counter() - t_ref,
+            its,
+            f"support {cg.sup.size}, stop: {stop or info.stop_reason}, loss {info.loss_end:.4g}",
+        )
+    return Attempt(
+        AttemptStatus.OK,
+        P=cg.sup.to_matrix(x),
+        reduction=_reduction(cg, final=True),
+        solver=solver_used,
+    )
 
 
 def _reduction(cg: ColumnGeneration, final: bool = False) -> Reduction:
     extra = {}
     if final:
-        extra = dict(final_working_set=int(cg.ws.m.size), lazy_added=int(cg.ws.added), support=int(cg.sup.size),
-                     support_mode=cg.mode, priced_transitions=int(cg.added_cols),
-                     linear_gap_bound=None if cg.lp_gap is None else float(cg.lp_gap))
+        extra = dict(
+            final_working_set=int(cg.ws.m.size),
+            lazy_added=int(cg.ws.added),
+            support=int(cg.sup.size),
+            support_mode=cg.mode,
+            priced_transitions=int(cg.added_cols),
+            linear_gap_bound=None if cg.lp_gap is None else float(cg.lp_gap),
+        )
     return Reduction(structure="general", **cg.red.counts(), **extra)
 
 
@@ -574,7 +699,7 @@ def _refine_pairs(Px: sp.coo_matrix, off: np.ndarray, counts: np.ndarray, allowe
     best_val = np.full((movers.size, 0), np.inf)
     best_col = np.zeros((movers.size, 0), dtype=np.intp)
     for a in range(0, recv.size, step):
-        cols = recv[a:a + step]
+        cols = recv[a : a + step]
         G = s.grad_columns(cols)[movers]
         rr, cc = np.meshgrid(movers, cols, indexing="ij")
         G[~allowed(rr.ravel(), cc.ravel()).reshape(G.shape)] = np.inf

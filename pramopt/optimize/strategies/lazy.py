@@ -5,6 +5,7 @@ checks every point against the full C1; rows found violated join the working set
 is rebuilt.  The block and privacy strategies use these two loops (the general design's linear
 stage interleaves pricing with them and has its own).
 """
+
 from __future__ import annotations
 
 from .refine import refine

@@ -11,6 +11,7 @@ after pricing means the floor is infeasible for the full K x K program.  It stop
 minus its objective plus the Lagrangian bound of the transitions it has not priced proves
 every floor below the lowest rung, since the rows still to be imposed only lower it.
 """
+
 from __future__ import annotations
 
 import time
@@ -45,7 +46,9 @@ class PhaseOne:
     seconds: float = 0.0
 
 
-def largest_floor(problem: DesignProblem, lowest: float, floor: float, a_solve: float, trace: Trace) -> PhaseOne:
+def largest_floor(
+    problem: DesignProblem, lowest: float, floor: float, a_solve: float, trace: Trace
+) -> PhaseOne:
     """Run phase one with the reduction at ``lowest`` (the lowest rung of the ladder)."""
     t0 = time.perf_counter()
     cg = ColumnGeneration(problem, lowest, floor, a_solve, phase_one=True)

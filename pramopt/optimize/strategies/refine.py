@@ -38,6 +38,7 @@ stay feasible.  Stops (the documented tolerance) when the predicted decrease fal
 ``rtol * loss``, when the loss improved by less than ``rtol`` (relative) over the last
 ``window`` iterations, when the radius drops below 1e-9, or after ``max_iter`` iterations.
 """
+
 from __future__ import annotations
 
 import time
@@ -69,20 +70,38 @@ class RefineInfo:
     stop_reason: str
     seconds: float
     added_constraints: list
-    grad_columns: object = None  # callable: cols -> K x len(cols) gradient of the loss (at the duals' point)
-    duals: object = None     # Duals of the last subproblem (want_duals), to price with
+    grad_columns: object = (
+        None  # callable: cols -> K x len(cols) gradient of the loss (at the duals' point)
+    )
+    duals: object = None  # Duals of the last subproblem (want_duals), to price with
     grad_scale: float = 1.0  # largest |gradient| on the support, the scale for pricing tolerances
-    radius: float = 0.05     # trust-region radius at the end, to continue from
-    history: tuple = ()      # loss after each iteration, to continue the stopping rule from
-    sigma: float = 1.0       # scale of the curvature model at the end, to continue from
-    model: str = "linear"    # the model of the last step: "quadratic" or "linear"
-    steps: tuple = ()        # the last accepted steps (sparse K x K), to continue the curvature pairs from
+    radius: float = 0.05  # trust-region radius at the end, to continue from
+    history: tuple = ()  # loss after each iteration, to continue the stopping rule from
+    sigma: float = 1.0  # scale of the curvature model at the end, to continue from
+    model: str = "linear"  # the model of the last step: "quadratic" or "linear"
+    steps: tuple = ()  # the last accepted steps (sparse K x K), to continue the curvature pairs from
 
 
-def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4, max_iter: int = 100,
-           radius: float = 0.05, window: int = 10, progress=None, history=(), clean_fn=None,
-           want_duals: bool = False, curvature=None, sigma: float = 1.0,
-           steps=None) -> tuple[np.ndarray, RefineInfo]:
+def refine(
+    lp,
+    x0,
+    lo_base,
+    hi_base,
+    evaluate,
+    *,
+    check=None,
+    rtol: float = 1e-4,
+    max_iter: int = 100,
+    radius: float = 0.05,
+    window: int = 10,
+    progress=None,
+    history=(),
+    clean_fn=None,
+    want_duals: bool = False,
+    curvature=None,
+    sigma: float = 1.0,
+    steps=None,
+) -> tuple[np.ndarray, RefineInfo]:
     """Trust-region steps on the exact L2 loss, with a curved model when ``curvature`` is given.
 
     The iteration is described in the module's docstring.
@@ -99,8 +118,10 @@ def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4
     loss = evaluate
     t0 = time.perf_counter()
     if clean_fn is None:
+
         def clean_fn(z):
             return clean(sup, z)
+
     x = np.asarray(x0, dtype=float)
     f, g, gcols = loss(x)
     f_start = f
@@ -116,8 +137,23 @@ def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4
     pairs = []
 
     def info(reason, new=(), gc=None, duals=None, gscale=1.0):
-        return RefineInfo(it, accepted, f_start, f, reason, time.perf_counter() - t0, list(new), gc, duals,
-                          gscale, radius, tuple(history), sigma, model, tuple(steps))
+        return RefineInfo(
+            it,
+            accepted,
+            f_start,
+            f,
+            reason,
+            time.perf_counter() - t0,
+            list(new),
+            gc,
+            duals,
+            gscale,
+            radius,
+            tuple(history),
+            sigma,
+            model,
+            tuple(steps),
+        )
 
     for it in range(1, max_iter + 1):
         if len(history) > window and history[-window - 1] - f <= rtol * abs(f):
@@ -143,14 +179,15 @@ def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4
         model = "linear" if Bs is None else "quadratic"
         xn = clean_fn(out.x)
         d = xn - x
-        lin = float(g @ (x - xn))                          # first-order decrease
+        lin = float(g @ (x - xn))  # first-order decrease
         quad = 0.0 if Bs is None else 0.5 * float(d @ _bfgs_times(Bs, pairs, d))
         pred = lin - quad
         if not np.isfinite(f) or pred <= rtol * abs(f):
             reason = "converged"
             break
-        (xn, fn, gn, gcn), pred, sigma = _along_step(x, f, xn, lin, quad, Bs is not None, sigma,
-                                                     loss, clean_fn)
+        (xn, fn, gn, gcn), pred, sigma = _along_step(
+            x, f, xn, lin, quad, Bs is not None, sigma, loss, clean_fn
+        )
         d = xn - x
         rho = (f - fn) / pred if np.isfinite(fn) else -np.inf
         if rho >= 0.1:
@@ -159,7 +196,9 @@ def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4
                 if new:
                     return x, info("constraints", new)
             at_edge = np.max(np.abs(d)) >= 0.99 * radius
-            if keep and Bs is not None:  # the curved steps (the linear ones go to a vertex of the box)
+            if (
+                keep and Bs is not None
+            ):  # the curved steps (the linear ones go to a vertex of the box)
                 steps = (steps + [sup.to_matrix(d)])[-MEMORY:]
             x, f, g, gcols = xn, fn, gn, gcn
             B = None
@@ -174,8 +213,11 @@ def refine(lp, x0, lo_base, hi_base, evaluate, *, check=None, rtol: float = 1e-4
         history.append(f)
         if progress is not None:
             progress("refine", it, f, radius)
-    duals, gcols = (_final_duals(lp, x, g, gcols, step_duals, step_gcols, lo_base, hi_base, radius)
-                    if want_duals else (None, gcols))
+    duals, gcols = (
+        _final_duals(lp, x, g, gcols, step_duals, step_gcols, lo_base, hi_base, radius)
+        if want_duals
+        else (None, gcols)
+    )
     gscale = float(np.max(np.abs(g))) if g is not None and g.size else 1.0
     return x, info(reason, gc=gcols, duals=duals, gscale=gscale or 1.0)
 
@@ -192,8 +234,9 @@ def _qp_step(lp, x, g, Bs, lo, hi, pairs):
     """The curved model's step: the QP of ``g . d + 1/2 d' Bs d`` (BFGS-updated by ``pairs``)."""
     # costs on the scale of a largest |gradient| of 1, as the LP backends scale them
     sc = float(np.max(np.abs(g))) or 1.0
-    return solve_qp(lp.program, (g - _times(Bs, x)) / sc, Bs / sc, lo, hi, scale=sc, pairs=pairs,
-                    center=x)
+    return solve_qp(
+        lp.program, (g - _times(Bs, x)) / sc, Bs / sc, lo, hi, scale=sc, pairs=pairs, center=x
+    )
 
 
 def _along_step(x, f, xn, lin, quad, curved: bool, sigma: float, loss, clean_fn):

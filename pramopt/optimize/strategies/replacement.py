@@ -22,6 +22,7 @@ of stored entries is (senders x receivers) per pool; above ``REPLACEMENT_MAX_ENT
 are split into blocks of neighbouring cells (:func:`~.blocks.make_blocks`) that are pools of their
 own, and the relaxation is solved again with records conserved per block.
 """
+
 from __future__ import annotations
 
 import time
@@ -29,8 +30,8 @@ import time
 import numpy as np
 
 from ...result import Reduction
-from ..problem import DesignProblem, Trace
 from ..constraints.c1 import build_groups
+from ..problem import DesignProblem, Trace
 from ..relaxation import FlowSolution, flow_relaxation
 from . import Attempt, AttemptStatus, beyond_distance
 from .blocks import LAMBDA_MIN, make_blocks
@@ -38,9 +39,15 @@ from .checks import check
 from .replacement_form import replacement_condition, replacement_loss, replacement_matrix
 from .replacement_retentions import optimise_retentions
 
-__all__ = ["solve", "solve_replacement", "replacement_matrix", "replacement_loss",
-           "replacement_condition",
-           "REPLACEMENT_MAX_ENTRIES", "REPLACEMENT_MARGINS"]
+__all__ = [
+    "solve",
+    "solve_replacement",
+    "replacement_matrix",
+    "replacement_loss",
+    "replacement_condition",
+    "REPLACEMENT_MAX_ENTRIES",
+    "REPLACEMENT_MARGINS",
+]
 
 #: Largest number of stored entries (senders x receivers) of a replacement design before the cells
 #: are split into blocks (about 300 MB as a sparse matrix).
@@ -93,9 +100,14 @@ def _local_relaxation(problem: DesignProblem, alpha: float, pools: np.ndarray) -
     for b in np.unique(pools):
         cells = np.flatnonzero(pools == b)
         sub = table.subset(cells)
-        part = DesignProblem(table=sub, combos=problem.combos, params=problem.params,
-                             groups=build_groups(sub, problem.combos), fixed_idx=problem.fixed_idx,
-                             keep_rows=np.flatnonzero(problem.kept[cells]))
+        part = DesignProblem(
+            table=sub,
+            combos=problem.combos,
+            params=problem.params,
+            groups=build_groups(sub, problem.combos),
+            fixed_idx=problem.fixed_idx,
+            keep_rows=np.flatnonzero(problem.kept[cells]),
+        )
         sol = flow_relaxation(part, alpha=alpha, pools=np.zeros(cells.size, dtype=np.int64))
         if sol.status != "ok":
             return sol
@@ -113,8 +125,11 @@ def solve(problem: DesignProblem, level: float, trace: Trace) -> Attempt:
     if found is not None:
         return found
     floor = max(LAMBDA_MIN, problem.params.min_diagonal or 0.0)
-    return Attempt(AttemptStatus.INFEASIBLE, detail="No replacement design satisfied C1 (the flow "
-                   f"relaxation leaves no retention of at least {floor:g} at any margin tried).")
+    return Attempt(
+        AttemptStatus.INFEASIBLE,
+        detail="No replacement design satisfied C1 (the flow "
+        f"relaxation leaves no retention of at least {floor:g} at any margin tried).",
+    )
 
 
 def solve_replacement(problem: DesignProblem, level: float, trace: Trace, verify) -> Attempt | None:
@@ -141,8 +156,14 @@ def solve_replacement(problem: DesignProblem, level: float, trace: Trace, verify
             else:
                 sol = flow_relaxation(problem, alpha=alpha * (1.0 - margin), pools=pools, t_max=1.0)
             if sol.status != "ok" or sol.t < floor:
-                trace.add("replacement", time.perf_counter() - t0, 0, sol.status if sol.status != "ok" else
-                          f"largest retention {sol.t:.3g}: below {floor:g}")
+                trace.add(
+                    "replacement",
+                    time.perf_counter() - t0,
+                    0,
+                    sol.status
+                    if sol.status != "ok"
+                    else f"largest retention {sol.t:.3g}: below {floor:g}",
+                )
                 return None
             o, w = _design_from(sol, pools, counts)
             size = _entries(o, w, pools)
@@ -150,21 +171,34 @@ def solve_replacement(problem: DesignProblem, level: float, trace: Trace, verify
                 break
             # too many senders x receivers for one pool per stratum: blocks of neighbouring
             # cells, each its own pool, small enough for the cap
-            trace.add("replacement", time.perf_counter() - t0, 0, f"{size} entries with one pool per stratum: "
-                      "too many, split into blocks")
+            trace.add(
+                "replacement",
+                time.perf_counter() - t0,
+                0,
+                f"{size} entries with one pool per stratum: too many, split into blocks",
+            )
             pools, target = _block_pools(problem, max(1.0, REPLACEMENT_MAX_ENTRIES / problem.K))
         P = replacement_matrix(o, w, pools)
-        trace.add("replacement", time.perf_counter() - t0, 0,
-                  f"solved at alpha*(1-{margin:g}){' block by block' if local else ''}; smallest retention "
-                  f"{sol.t:.4g}, {int(np.unique(pools).size)} pool(s), {P.nnz} entries")
+        trace.add(
+            "replacement",
+            time.perf_counter() - t0,
+            0,
+            f"solved at alpha*(1-{margin:g}){' block by block' if local else ''}; smallest retention "
+            f"{sol.t:.4g}, {int(np.unique(pools).size)} pool(s), {P.nnz} entries",
+        )
         rep = verify(P)
         if rep.max_risk <= level:
             return _finish(problem, trace, verify, floor, o, w, pools, P, rep, target)
         if rep.max_risk <= alpha and safe is None:
             safe = (o, w, pools, P, rep, target)
     if safe is not None:  # C1 holds, though not at the requested working level
-        trace.add("replacement", 0.0, 0, f"no relaxation margin met alpha*(1-{problem.params.margin:g}): kept the "
-                  "first design that meets alpha")
+        trace.add(
+            "replacement",
+            0.0,
+            0,
+            f"no relaxation margin met alpha*(1-{problem.params.margin:g}): kept the "
+            "first design that meets alpha",
+        )
         return _finish(problem, trace, verify, floor, *safe)
     return None
 
@@ -175,14 +209,27 @@ def _finish(problem, trace, verify, floor, o, w, pools, P, rep, target):
     if problem.params.refine_loss:
         o, P, rep, f = _retentions(problem, trace, verify, o, w, pools, P, rep, f, floor)
     cond = replacement_condition(o, w, pools)
-    red = Reduction(structure="replacement", blocks=int(np.unique(pools).size),
-                    block_target_records=target, min_lambda=float(np.min(1.0 - o, initial=1.0)),
-                    support=int(P.nnz))
-    describe = (f"A replacement design was made (each cell keeps its records with probability >= "
-                f"{red.min_lambda:.3g} and otherwise draws from one replacement distribution per "
-                f"{'stratum' if target is None else 'block'}; invertible for any retention).")
-    return Attempt(AttemptStatus.OK, P=P, reduction=red, solver="HIGHS(scipy, flow relaxation)",
-                   loss=f, condition=cond, describe=describe)
+    red = Reduction(
+        structure="replacement",
+        blocks=int(np.unique(pools).size),
+        block_target_records=target,
+        min_lambda=float(np.min(1.0 - o, initial=1.0)),
+        support=int(P.nnz),
+    )
+    describe = (
+        f"A replacement design was made (each cell keeps its records with probability >= "
+        f"{red.min_lambda:.3g} and otherwise draws from one replacement distribution per "
+        f"{'stratum' if target is None else 'block'}; invertible for any retention)."
+    )
+    return Attempt(
+        AttemptStatus.OK,
+        P=P,
+        reduction=red,
+        solver="HIGHS(scipy, flow relaxation)",
+        loss=f,
+        condition=cond,
+        describe=describe,
+    )
 
 
 #: Relative margins below alpha at which the retentions are optimised, in turn, until the full
@@ -217,22 +264,43 @@ def _retentions(problem: DesignProblem, trace: Trace, verify, o, w, pools, P, re
         if rep.max_risk > a:
             continue  # the start does not meet C1 there
         if left <= 0:
-            trace.add("retentions", 0.0, 0, f"no linear programs left of {RETENTION_MAX_SOLVES}: kept the relaxation's")
+            trace.add(
+                "retentions",
+                0.0,
+                0,
+                f"no linear programs left of {RETENTION_MAX_SOLVES}: kept the relaxation's",
+            )
             break
         t0 = time.perf_counter()
         res = optimise_retentions(problem, o, w, pools, a, floor, max_solves=left)
         if res is None:
-            trace.add("retentions", time.perf_counter() - t0, 0, "the retention program failed: kept the relaxation's")
+            trace.add(
+                "retentions",
+                time.perf_counter() - t0,
+                0,
+                "the retention program failed: kept the relaxation's",
+            )
             break
-        if _entries(res.o, w, pools) > REPLACEMENT_MAX_ENTRIES:  # cells that sent nothing may send now
-            trace.add("retentions", time.perf_counter() - t0, res.steps, "too many entries: kept the relaxation's")
+        if (
+            _entries(res.o, w, pools) > REPLACEMENT_MAX_ENTRIES
+        ):  # cells that sent nothing may send now
+            trace.add(
+                "retentions",
+                time.perf_counter() - t0,
+                res.steps,
+                "too many entries: kept the relaxation's",
+            )
             break
         left -= res.solves
         Pn = replacement_matrix(res.o, w, pools)
         before = float(counts @ (o * (1.0 - w)))
-        trace.add("retentions", time.perf_counter() - t0, res.steps,
-                  f"at alpha*(1-{m:g}): {res.detail}; expected changes {before:.5g} -> {res.changes:.5g}; "
-                  f"{res.solves} LP solves, {res.rows} of C1's rows imposed")
+        trace.add(
+            "retentions",
+            time.perf_counter() - t0,
+            res.steps,
+            f"at alpha*(1-{m:g}): {res.detail}; expected changes {before:.5g} -> {res.changes:.5g}; "
+            f"{res.solves} LP solves, {res.rows} of C1's rows imposed",
+        )
         rn = verify(Pn)
         if rn.max_risk <= alpha:
             fn = replacement_loss(res.o, w, pools, counts)

@@ -4,6 +4,7 @@ Its matrix, its exact L2 loss and its condition number in O(K) (the matrix deter
 Sherman and Morrison's formula): shared by the replacement strategy (:mod:`.replacement`) and the
 optimisation of its retentions (:mod:`.retention`).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,7 +26,9 @@ def replacement_matrix(o: np.ndarray, w: np.ndarray, pools: np.ndarray) -> sp.cs
         rows.append(rr.ravel())
         cols.append(cc.ravel())
         vals.append((o[s][:, None] * w[r][None, :]).ravel())
-    P = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(K, K))
+    P = sp.csr_matrix(
+        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(K, K)
+    )
     P.sum_duplicates()
     return P
 
@@ -33,7 +36,7 @@ def replacement_matrix(o: np.ndarray, w: np.ndarray, pools: np.ndarray) -> sp.cs
 def _pool_parts(o, w, pools):
     lam = 1.0 - o
     a, b = o / lam, w / lam
-    c = 1.0 + np.bincount(pools, weights=w * a)       # 1 + w^T diag(lam)^-1 o, per pool
+    c = 1.0 + np.bincount(pools, weights=w * a)  # 1 + w^T diag(lam)^-1 o, per pool
     return lam, a, b, c
 
 
@@ -72,8 +75,12 @@ def replacement_condition(o: np.ndarray, w: np.ndarray, pools: np.ndarray) -> fl
     def vec(f):  # LinearOperator hands in column vectors
         return lambda x: f(np.asarray(x, dtype=float).ravel())
 
-    P_op = spla.LinearOperator((K, K), dtype=float, matvec=vec(lambda x: lam * x + o * per_pool(w, x)),
-                               rmatvec=vec(lambda y: lam * y + w * per_pool(o, y)))
+    P_op = spla.LinearOperator(
+        (K, K),
+        dtype=float,
+        matvec=vec(lambda x: lam * x + o * per_pool(w, x)),
+        rmatvec=vec(lambda y: lam * y + w * per_pool(o, y)),
+    )
     # P^-1 x = x / lam - a (b . x) / c, and its transpose
     inv = vec(lambda x: x / lam - a * per_pool(b, x) / c[pools])
     inv_t = vec(lambda y: y / lam - b * per_pool(a, y) / c[pools])

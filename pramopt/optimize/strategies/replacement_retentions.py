@@ -36,6 +36,7 @@ and cells of pools without receivers keep their records.
 The designer's full C1 check (:mod:`pramopt.verify`) still decides: this module returns
 retentions, never a verdict.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -69,7 +70,9 @@ MIN_RADIUS = 1e-4
 STEP_RTOL = 1e-5
 
 
-def replacement_loss_grad(o: np.ndarray, w: np.ndarray, pools: np.ndarray, counts) -> tuple[float, np.ndarray]:
+def replacement_loss_grad(
+    o: np.ndarray, w: np.ndarray, pools: np.ndarray, counts
+) -> tuple[float, np.ndarray]:
     """The exact L2 loss of ``diag(1 - o) + o w^T`` (per pool) and its gradient in ``o`` (``w`` fixed).
 
     With ``lam = 1 - o``, ``a = o / lam``, ``b = w / lam``, ``c = 1 + w . a`` and ``B = ||b||^2`` per
@@ -94,12 +97,18 @@ def replacement_loss_grad(o: np.ndarray, w: np.ndarray, pools: np.ndarray, count
     Q2 = np.bincount(pools, weights=M * a * b / lam, minlength=nP)[pools]
     Q3 = np.bincount(pools, weights=M * a**2, minlength=nP)[pools]
     RW = np.bincount(pools, weights=r * w, minlength=nP)[pools]
-    dc = w / lam**2                      # d c / d o_j
-    dB = 2.0 * w**2 / lam**3             # d B / d o_j
-    g = (2.0 * M / lam**3
-         + 2.0 * Q2 * dc / cp**2 - 2.0 * M * w * (1.0 + 2.0 * o) / (cp * lam**4)
-         + dB * Q3 / cp**2 - 2.0 * Bp * Q3 * dc / cp**3 + 2.0 * Bp * M * a / (cp**2 * lam**2)
-         - counts * r + counts * RW)
+    dc = w / lam**2  # d c / d o_j
+    dB = 2.0 * w**2 / lam**3  # d B / d o_j
+    g = (
+        2.0 * M / lam**3
+        + 2.0 * Q2 * dc / cp**2
+        - 2.0 * M * w * (1.0 + 2.0 * o) / (cp * lam**4)
+        + dB * Q3 / cp**2
+        - 2.0 * Bp * Q3 * dc / cp**3
+        + 2.0 * Bp * M * a / (cp**2 * lam**2)
+        - counts * r
+        + counts * RW
+    )
     return loss, g / n**2
 
 
@@ -123,7 +132,9 @@ class RetentionProgram:
     docstring.
     """
 
-    def __init__(self, problem: DesignProblem, w: np.ndarray, pools: np.ndarray, a: float, floor: float):
+    def __init__(
+        self, problem: DesignProblem, w: np.ndarray, pools: np.ndarray, a: float, floor: float
+    ):
         self.problem, self.a = problem, float(a)
         K = problem.K
         self.K = K
@@ -180,8 +191,11 @@ class RetentionProgram:
         lhs_out = z[self.out_p] * self.out_w
         with np.errstate(divide="ignore", invalid="ignore"):
             e_in = np.where(aD[self.in_g] > 0, lhs_in / aD[self.in_g] - 1.0, np.inf)
-            e_out = np.where(aD[self.out_g] > 0, lhs_out / aD[self.out_g] - 1.0,
-                             np.where(lhs_out > 0, np.inf, -1.0))
+            e_out = np.where(
+                aD[self.out_g] > 0,
+                lhs_out / aD[self.out_g] - 1.0,
+                np.where(lhs_out > 0, np.inf, -1.0),
+            )
         return e_in, e_out
 
     # -- the linear program ---------------------------------------------------------------------
@@ -197,22 +211,41 @@ class RetentionProgram:
         o_T, o_D = K, K + nP
         ar = np.arange(K)
         # T_p - sum_{l in p} U0(l) o_l = 0
-        A_T = sp.csr_matrix((np.concatenate([np.ones(nP), -self.U]),
-                             (np.concatenate([np.arange(nP), self.pools]), np.concatenate([o_T + np.arange(nP), ar]))),
-                            shape=(nP, nv))
+        A_T = sp.csr_matrix(
+            (
+                np.concatenate([np.ones(nP), -self.U]),
+                (
+                    np.concatenate([np.arange(nP), self.pools]),
+                    np.concatenate([o_T + np.arange(nP), ar]),
+                ),
+            ),
+            shape=(nP, nv),
+        )
         # D_g + sum_{l in g} U0(l) o_l - sum_p W[g, p] T_p = U(g), for the groups in use
-        A_D = sp.hstack([self.mem[used] @ sp.diags(self.U), -self.W[used], sp.identity(nU)], format="csr")
+        A_D = sp.hstack(
+            [self.mem[used] @ sp.diags(self.U), -self.W[used], sp.identity(nU)], format="csr"
+        )
         parts, rhs = [A_T, A_D], [np.zeros(nP), self.U_g[used]]
         if self.invariant:
             # each cell receives what it sends: U0(k) o_k = w_k T_p
-            parts.append(sp.csr_matrix((np.concatenate([self.U, -self.w]),
-                                        (np.concatenate([ar, ar]), np.concatenate([ar, o_T + self.pools]))),
-                                       shape=(K, nv)))
+            parts.append(
+                sp.csr_matrix(
+                    (
+                        np.concatenate([self.U, -self.w]),
+                        (np.concatenate([ar, ar]), np.concatenate([ar, o_T + self.pools])),
+                    ),
+                    shape=(K, nv),
+                )
+            )
             rhs.append(np.zeros(K))
         # the inside rows: o_m (W[g, p(m)] - 1) - a D_g <= -1
-        A_in = sp.csr_matrix((np.concatenate([self.in_w[i] - 1.0, np.full(i.size, -self.a)]),
-                              (np.tile(np.arange(i.size), 2), np.concatenate([self.in_m[i], o_D + gpos]))),
-                             shape=(i.size, nv))
+        A_in = sp.csr_matrix(
+            (
+                np.concatenate([self.in_w[i] - 1.0, np.full(i.size, -self.a)]),
+                (np.tile(np.arange(i.size), 2), np.concatenate([self.in_m[i], o_D + gpos])),
+            ),
+            shape=(i.size, nv),
+        )
         return A_in, -np.ones(i.size), sp.vstack(parts, format="csr"), np.concatenate(rhs), nv
 
     def solve(self, cost: np.ndarray, lo: np.ndarray, hi: np.ndarray, act_in, max_solves=None):
@@ -237,15 +270,22 @@ def _lazy_solve(prog, cost, lo, hi, act_in, max_solves=None):
         c[:nx] = cost
         bounds = np.column_stack([np.zeros(nv), np.full(nv, np.inf)])
         bounds[:nx, 0], bounds[:nx, 1] = lo, hi
-        bounds[prog.K + prog.nP:, 0] = -np.inf  # D is defined by its equality row
+        bounds[prog.K + prog.nP :, 0] = -np.inf  # D is defined by its equality row
         if max_solves is not None and solves >= max_solves:
             return None, solves, "out of LP solves"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             imposed = bool(A_c.shape[0])
-            res = solve_lp(c, A_ub=A_c if imposed else None, b_ub=b_c if imposed else None,
-                           A_eq=A_eq, b_eq=b_eq, bounds=bounds, solver=prog.problem.params.solver,
-                           method=LP_METHOD)
+            res = solve_lp(
+                c,
+                A_ub=A_c if imposed else None,
+                b_ub=b_c if imposed else None,
+                A_eq=A_eq,
+                b_eq=b_eq,
+                bounds=bounds,
+                solver=prog.problem.params.solver,
+                method=LP_METHOD,
+            )
         solves += 1
         if res.outcome is not Outcome.OPTIMAL:
             return None, solves, f"{res.outcome.value}: {res.detail}"
@@ -272,7 +312,9 @@ def _slp(x, lo, hi, fgrad, solve, max_solves, radius=0.25):
     steps = solves = accepted = 0
     while steps < MAX_STEPS and radius >= MIN_RADIUS and solves < max_solves:
         steps += 1
-        y, s, _ = solve(g, np.maximum(lo, x - radius), np.minimum(hi, x + radius), max_solves - solves)
+        y, s, _ = solve(
+            g, np.maximum(lo, x - radius), np.minimum(hi, x + radius), max_solves - solves
+        )
         solves += s
         if y is None:
             radius *= 0.25
@@ -293,8 +335,17 @@ def _slp(x, lo, hi, fgrad, solve, max_solves, radius=0.25):
     return x, f, accepted, steps, solves
 
 
-def optimise_retentions(problem: DesignProblem, o0: np.ndarray, w: np.ndarray, pools: np.ndarray, a: float,
-                        floor: float, *, objective: str = "loss", max_solves: int = 40) -> RetentionResult | None:
+def optimise_retentions(
+    problem: DesignProblem,
+    o0: np.ndarray,
+    w: np.ndarray,
+    pools: np.ndarray,
+    a: float,
+    floor: float,
+    *,
+    objective: str = "loss",
+    max_solves: int = 40,
+) -> RetentionResult | None:
     """Retentions of smaller exact loss than ``o0`` (or, with ``objective="changes"``, of fewest
     expected changes) under C1 at level ``a``, with the replacement distributions ``w`` fixed.
 
@@ -320,10 +371,30 @@ def optimise_retentions(problem: DesignProblem, o0: np.ndarray, w: np.ndarray, p
         x, solves, st = prog.solve(U * (1.0 - w), lo, prog.hi, act)
         if x is None:
             return None
-        return RetentionResult(x, replacement_loss(x, w, pl, U), changes(x), 1, solves, int(act.sum()),
-                               "expected changes minimised")
+        return RetentionResult(
+            x,
+            replacement_loss(x, w, pl, U),
+            changes(x),
+            1,
+            solves,
+            int(act.sum()),
+            "expected changes minimised",
+        )
     f0 = replacement_loss(o, w, pl, U)
-    o, f, accepted, steps, solves = _slp(o, lo, prog.hi, lambda x: replacement_loss_grad(x, w, pl, U),
-                                         lambda c, l, h, left: prog.solve(c, l, h, act, left), max_solves)
-    return RetentionResult(o, f, changes(o), accepted, solves, int(act.sum()),
-                           f"loss {f0:.4g} -> {f:.4g} in {accepted} of {steps} steps")
+    o, f, accepted, steps, solves = _slp(
+        o,
+        lo,
+        prog.hi,
+        lambda x: replacement_loss_grad(x, w, pl, U),
+        lambda c, l, h, left: prog.solve(c, l, h, act, left),
+        max_solves,
+    )
+    return RetentionResult(
+        o,
+        f,
+        changes(o),
+        accepted,
+        solves,
+        int(act.sum()),
+        f"loss {f0:.4g} -> {f:.4g} in {accepted} of {steps} steps",
+    )
