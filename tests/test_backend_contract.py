@@ -88,7 +88,6 @@ def _program(A_ub, b_ub, A_eq, b_eq, lo, hi) -> LinearProgram:
         cols={"t": empty, "s": empty},
         rows={"rows": slice(0, m)},
         support=None,
-        block=None,
         scale_costs=False,
     )
 
@@ -225,7 +224,6 @@ def test_qp_closed_form(name):
         cols={"t": slice(3, 3), "s": slice(3, 3)},
         rows={"rows": slice(0, 1)},
         support=None,
-        block=None,
     )
     out = solve_qp(prog, c, h, np.zeros(3), np.ones(3), solver=name)
     assert out.outcome is Outcome.OPTIMAL, out.detail
@@ -305,7 +303,7 @@ def test_solver_reaches_the_retention_lp(spy):
 
 
 def test_solver_reaches_the_balancing_weights(spy):
-    from pramopt.optimize.constraints.privacy import balancing_weights
+    from pramopt.optimize.constraints.column_ratio import balancing_weights
 
     P = np.array([[0.8, 0.1, 0.1], [0.2, 0.7, 0.1], [0.1, 0.2, 0.7]])
     s = balancing_weights(P, solver="SPY")
