@@ -48,8 +48,8 @@ GAMMA_LADDER = (0.95, 0.9, 0.8, 0.7, 0.6, 0.51)
 #: Up to this many cells the support of a general design is dense (every pair of cells).
 DENSE_SUPPORT_MAX = 300
 #: Designs under epsilon or k are dense over the present cells (every entry of a column is
-#: positive together): refused above this many cells.  Measured on a shared 2-CPU machine: 47
-#: cells take about 7 s, 112 cells 2-3 minutes (each trust-region LP has 2 K^2 ratio rows).
+#: positive together): refused above this many cells, as each trust-region LP has 2 K^2 ratio
+#: rows.
 PRIVACY_MAX_CELLS = 200
 
 # ---------------------------------------------------------------------------------------------

@@ -212,7 +212,7 @@ def _factor(P):
 
 
 #: Standard errors are computed up to this many cells: they need every column of P^-1 (K sparse
-#: solves; 26 s at 20,000 cells), beyond that ``se`` is NaN.
+#: solves), beyond that ``se`` is NaN.
 SE_MAX_CELLS = 20_000
 
 
