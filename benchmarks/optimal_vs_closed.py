@@ -53,7 +53,7 @@ def _measures(P, table, combos, alpha):
 def run(out: Path, quick: bool = False, alphas=ALPHAS, log=print) -> pd.DataFrame:
     rows = []
     data = datasets(quick)
-    for dname, (df, qi, note) in data.items():
+    for dname, (df, qi, _note) in data.items():
         table = pramopt.frequency_table(df, qi)
         combos = pramopt.resolve_combinations(table.qi)
         slow = table.n_cells > 300
@@ -61,7 +61,9 @@ def run(out: Path, quick: bool = False, alphas=ALPHAS, log=print) -> pd.DataFram
         for alpha in alphas:
             log(f"[optimal_vs_closed] {dname} (K={table.n_cells}) alpha={alpha}")
             res, sec, nrun = timed(
-                lambda: pramopt.design(table, alpha=alpha), repeats=reps, budget=20
+                lambda table=table, alpha=alpha: pramopt.design(table, alpha=alpha),
+                repeats=reps,
+                budget=20,
             )
             row = dict(
                 dataset=dname,

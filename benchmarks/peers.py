@@ -89,7 +89,7 @@ def record_real(
 
 def _order(table, v: int, labels) -> np.ndarray:
     """Positions in ``labels`` (text) of the table's categories of variable v."""
-    pos = {str(l): i for i, l in enumerate(labels)}
+    pos = {str(lab): i for i, lab in enumerate(labels)}
     return np.array([pos[str(c)] for c in table.categories[v]])
 
 
@@ -158,7 +158,7 @@ def pymasq_as_computed(table, diagonals, alpha: float = PYMASQ_ALPHA) -> list[np
         sorted_labels = sorted(labels)
         by_label = dict(zip(labels, f))
         counts = sorted(
-            (-by_label[l], i) for i, l in enumerate(sorted_labels)
+            (-by_label[lab], i) for i, lab in enumerate(sorted_labels)
         )  # stable: text order
         f_pos = np.array([-c for c, _ in counts], dtype=float)
         o = _order(table, v, sorted_labels)  # table order -> sorted-text positions
@@ -282,7 +282,7 @@ def measure(table, combos, mats) -> dict:
 
 def run(out: Path, quick: bool = False, log=print) -> pd.DataFrame:
     rows = []
-    for dname, (df, qi, note) in datasets(quick).items():
+    for dname, (df, qi, _note) in datasets(quick).items():
         table = pramopt.frequency_table(df, qi)
         combos = pramopt.resolve_combinations(table.qi)
         try:

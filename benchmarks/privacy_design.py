@@ -91,7 +91,7 @@ def _design(table, combos, **kw):
 def run(out: Path, quick: bool = False, log=print, epsilons=None, ks=None) -> dict:
     data = datasets(quick)
     eps_rows, k_rows, c1_rows = [], [], []
-    for dname, (df, qi, note) in data.items():
+    for dname, (df, qi, _note) in data.items():
         table = pramopt.frequency_table(df, qi)
         combos = resolve_combinations(table.qi)
         levels = [len(c) for c in table.categories]

@@ -87,9 +87,9 @@ def column_blocks(support, x, counts):
     T = A @ Q.T
     for j in range(support.K):
         idx = order[starts[j] : starts[j + 1]]
-        I = support.rows[idx]
-        q, t = Q[j, I], T[I, j] - r[j] * counts[I]
-        yield idx, 2.0 / n**2 * (r[j] * A[np.ix_(I, I)] + np.outer(q, t) + np.outer(t, q))
+        rows_j = support.rows[idx]  # the rows ``I`` of column j
+        q, t = Q[j, rows_j], T[rows_j, j] - r[j] * counts[rows_j]
+        yield idx, 2.0 / n**2 * (r[j] * A[np.ix_(rows_j, rows_j)] + np.outer(q, t) + np.outer(t, q))
 
 
 def _table(case: str):

@@ -47,7 +47,8 @@ def csv_dialect(
         sep = "\t"
     if not isinstance(sep, str) or len(sep) != 1 or sep in '"\r\n':
         raise InvalidParameterError(
-            f"The 'sep' parameter of {owner} must be one character other than a quote or a line break; got {sep!r}."
+            f"The 'sep' parameter of {owner} must be one character other than a quote or a line "
+            f"break; got {sep!r}."
         )
     if decimal not in (".", ","):
         raise InvalidParameterError(
@@ -55,21 +56,23 @@ def csv_dialect(
         )
     if decimal == sep:
         raise InvalidParameterError(
-            f"The 'decimal' parameter of {owner} must differ from the separator {sep!r}; got {decimal!r}."
+            f"The 'decimal' parameter of {owner} must differ from the separator {sep!r}; got "
+            f"{decimal!r}."
         )
     try:
         encoding = codecs.lookup(encoding).name
     except (LookupError, TypeError):
         raise InvalidParameterError(
-            f"The 'encoding' parameter of {owner} must name a text encoding (utf-8, latin-1, cp1252, ...); "
-            f"got {encoding!r}."
+            f"The 'encoding' parameter of {owner} must name a text encoding (utf-8, latin-1, "
+            f"cp1252, ...); got {encoding!r}."
         ) from None
     return CsvDialect(sep=sep, encoding=encoding, decimal=decimal)
 
 
 def line_end(path) -> str:
     """The line end of a CSV file, ``"\\r\\n"`` or ``"\\n"``, as its first line ends (a release is
-    written with the source's line ends, so that its unchanged lines compare equal to the source's)."""
+    written with the source's line ends, so that its unchanged lines compare equal to the
+    source's)."""
     with open(path, "rb") as fh:
         head = fh.read(1 << 20)
     i = head.find(b"\n")

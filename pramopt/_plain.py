@@ -1,4 +1,5 @@
-"""Plain JSON values from numpy, pandas and Python objects (for design files, reports and --json)."""
+"""Plain JSON values from numpy, pandas and Python objects (for design files, reports and
+--json)."""
 
 from __future__ import annotations
 

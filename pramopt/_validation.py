@@ -112,7 +112,8 @@ def as_transition_matrix(
         A = np.asarray(P, dtype=float)
     except (TypeError, ValueError):
         raise InvalidParameterError(
-            f"The {name!r} parameter of {owner} must be a matrix of probabilities; got {type(P).__name__}."
+            f"The {name!r} parameter of {owner} must be a matrix of probabilities; got "
+            f"{type(P).__name__}."
         ) from None
     if A.ndim != 2 or A.shape[0] == 0 or A.shape[1] == 0 or (square and A.shape[0] != A.shape[1]):
         kind = "a non-empty square matrix" if square else "a non-empty 2-D matrix"
@@ -133,8 +134,9 @@ def as_transition_matrix(
 
         n_off = int((off > ROW_SUM_TOL).sum())
         warnings.warn(
-            f"{owner}: {n_off} rows of {name!r} summed to between {rs.min():.6g} and {rs.max():.6g}; "
-            f"they were divided by their sums (renormalize tolerance {renormalize:g}).",
+            f"{owner}: {n_off} rows of {name!r} summed to between {rs.min():.6g} and "
+            f"{rs.max():.6g}; they were divided by their sums (renormalize tolerance "
+            f"{renormalize:g}).",
             stacklevel=3,
         )
         return A / rs[:, None]
@@ -143,7 +145,8 @@ def as_transition_matrix(
             ""
             if renormalize is not None
             else (
-                " (a matrix rounded to a few decimals can be renormalised: renormalize=TOL, --renormalize TOL)"
+                " (a matrix rounded to a few decimals can be renormalised: renormalize=TOL, "
+                "--renormalize TOL)"
             )
         )
         raise InvalidParameterError(
@@ -161,13 +164,15 @@ def as_levels(levels, name: str, owner: str) -> tuple[int, ...]:
         out = tuple(levels)
     except TypeError:
         raise InvalidParameterError(
-            f"The {name!r} parameter of {owner} must be a list of category counts (integers >= 1); got {levels!r}."
+            f"The {name!r} parameter of {owner} must be a list of category counts (integers >= 1); "
+            f"got {levels!r}."
         ) from None
     if len(out) == 0 or any(
         isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1 for v in out
     ):
         raise InvalidParameterError(
-            f"The {name!r} parameter of {owner} must be a non-empty list of integers >= 1; got {levels!r}."
+            f"The {name!r} parameter of {owner} must be a non-empty list of integers >= 1; got "
+            f"{levels!r}."
         )
     return tuple(int(v) for v in out)
 
@@ -178,7 +183,8 @@ def as_frequencies(T, name: str, owner: str) -> np.ndarray:
         a = np.asarray(T, dtype=float)
     except (TypeError, ValueError):
         raise InvalidParameterError(
-            f"The {name!r} parameter of {owner} must be a list of non-negative integer frequencies; got {T!r}."
+            f"The {name!r} parameter of {owner} must be a list of non-negative integer "
+            f"frequencies; got {T!r}."
         ) from None
     if (
         a.ndim != 1
@@ -188,6 +194,7 @@ def as_frequencies(T, name: str, owner: str) -> np.ndarray:
         or np.any(a != np.round(a))
     ):
         raise InvalidParameterError(
-            f"The {name!r} parameter of {owner} must be a non-empty list of non-negative integer frequencies; got {T!r}."
+            f"The {name!r} parameter of {owner} must be a non-empty list of non-negative integer "
+            f"frequencies; got {T!r}."
         )
     return a.astype(np.int64)

@@ -1,4 +1,5 @@
-"""The errors pramopt raises on purpose (the CLI turns each into exit code 2, without a traceback)."""
+"""The errors pramopt raises on purpose (the CLI turns each into exit code 2, without a
+traceback)."""
 
 from __future__ import annotations
 

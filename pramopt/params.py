@@ -48,8 +48,8 @@ GAMMA_LADDER = (0.95, 0.9, 0.8, 0.7, 0.6, 0.51)
 #: Up to this many cells the support of a general design is dense (every pair of cells).
 DENSE_SUPPORT_MAX = 300
 #: Designs under epsilon or k are dense over the present cells (every entry of a column is
-#: positive together): refused above this many cells.  Measured on a shared 2-CPU machine: 47
-#: cells take about 7 s, 112 cells 2-3 minutes (each trust-region LP has 2 K^2 ratio rows).
+#: positive together): refused above this many cells, as each trust-region LP has 2 K^2 ratio
+#: rows.
 PRIVACY_MAX_CELLS = 200
 
 # ---------------------------------------------------------------------------------------------
@@ -140,7 +140,8 @@ def _domains(v, name, owner):
 
 
 def _weights(v, name, owner):
-    # {variable: weight >= 0}; the names are checked against the identifying variables by the designer
+    # {variable: weight >= 0}; the names are checked against the identifying variables by the
+    # designer
     if v is None:
         return None
     if not isinstance(v, Mapping) or not v:
@@ -155,7 +156,8 @@ def _weights(v, name, owner):
 
 
 def _alpha(v, name, owner):
-    # None (or "none" from a spec or the command line): no C1 constraint, allowed only with epsilon or k
+    # None (or "none" from a spec or the command line): no C1 constraint, allowed only with
+    # epsilon or k
     if v is None or (isinstance(v, str) and v.strip().lower() == "none"):
         return None
     return check_real(v, name, owner, low=0, high=1)
@@ -268,22 +270,24 @@ class DesignParams:
         "int >= 1, optional",
         "Design each stratum of the ``fixed`` variables on its own, in this many local processes "
         "(1: one after the other in this process), and merge them into one matrix checked against "
-        "the full C1.  Each stratum then meets C1 within itself, every combination extended by the "
-        "fixed variables: the risk an intruder who sees the unchanged fixed values faces, and a "
-        "stronger condition than the joint design's, which can cost loss.  Default: one joint design.  "
-        "Processes are started with 'spawn': a script needs an ``if __name__ == '__main__':`` guard.",
+        "the full C1.  Each stratum then meets C1 within itself, every combination extended by "
+        "the fixed variables: the risk an intruder who sees the unchanged fixed values faces, and "
+        "a stronger condition than the joint design's, which can cost loss.  Default: one joint "
+        "design.  Processes are started with 'spawn': a script needs an ``if __name__ == "
+        "'__main__':`` guard.",
         cli={"type": int, "metavar": "N"},
     )
     max_changed_variables: int | None = _param(
         None,
         _int(low=1, optional=True),
         "int >= 1, optional",
-        "A record may change at most this many of its identifying values: every transition between two "
-        "different cells is between cells that differ in at most this many identifying variables "
-        "(Hamming distance; a missing value counts as one more category).  Only the general design "
-        "honours it (the replacement and block designs move records between every pair of cells of a pool, "
-        "and are used only where no pool has more than this many varying variables); where it makes C1 "
-        "infeasible the result says so with the smallest number that the flow relaxation of C1 allows.",
+        "A record may change at most this many of its identifying values: every transition "
+        "between two different cells is between cells that differ in at most this many "
+        "identifying variables (Hamming distance; a missing value counts as one more category).  "
+        "Only the general design honours it (the replacement and block designs move records "
+        "between every pair of cells of a pool, and are used only where no pool has more than "
+        "this many varying variables); where it makes C1 infeasible the result says so with the "
+        "smallest number that the flow relaxation of C1 allows.",
         cli={"type": int, "metavar": "D"},
     )
     change_weights: Mapping | None = _param(
@@ -292,10 +296,11 @@ class DesignParams:
         "dict, optional",
         "Weights w_j >= 0 of identifying variables (unnamed ones weigh 0) that make changing them "
         "costlier: the design minimises the exact L2 loss plus (2/n^2) * sum_m U0(m) sum_k P_mk "
-        "sum_j w_j [m_j != k_j], the expected weighted number of changed values on the scale of the L2 "
-        "loss's own first-order cost of a changed record (2/n^2 each).  The general and dense designs "
-        "optimise it; the replacement and block designs (closed forms) are compared with them on it.  The "
-        "reported loss stays the exact L2 loss; the weighted objective is in details['weighted_objective'].",
+        "sum_j w_j [m_j != k_j], the expected weighted number of changed values on the scale of "
+        "the L2 loss's own first-order cost of a changed record (2/n^2 each).  The general and "
+        "dense designs optimise it; the replacement and block designs (closed forms) are compared "
+        "with them on it.  The reported loss stays the exact L2 loss; the weighted objective is "
+        "in details['weighted_objective'].",
         cli={"type": "weights", "metavar": "A=W,B=W"},
     )
     keep_cells: tuple | None = _param(
@@ -306,16 +311,18 @@ class DesignParams:
         cli={
             "type": "cells_file",
             "metavar": "FILE",
-            "help": "CSV or Parquet file of cells (a column per identifying variable) whose records stay",
+            "help": "CSV or Parquet file of cells (a column per identifying variable) whose "
+            "records stay",
         },
     )
     missing: str = _param(
         "keep",
         _choice("keep", "category"),
         '{"keep", "category"}, default "keep"',
-        "Records with a missing identifying value: 'keep' leaves every missing value missing and makes "
-        "no value missing (such records change only their other values, among cells with the same "
-        "missing pattern); 'category' treats missing as one more category that PRAM may change.",
+        "Records with a missing identifying value: 'keep' leaves every missing value missing and "
+        "makes no value missing (such records change only their other values, among cells with "
+        "the same missing pattern); 'category' treats missing as one more category that PRAM may "
+        "change.",
         cli={"choices": ["keep", "category"]},
     )
     invariant: bool = _param(
@@ -344,8 +351,8 @@ class DesignParams:
         _solver,
         "str, optional",
         "An LP solver for the general design's programs: HIGHS or a cvxpy solver name.  Default: "
-        "HiGHS directly, falling back to CLARABEL, ECOS and SCS through cvxpy when HiGHS fails (block "
-        "designs always use that default chain).",
+        "HiGHS directly, falling back to CLARABEL, ECOS and SCS through cvxpy when HiGHS fails "
+        "(block designs always use that default chain).",
         cli={"metavar": "NAME"},
     )
     refine_loss: bool = _param(
@@ -364,24 +371,24 @@ class DesignParams:
         "auto",
         _choice("auto", "dense", "targets", "cover"),
         '{"auto", "dense", "targets", "cover"}',
-        f"Allowed transitions of a general design; 'auto' is dense up to {DENSE_SUPPORT_MAX} cells, else a "
-        "cover of the problem groups that column generation widens.",
+        f"Allowed transitions of a general design; 'auto' is dense up to {DENSE_SUPPORT_MAX} "
+        "cells, else a cover of the problem groups that column generation widens.",
         cli={"choices": ["auto", "dense", "targets", "cover"]},
     )
     structure: str = _param(
         "auto",
         _choice(*STRUCTURES),
         "{" + ", ".join(f'"{s}"' for s in STRUCTURES) + "}",
-        "'general': any row-stochastic P with every diagonal entry above 1/2 (invertible by strict "
-        "diagonal dominance); where phase one finds no floor within its pricing rounds, the "
-        "replacement design when its diagonal clears the floor.  'blocks': block-diagonal "
+        "'general': any row-stochastic P with every diagonal entry above 1/2 (invertible by "
+        "strict diagonal dominance); where phase one finds no floor within its pricing rounds, "
+        "the replacement design when its diagonal clears the floor.  'blocks': block-diagonal "
         "retention-replacement blocks, invertible for any diagonal, for data where most cells are "
-        "rare or unique.  'replacement': every cell keeps "
-        "its records with a probability of its own and otherwise draws a replacement from one "
-        "distribution (per stratum), chosen by the flow relaxation of C1; invertible for any diagonal, "
-        "found in seconds.  'auto': the replacement design, the general design where one can exist "
-        "(the flow relaxation and phase one say so; up to 600 cells) and blocks where it cannot (up to "
-        "4,000 cells, or when there is no replacement design); the verified design of smallest loss.",
+        "rare or unique.  'replacement': every cell keeps its records with a probability of its "
+        "own and otherwise draws a replacement from one distribution (per stratum), chosen by the "
+        "flow relaxation of C1; invertible for any diagonal, found in seconds.  'auto': the "
+        "replacement design, the general design where one can exist (the flow relaxation and "
+        "phase one say so; up to 600 cells) and blocks where it cannot (up to 4,000 cells, or "
+        "when there is no replacement design); the verified design of smallest loss.",
         cli={
             "choices": list(STRUCTURES),
             "help": "general: any P with every diagonal entry above 1/2; blocks: block-diagonal "
@@ -394,10 +401,10 @@ class DesignParams:
         None,
         _real(0, optional=True),
         "float > 0, optional",
-        "ε-differential privacy (Ikarashi et al., Theorem 1) over the present cells: in every column "
-        "of P, P_mk <= exp(epsilon) P_m'k for all cells m, m' (so every entry is positive).  The design "
-        f"is then dense over the present cells (at most {PRIVACY_MAX_CELLS} cells).  Combines with C1 "
-        "(alpha) and k.",
+        "ε-differential privacy (Ikarashi et al., Theorem 1) over the present cells: in every "
+        "column of P, P_mk <= exp(epsilon) P_m'k for all cells m, m' (so every entry is "
+        f"positive).  The design is then dense over the present cells (at most {PRIVACY_MAX_CELLS} "
+        "cells).  Combines with C1 (alpha) and k.",
         cli={"type": float, "metavar": "EPS"},
     )
     k: float | None = _param(
@@ -405,9 +412,9 @@ class DesignParams:
         _real(1, low_open=False, optional=True),
         "float >= 1, optional",
         "Pk-anonymity (Ikarashi et al., Theorem 3) of the released records: k = 1 + (n - 1) AR "
-        "must be at least this, AR = min P[u,v']P[v,u'] / (P[u,u']P[v,v']) over the present cells.  "
-        "Imposed through a row-scaled bound on every column's max/min ratio (a sufficient linear "
-        "condition, re-scaled from the design until it stops helping); checked exactly.",
+        "must be at least this, AR = min P[u,v']P[v,u'] / (P[u,u']P[v,v']) over the present "
+        "cells.  Imposed through a row-scaled bound on every column's max/min ratio (a sufficient "
+        "linear condition, re-scaled from the design until it stops helping); checked exactly.",
         cli={"type": float, "metavar": "K"},
     )
     household: str | None = _param(
@@ -415,17 +422,18 @@ class DesignParams:
         _column,
         "str, optional",
         "Column of household identifiers: identifying variables constant within every household "
-        "(``household_keys``) are perturbed once per household and copied to every member, the others "
-        "per person, so that members stay identical on household-level keys (needs the microdata, not a "
-        "frequency table; see :mod:`pramopt.households`).",
+        "(``household_keys``) are perturbed once per household and copied to every member, the "
+        "others per person, so that members stay identical on household-level keys (needs the "
+        "microdata, not a frequency table; see :mod:`pramopt.households`).",
         cli={"metavar": "COLUMN"},
     )
     household_keys: tuple | None = _param(
         None,
         _names,
         "list of str, optional",
-        "With ``household``: the household-level identifying variables (each must be constant within "
-        "every household).  Default: every identifying variable that is constant within every household.",
+        "With ``household``: the household-level identifying variables (each must be constant "
+        "within every household).  Default: every identifying variable that is constant within "
+        "every household.",
         cli={"type": "names", "metavar": "A,B"},
     )
     margin: float = _param(
@@ -461,8 +469,8 @@ class DesignParams:
             from .errors import InvalidParameterError
 
             raise InvalidParameterError(
-                "The 'alpha' parameter of design may be None (no C1) only when 'epsilon' or 'k' is given; "
-                "got alpha=None with neither."
+                "The 'alpha' parameter of design may be None (no C1) only when 'epsilon' or 'k' "
+                "is given; got alpha=None with neither."
             )
 
     @classmethod

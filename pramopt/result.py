@@ -1,4 +1,5 @@
-"""Result objects of the designer and the baselines (frozen, in the spirit of scipy's OptimizeResult).
+"""Result objects of the designer and the baselines (frozen, in the spirit of scipy's
+OptimizeResult).
 
 The matrix of a result is a read-only ``scipy.sparse.csr_array``: designs on thousands of cells
 are sparse, and nothing between the solver and the files written densifies them.  A dense
@@ -227,8 +228,8 @@ class DesignResult:
         same options changes fewer records in expectation: the flow relaxation's optimum, see
         :mod:`pramopt.optimize.relaxation`), ``lower_bound_combinations`` (how many combinations'
         rows that bound kept: fewer than all on large tables, a weaker bound), ``loss_lower_bound``
-        (no general, replacement or block design meeting C1 with the same options has a smaller exact
-        L2 loss: ``expected_changes_lower_bound / n**2``, see
+        (no general, replacement or block design meeting C1 with the same options has a smaller
+        exact L2 loss: ``expected_changes_lower_bound / n**2``, see
         :func:`pramopt.optimize.relaxation.loss_bound`) and ``tried`` (the loss of every structure
         made: the spread of the designer's starts).
     table : FrequencyTable
@@ -343,19 +344,20 @@ class DesignResult:
     def summary(self) -> str:
         """Human-readable summary: status, loss, risk, changes, reduction and solver figures."""
         lines = [
-            f"pramopt {'design' if self.method == 'optimal' else 'baseline ' + self.method}: {self.status.value}"
-            + ("" if self.success else " (NOT SAFE TO RELEASE)"),
+            f"pramopt {'design' if self.method == 'optimal' else 'baseline ' + self.method}: "
+            f"{self.status.value}" + ("" if self.success else " (NOT SAFE TO RELEASE)"),
             f"  {self.message}",
-            f"  records n = {self.n}, cells K = {self.table.n_cells}, identifying variables = {', '.join(map(str, self.qi))}",
+            f"  records n = {self.n}, cells K = {self.table.n_cells}, identifying variables = "
+            f"{', '.join(map(str, self.qi))}",
             f"  combinations |Pi| = {len(self.combinations)}, alpha = {self.alpha:g}"
             + (" (None: C1 not required)" if self.params.get("alpha", 0) is None else ""),
             *self._missing_line(),
-            f"  max C1 risk      = {self.max_risk:.6g}  (bound {self.alpha:g}, all m, pi, k0 checked)",
+            f"  max C1 risk      = {self.max_risk:.6g}  (bound {self.alpha:g}, all m, pi, k0 "
+            "checked)",
             f"  exact L2 loss    = {self.loss:.6g}"
             + (
-                f"  (every general, replacement or block design meeting C1: >= {self.details['loss_lower_bound']:.4g}"
-                + self._bound_rows()
-                + ")"
+                "  (every general, replacement or block design meeting C1: >= "
+                f"{self.details['loss_lower_bound']:.4g}" + self._bound_rows() + ")"
                 if self.details.get("loss_lower_bound") is not None
                 else ""
             ),
@@ -391,9 +393,9 @@ class DesignResult:
                 return "-" if v is None else v
 
             lines.append(
-                f"  constraints: full {f(r.full)}, after bound (2) {f(r.after_row_bound)}, after U_pi(k0) bound "
-                f"{f(r.after_group_bound)}, reduced {f(r.after_member_rule)}, solved with {f(r.final_working_set)} "
-                f"({f(r.lazy_added)} added lazily)"
+                f"  constraints: full {f(r.full)}, after bound (2) {f(r.after_row_bound)}, after "
+                f"U_pi(k0) bound {f(r.after_group_bound)}, reduced {f(r.after_member_rule)}, "
+                f"solved with {f(r.final_working_set)} ({f(r.lazy_added)} added lazily)"
             )
         if self.solver:
             lines.append(f"  solver: {self.solver}")

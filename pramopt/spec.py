@@ -100,7 +100,8 @@ class Spec:
         Keyword arguments for :func:`pramopt.design`.
     expected : dict
     frontier : dict
-        The ``[frontier]`` table (``alphas``, optionally ``baselines``) for :func:`pramopt.frontier`.
+        The ``[frontier]`` table (``alphas``, optionally ``baselines``) for
+        :func:`pramopt.frontier`.
     """
 
     path: Path
@@ -175,7 +176,8 @@ def load_spec(path) -> Spec:
     if len(sources) != 1:
         _bad(
             p,
-            f"give exactly one data source ([data] path, [data] builtin or [generator]); got {sources!r}",
+            "give exactly one data source ([data] path, [data] builtin or [generator]); got "
+            f"{sources!r}",
         )
     data_path = builtin = None
     if "path" in data:

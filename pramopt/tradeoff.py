@@ -185,7 +185,8 @@ class Frontier:
 
     @property
     def success(self) -> bool:
-        """True when the optimal design meets C1 at every α (baselines may fail: they are shown so)."""
+        """True when the optimal design meets C1 at every α (baselines may fail: they are shown
+        so)."""
         return all(r.success for r in self.designs.values())
 
     def summary(self) -> str:
@@ -312,22 +313,24 @@ class Frontier:
         status = "success" if ok else "an optimal design failed"
         pts = self.points.drop(columns=["kind"])
         parts = [
-            f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{_CSS}</style></head><body>",
+            "<!DOCTYPE html><html lang='en'><head><meta "
+            f"charset='utf-8'><title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
             f"<h1>{html.escape(title)}</h1>",
             f"<p><span class='status {'ok' if ok else 'bad'}'>{html.escape(status)}</span></p>",
-            "<p>For each α the optimal design (pramopt.design) and every closed-form baseline calibrated "
-            "to the same α, each checked by the same independent C1 verification: a point on a line "
-            "meets C1 at its α, a cross does not.</p>",
+            "<p>For each α the optimal design (pramopt.design) and every closed-form baseline "
+            "calibrated to the same α, each checked by the same independent C1 verification: a "
+            "point on a line meets C1 at its α, a cross does not.</p>",
             f"<h2>Summary</h2>{_html_table(summary)}",
-            "<h2>Loss and expected changes against α</h2><figure><img alt='loss and expected changes "
-            f"against alpha' src='data:image/png;base64,{base64.b64encode(png).decode('ascii')}'>"
+            "<h2>Loss and expected changes against α</h2><figure><img alt='loss and expected "
+            "changes against alpha' "
+            f"src='data:image/png;base64,{base64.b64encode(png).decode('ascii')}'>"
             "<figcaption>Left: the exact L2 loss of the unbiased estimator (log scale). Right: the "
             "expected number of records whose identifying values change. A smaller α is safer and "
-            "costs more; the gap between the optimal line and a baseline's is what optimising saves "
-            "at the same verified risk.</figcaption></figure>",
+            "costs more; the gap between the optimal line and a baseline's is what optimising "
+            "saves at the same verified risk.</figcaption></figure>",
             f"<h2>Points</h2>{_html_table(pts)}",
-            f"<h2>Ratio of each baseline's loss to the optimal loss</h2>{_html_table(self.ratios())}",
+            "<h2>Ratio of each baseline's loss to the optimal "
+            f"loss</h2>{_html_table(self.ratios())}",
         ]
         if self.notes:
             parts.append(
@@ -449,8 +452,9 @@ def frontier(
     if params.household is not None:
         # a household design is two matrices over other tables than the baselines' one
         raise InvalidParameterError(
-            f"The 'household' parameter of design is not supported by {owner}; got household={params.household!r}. "
-            "Design each alpha with pramopt.design(..., household=...) instead."
+            f"The 'household' parameter of design is not supported by {owner}; got "
+            f"household={params.household!r}. Design each alpha with pramopt.design(..., "
+            "household=...) instead."
         )
     if progress is not None and not callable(progress):
         fail("progress", owner, "a callable or None", progress)
@@ -503,14 +507,14 @@ def frontier(
     ]
     if names and restricting:
         notes.append(
-            f"The options {', '.join(restricting)} restrict the optimal design only; the baselines are "
-            "calibrated to C1 at α alone."
+            f"The options {', '.join(restricting)} restrict the optimal design only; the baselines "
+            "are calibrated to C1 at α alone."
         )
     if opts.get("change_weights"):
         # the points compare the exact L2 loss, which the optimal design no longer minimises alone
         notes.append(
-            "With change_weights the optimal design minimises the L2 loss plus the weighted changes "
-            "(details['weighted_objective']), not the L2 loss the points show."
+            "With change_weights the optimal design minimises the L2 loss plus the weighted "
+            "changes (details['weighted_objective']), not the L2 loss the points show."
         )
     qi_names = list(table.qi)
     return Frontier(

@@ -119,9 +119,9 @@ def _changed_check(
     details: dict,
     loss: float,
 ) -> tuple[Status, str]:
-    """``max_changed_variables``, checked from the cells' codes (:mod:`pramopt.verify`), whatever built
-    ``P``: a success with a transition between cells farther apart becomes UNVERIFIED; and the
-    objective of ``change_weights`` beside the exact loss."""
+    """``max_changed_variables``, checked from the cells' codes (:mod:`pramopt.verify`),
+    whatever built ``P``: a success with a transition between cells farther apart becomes
+    UNVERIFIED; and the objective of ``change_weights`` beside the exact loss."""
     d = params.get("max_changed_variables")
     if d is not None:
         bad, worst = changed_variables_violations(P, table.codes, int(d))
@@ -133,8 +133,8 @@ def _changed_check(
         if bad and status is Status.SUCCESS:
             status = Status.UNVERIFIED
             message = (
-                f"{message} But {bad} transitions change more than max_changed_variables = {d} identifying "
-                f"variables (up to {worst}): the design does not meet it."
+                f"{message} But {bad} transitions change more than max_changed_variables = {d} "
+                f"identifying variables (up to {worst}): the design does not meet it."
             ).strip()
     weights = params.get("change_weights")
     if weights:

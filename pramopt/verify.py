@@ -1,9 +1,9 @@
 """Independent verifier of the C1 security constraint (Cator, Hensbergen & Rozenholc, eq. (1)).
 
 This module deliberately shares no code with the solver's constraint building
-(:mod:`pramopt.optimize.constraints`): it recomputes every left-hand side of (1) from the raw cell codes,
-the counts and the matrix, for **every** present cell m, every combination π and every
-k0 that a present cell projects to.  A design is only reported successful when this check
+(:mod:`pramopt.optimize.constraints`): it recomputes every left-hand side of (1) from the raw
+cell codes, the counts and the matrix, for **every** present cell m, every combination π and
+every k0 that a present cell projects to.  A design is only reported successful when this check
 passes with ``max_risk <= alpha``; no tolerance is applied.
 """
 
@@ -181,9 +181,9 @@ def transition_distances(
 
 
 def changed_variables_violations(P, codes: np.ndarray, max_changed: int) -> tuple[int, int]:
-    """``(entries, largest distance)``: how many non-zero off-diagonal entries of ``P`` join cells that
-    differ in more than ``max_changed`` identifying variables, and the largest such distance
-    (0 when ``P`` has no off-diagonal entry).  A design meets ``max_changed_variables`` only when the
-    count is 0; a NaN, infinite or negative entry always counts (fail closed)."""
+    """``(entries, largest distance)``: how many non-zero off-diagonal entries of ``P`` join
+    cells that differ in more than ``max_changed`` identifying variables, and the largest such
+    distance (0 when ``P`` has no off-diagonal entry).  A design meets ``max_changed_variables``
+    only when the count is 0; a NaN, infinite or negative entry always counts (fail closed)."""
     _, _, _, dist = transition_distances(P, codes)
     return int(np.count_nonzero(dist > max_changed)), int(dist.max(initial=0))

@@ -36,7 +36,7 @@ def _c1_brute(P, row_cells, col_cells, U0, combos):
     for pi in combos:
         for k0 in {tuple(c[i] for i in pi) for c in col_cells}:
             ks = [j for j, c in enumerate(col_cells) if tuple(c[i] for i in pi) == k0]
-            den = sum(U0[l] * sum(P[l, k] for k in ks) for l in range(len(row_cells)))
+            den = sum(U0[h] * sum(P[h, k] for k in ks) for h in range(len(row_cells)))
             for m in range(len(row_cells)):
                 num = sum(P[m, k] for k in ks)
                 if num > 0:
@@ -72,7 +72,7 @@ def test_assess_small_table(data):
     Q = np.linalg.inv(P)
     w = U0 @ P
     assert rep.loss == pytest.approx(
-        sum((Q[l] @ Q[l]) * w[l] for l in range(K)) / n**2 - 1 / n, rel=1e-9
+        sum((Q[h] @ Q[h]) * w[h] for h in range(K)) / n**2 - 1 / n, rel=1e-9
     )
     assert rep.invariance_error == pytest.approx(np.abs(U0 @ P - U0).sum())
     assert rep.condition_number == pytest.approx(np.linalg.cond(P))

@@ -91,7 +91,7 @@ def test_sdcmicro_matrix_is_invariant():
     p = f / f.sum()
     Q = np.array(
         [
-            [P[j, k] * p[j] / sum(p[l] * P[l, k] for l in range(4)) for j in range(4)]
+            [P[j, k] * p[j] / sum(p[h] * P[h, k] for h in range(4)) for j in range(4)]
             for k in range(4)
         ]
     )

@@ -327,7 +327,7 @@ def test_options_that_restrict_or_reweight_the_optimal_design_are_noted(example)
 
     def farthest(P):
         D = P.toarray()
-        return max(int(np.count_nonzero(codes[k] != codes[l])) for k, l in zip(*np.nonzero(D)))
+        return max(int(np.count_nonzero(codes[k] != codes[h])) for k, h in zip(*np.nonzero(D)))
 
     assert opt.success and farthest(opt.matrix) <= 2 < farthest(base.matrix)
     assert any("max_changed_variables" in n for n in f.notes)

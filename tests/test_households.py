@@ -403,9 +403,12 @@ def test_conditional_release_keeps_households_and_matches_the_record_matrix(data
     reps = 100
     total = np.zeros(cols.shape[0])
     h_of, p_of = _cell_maps(r)
-    enc = lambda f: np.column_stack(
-        [pd.Index(c).get_indexer(f[q]) for q, c in zip(qi, r.table.categories)]
-    )  # noqa: E731
+
+    def enc(f):
+        return np.column_stack(
+            [pd.Index(c).get_indexer(f[q]) for q, c in zip(qi, r.table.categories)]
+        )
+
     orig = enc(data)
     h0, p0 = np.array([h_of(c) for c in orig.tolist()]), np.array([p_of(c) for c in orig.tolist()])
     B = _blocks(r)

@@ -34,9 +34,9 @@ def _distances(P, codes):
     """(row, col, value, Hamming distance) of every non-zero off-diagonal entry, by brute force."""
     D = P.toarray()
     out = []
-    for k, l in zip(*np.nonzero(D)):
-        if k != l:
-            out.append((k, l, D[k, l], sum(int(a != b) for a, b in zip(codes[k], codes[l]))))
+    for k, col in zip(*np.nonzero(D)):
+        if k != col:
+            out.append((k, col, D[k, col], sum(int(a != b) for a, b in zip(codes[k], codes[col]))))
     return out
 
 
@@ -102,8 +102,8 @@ def test_change_weights_reduce_changes_of_the_weighted_variable(example):
         codes = res.table.codes
         return sum(
             res.table.counts[k] * v
-            for k, l, v, _ in _distances(res.matrix, codes)
-            if codes[k, j] != codes[l, j]
+            for k, col, v, _ in _distances(res.matrix, codes)
+            if codes[k, j] != codes[col, j]
         )
 
     j = qi.index("v5")
@@ -125,7 +125,7 @@ def test_the_check_fails_closed_on_a_forged_matrix(example):
     codes = res.table.codes
     # move a little of a row's diagonal to a cell three variables away
     k = 0
-    far = next(l for l in range(len(codes)) if np.count_nonzero(codes[k] != codes[l]) == 3)
+    far = next(col for col in range(len(codes)) if np.count_nonzero(codes[k] != codes[col]) == 3)
     P[k, far] += 1e-6
     P[k, k] -= 1e-6
     assert changed_variables_violations(sp.csr_matrix(P), codes, 1) == (1, 3)
@@ -225,7 +225,9 @@ def test_closed_forms_under_change_weights_report_the_exact_loss(example, struct
     codes, U = res.table.codes, res.table.counts
     j = qi.index("v5")
     weighted = sum(
-        U[k] * v * 5 for k, l, v, _ in _distances(res.matrix, codes) if codes[k, j] != codes[l, j]
+        U[k] * v * 5
+        for k, col, v, _ in _distances(res.matrix, codes)
+        if codes[k, j] != codes[col, j]
     )
     assert res.details["weighted_objective"] == pytest.approx(
         exact + 2 / U.sum() ** 2 * weighted, rel=1e-8

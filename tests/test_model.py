@@ -62,9 +62,9 @@ def brute_force_lhs(P, codes, counts, pi, m, k0):
     """Equation (1) written out with explicit loops (independent of both code paths)."""
     num = sum(P[m, k] for k in range(len(codes)) if tuple(codes[k, list(pi)]) == tuple(k0))
     den = sum(
-        counts[l]
-        * sum(P[l, k] for k in range(len(codes)) if tuple(codes[k, list(pi)]) == tuple(k0))
-        for l in range(len(codes))
+        counts[h]
+        * sum(P[h, k] for k in range(len(codes)) if tuple(codes[k, list(pi)]) == tuple(k0))
+        for h in range(len(codes))
     )
     return num / den
 

@@ -84,9 +84,9 @@ def test_pymasq_real_matrices_use_count_sorted_frequencies(shared_data):
     for a, b in zip(real, B.pymasq_as_computed(t, diag)):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
     ideal = B.pymasq_idealised_matrices(t, diag)
-    for v, (M, I) in enumerate(zip(real, ideal)):
+    for v, (M, ideal_v) in enumerate(zip(real, ideal)):
         f = np.bincount(t.codes[:, v], weights=t.counts)
-        np.testing.assert_allclose(f @ I, f, rtol=1e-12)  # idealised: invariant
+        np.testing.assert_allclose(f @ ideal_v, f, rtol=1e-12)  # idealised: invariant
         np.testing.assert_allclose(M.sum(axis=1), 1, atol=1e-12)
     assert B.invariance_error(t, real) > 1
     assert max(float(np.abs(a - b).max()) for a, b in zip(real, ideal)) == pytest.approx(

@@ -245,7 +245,7 @@ def test_every_check_fails_closed(example, bad):
     }
     if bad == "wrong shape":  # a matrix alone has no wrong shape; against the data it has
         checks = {"assess": checks["assess"]}
-    for name, check in checks.items():
+    for check in checks.values():
         with pytest.raises(pramopt.InvalidParameterError):
             check()
     res = pramopt.design(example, QI, alpha=0.1, max_iter=3)

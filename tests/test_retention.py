@@ -42,9 +42,14 @@ def test_retention_matrix_section_2_3():
 
 def test_kronecker_multi_attribute():
     A = retention_matrix_multi([2, 3], [0.4, 0.7])
+
     # entry (u, v) = prod_a A_a[u_a, v_a]; index = 3 * u_1 + u_2
-    a1 = lambda i, j: 0.4 * (i == j) + 0.6 / 2
-    a2 = lambda i, j: 0.7 * (i == j) + 0.3 / 3
+    def a1(i, j):
+        return 0.4 * (i == j) + 0.6 / 2
+
+    def a2(i, j):
+        return 0.7 * (i == j) + 0.3 / 3
+
     for u in range(6):
         for v in range(6):
             assert A[u, v] == pytest.approx(a1(u // 3, v // 3) * a2(u % 3, v % 3))

@@ -31,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         formatter_class=formatter,
-        description="Optimal PRAM matrices under the C1 disclosure-risk bound of Cator, Hensbergen & Rozenholc.",
+        description="Optimal PRAM matrices under the C1 disclosure-risk bound of Cator, "
+        "Hensbergen & Rozenholc.",
         epilog="Run 'pramopt COMMAND --help' for the options and an example of each command.\n"
         "Exit codes: 0 success, 1 failed design, 2 bad input, 130 interrupted.",
     )
@@ -79,7 +80,8 @@ _FLAG_OF = {
 
 
 def _in_flags(message: str, parser: argparse.ArgumentParser, args) -> str:
-    """A library message in the user's words: "The 'dst' parameter of release_file" becomes "--out"."""
+    """A library message in the user's words: "The 'dst' parameter of release_file" becomes
+    "--out"."""
     import re
 
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[
@@ -128,8 +130,8 @@ def _dialect_hint(message: str, args) -> str:
         or "invalid UTF8" in message
     ):
         return (
-            " The file is not valid utf-8 (the default --encoding): a file exported on Windows or by older "
-            "software is often --encoding latin-1 or cp1252."
+            " The file is not valid utf-8 (the default --encoding): a file exported on Windows or "
+            "by older software is often --encoding latin-1 or cp1252."
         )
     if not ("Cannot read" in message or "must name columns" in message):
         return ""

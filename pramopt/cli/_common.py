@@ -41,8 +41,8 @@ class Progress:
         self.last = now
         self.lines += 1
         print(
-            f"{PROG}: [{now - self.t0:7.1f} s] {stage:<7} iteration {iteration:4d}  loss {loss:.6g}  "
-            f"worst violation/radius {worst:.4g}",
+            f"{PROG}: [{now - self.t0:7.1f} s] {stage:<7} iteration {iteration:4d}  loss "
+            f"{loss:.6g}  worst violation/radius {worst:.4g}",
             file=self.stream,
             flush=True,
         )
@@ -51,7 +51,8 @@ class Progress:
 @contextlib.contextmanager
 def stage_log(quiet: bool, stream=None, after: float = 1.0):
     """Show every finished design stage on stderr (the ``pramopt.design`` logger) unless quiet;
-    like :class:`Progress`, nothing during the first ``after`` seconds (a fast design stays quiet)."""
+    like :class:`Progress`, nothing during the first ``after`` seconds (a fast design stays
+    quiet)."""
     if quiet:
         yield
         return

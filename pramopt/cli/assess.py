@@ -23,7 +23,8 @@ def add_parser(sub):
         "assess",
         formatter_class=formatter,
         help=HELP,
-        description="Side-by-side risk and utility of a matrix: C1 risk, Pk-anonymity k, ε-DP, R1,\n"
+        description="Side-by-side risk and utility of a matrix: "
+        "C1 risk, Pk-anonymity k, ε-DP, R1,\n"
         "expected changes, exact L2 loss.  The matrix may be a pramopt design folder, a long\n"
         "CSV/Parquet (from_<var>, to_<var>, probability) or a square one (the identifying\n"
         "variables, then one probability column per cell, matched by label), e.g. from sdcMicro.\n"
@@ -31,9 +32,12 @@ def add_parser(sub):
         "they are combined over every combination of categories, as those tools release, and\n"
         "the variables of --qi without a matrix are released unchanged.",
         epilog="examples:\n"
-        "  pramopt assess --matrix td4 --data testdata.csv --qi urbrur,roof,walls,water --alpha 0.1\n"
-        "  pramopt assess --matrix sdcmicro.csv --data testdata.csv --qi urbrur,roof --out report-dir\n"
-        "  pramopt assess --matrix roof=Mroof.csv --matrix walls=Mwalls.csv --data testdata.csv \\\n"
+        "  pramopt assess --matrix td4 --data testdata.csv "
+        "--qi urbrur,roof,walls,water --alpha 0.1\n"
+        "  pramopt assess --matrix sdcmicro.csv --data "
+        "testdata.csv --qi urbrur,roof --out report-dir\n"
+        "  pramopt assess --matrix roof=Mroof.csv "
+        "--matrix walls=Mwalls.csv --data testdata.csv \\\n"
         "                 --qi urbrur,roof,walls",
     )
     p.add_argument(
@@ -172,14 +176,15 @@ def _per_variable_files(args) -> dict | None:
     if all(p is None for p in parts):
         if len(args.matrix) > 1:
             raise InvalidParameterError(
-                f"--matrix is given {len(args.matrix)} times: give one matrix file, or one VAR=FILE per variable "
-                f"(VAR among --qi {args.qi!r}); got {args.matrix!r}."
+                f"--matrix is given {len(args.matrix)} times: give one matrix file, or one "
+                f"VAR=FILE per variable (VAR among --qi {args.qi!r}); got {args.matrix!r}."
             )
         return None
     bad = [v for v, p in zip(args.matrix, parts) if p is None]
     if bad:
         raise InvalidParameterError(
-            f"--matrix must be VAR=FILE for every matrix when one is (VAR among --qi {args.qi!r}); got {bad!r}."
+            f"--matrix must be VAR=FILE for every matrix when one is (VAR among --qi {args.qi!r}); "
+            f"got {bad!r}."
         )
     names = [p[0] for p in parts]
     twice = sorted({q for q in names if names.count(q) > 1})

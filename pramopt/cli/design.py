@@ -32,14 +32,15 @@ def add_parser(sub):
         "design",
         formatter_class=formatter,
         help=HELP,
-        description="Design a PRAM matrix of minimal exact L2 loss under C1 and write it, with a report, "
-        "to a folder.\nWith no arguments it designs the built-in example (Section 4 of "
+        description="Design a PRAM matrix of minimal exact L2 loss under C1 and write it, with a "
+        "report, to a folder.\nWith no arguments it designs the built-in example (Section 4 of "
         "Cator et al.).  Every parameter of pramopt.design has a flag, which overrides the\n"
         "spec's value of that parameter.",
         epilog="examples:\n"
         "  pramopt design --out example-design\n"
         "  pramopt design models/testdata4.toml --out td4\n"
-        "  pramopt design --data survey.csv --qi region,sex,age5 --alpha 0.1 --fixed region --out d\n\n"
+        "  pramopt design --data survey.csv --qi "
+        "region,sex,age5 --alpha 0.1 --fixed region --out d\n\n"
         "The folder gets design.json (read back by release, assess and estimate), matrix.csv\n"
         "(from_*, to_*, probability), report.html and report.md.",
     )

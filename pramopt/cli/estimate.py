@@ -16,11 +16,13 @@ def add_parser(sub):
         "estimate",
         formatter_class=formatter,
         help=HELP,
-        description="Estimate the original cell frequencies from released data (Cator et al., eq. (4)),\n"
+        description="Estimate the original cell frequencies from "
+        "released data (Cator et al., eq. (4)),\n"
         "optionally jointly with other categorical columns, with a standard error per estimate.\n"
         "The estimates are unbiased and may be negative for small cells; --nonnegative projects\n"
         "them onto counts >= 0 with the same total (no longer unbiased).",
-        epilog="example:\n  pramopt estimate --design td4 --data released.csv --by hhcivil --out estimates.csv",
+        epilog="example:\n  pramopt estimate --design td4 --data released.csv --by hhcivil --out "
+        "estimates.csv",
     )
     p.add_argument(
         "--design", required=True, metavar="DIR", help="design folder (or its design.json)"
@@ -43,7 +45,8 @@ def add_parser(sub):
         "--out",
         metavar="FILE",
         default=None,
-        help=".csv (in the data's --sep, --encoding, --decimal), .parquet or .pq (default: CSV on stdout)",
+        help=".csv (in the data's --sep, --encoding, --decimal), .parquet or .pq (default: CSV on "
+        "stdout)",
     )
     p.set_defaults(func=run)
     return p

@@ -36,15 +36,18 @@ def add_parser(sub):
         "frontier",
         formatter_class=formatter,
         help=HELP,
-        description="The risk–utility frontier: for each α, the optimal design and every closed-form\n"
+        description="The risk–utility frontier: for each α, "
+        "the optimal design and every closed-form\n"
         "baseline calibrated to the same α, all verified by the same full C1 check; their\n"
         "exact L2 loss, expected changes, max risk and time side by side.  With no data, the\n"
         "built-in example.",
         epilog="examples:\n"
         "  pramopt frontier --out f\n"
-        "  pramopt frontier --data testdata.csv --qi urbrur,roof,walls,water --alphas 0.05,0.1,0.2 --out f\n"
+        "  pramopt frontier --data testdata.csv --qi "
+        "urbrur,roof,walls,water --alphas 0.05,0.1,0.2 --out f\n"
         "  pramopt frontier models/example_frontier.toml --out f\n\n"
-        "The folder gets frontier.csv (one row per α and design), frontier.png (loss and expected\n"
+        "The folder gets frontier.csv (one row per α "
+        "and design), frontier.png (loss and expected\n"
         "changes against α, log scales) and frontier.html (both, with the ratios to the optimum).",
     )
     p.add_argument(
@@ -83,7 +86,8 @@ def add_parser(sub):
 
 
 def parse_alphas(text: str) -> list[float]:
-    """``--alphas`` as numbers (their range, order and repeats are checked by :func:`pramopt.frontier`)."""
+    """``--alphas`` as numbers (their range, order and repeats are checked by
+    :func:`pramopt.frontier`)."""
     parts = [x.strip() for x in text.split(",")]
     try:
         return [float(x) for x in parts]
@@ -165,8 +169,8 @@ def run(args) -> int:
                 print(f"{at} designing", file=sys.stderr, flush=True)
             return
         print(
-            f"{at} {result.status.value:<10} loss {result.loss:<11.4g} changes {result.expected_changes:<9.4g} "
-            f"max risk {result.max_risk:.4g}",
+            f"{at} {result.status.value:<10} loss {result.loss:<11.4g} changes "
+            f"{result.expected_changes:<9.4g} max risk {result.max_risk:.4g}",
             file=sys.stderr,
             flush=True,
         )

@@ -17,10 +17,12 @@ def add_parser(sub):
         "release",
         formatter_class=formatter,
         help=HELP,
-        description="Draw every record's released identifying values from its cell's row of the design.\n"
+        description="Draw every record's released identifying "
+        "values from its cell's row of the design.\n"
         "Refuses a design that failed verification or fails C1 when checked again, was edited,\n"
         "or was made for other data (other cells or counts).",
-        epilog="example:\n  pramopt release --design td4 --data testdata.csv --out released.parquet --seed 1",
+        epilog="example:\n  pramopt release --design td4 --data testdata.csv --out "
+        "released.parquet --seed 1",
     )
     p.add_argument(
         "--design", required=True, metavar="DIR", help="design folder (or its design.json)"

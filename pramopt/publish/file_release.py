@@ -278,10 +278,11 @@ class _Releaser:
                 want = _csv_text(cats[codes[i]])
                 if texts[i] != want and not (texts[i] is None or is_missing(cats[codes[i]])):
                     raise DesignMismatchError(
-                        f"The data do not match the design: {q!r} is written {texts[i]!r} in {str(self.src.path)!r} "
-                        f"where the design's category is {want!r}, and a release would write it back as {want!r}. "
-                        "Make the design from this file (the command line reads identifying values as the text "
-                        "written; in Python, count_file(..., keys_as_text=True))."
+                        f"The data do not match the design: {q!r} is written {texts[i]!r} in "
+                        f"{str(self.src.path)!r} where the design's category is {want!r}, and a "
+                        f"release would write it back as {want!r}. Make the design from this file "
+                        "(the command line reads identifying values as the text written; in "
+                        "Python, count_file(..., keys_as_text=True))."
                     )
         return codes
 
@@ -465,10 +466,12 @@ def release_in_memory(
                 if bad.size:
                     i = int(bad[0])
                     raise DesignMismatchError(
-                        f"The data do not match the design: {name!r} is written {raw[name].iloc[i]!r} in "
-                        f"{str(source.path)!r} where the design's category is {want[i]!r}, and a release would "
-                        f"write it back as {want[i]!r}. Make the design from this file (the command line reads "
-                        "identifying values as the text written; in Python, count_file(..., keys_as_text=True))."
+                        f"The data do not match the design: {name!r} is written "
+                        f"{raw[name].iloc[i]!r} in {str(source.path)!r} where the design's "
+                        f"category is {want[i]!r}, and a release would write it back as "
+                        f"{want[i]!r}. Make the design from this file (the command line reads "
+                        "identifying values as the text written; in Python, count_file(..., "
+                        "keys_as_text=True))."
                     )
             col = pa.array([_csv_text(x) for x in out[name]], type=pa.large_string())
         else:
@@ -487,14 +490,15 @@ def _batch_cells(batch: pa.RecordBatch, codes: np.ndarray, lookup: CellLookup, q
     if unknown.any():
         raise DesignMismatchError(
             f"The data do not match the design: {int(unknown.sum())} records of this batch have "
-            f"values the design does not know (for example {_describe_bad(batch, qi, np.flatnonzero(unknown))})."
+            "values the design does not know (for example "
+            f"{_describe_bad(batch, qi, np.flatnonzero(unknown))})."
         )
     cells = lookup(codes)
     if (cells < 0).any():
         raise DesignMismatchError(
             f"{int((cells < 0).sum())} records of the data fall in cells the design does not have "
-            f"(for example {_describe_bad(batch, qi, np.flatnonzero(cells < 0))}); the design was made "
-            "for other data."
+            f"(for example {_describe_bad(batch, qi, np.flatnonzero(cells < 0))}); the design was "
+            "made for other data."
         )
     return cells
 
@@ -532,8 +536,9 @@ def _check_dst(dst, source: _Source, owner: str) -> Path:
     fmt = "parquet" if out.suffix.lower() in PARQUET_SUFFIXES else "csv"
     if fmt != source.format:
         raise InvalidParameterError(
-            f"The 'dst' parameter of {owner} must be a {source.format} file like its source; got {str(out)!r} "
-            f"(to change format, read the released file with pandas and write it again)."
+            f"The 'dst' parameter of {owner} must be a {source.format} file like its source; got "
+            f"{str(out)!r} (to change format, read the released file with pandas and write it "
+            "again)."
         )
     if out.exists() and os.path.samefile(out, source.path):
         raise InvalidParameterError(
@@ -557,6 +562,6 @@ def _check_counts(
         seen = luts[j] >= 0
         if not np.array_equal(luts[j][seen], releaser.luts[j][: len(luts[j])][seen]):
             raise DesignMismatchError(
-                f"The values of {q!r} were typed differently batch by batch than over the whole file; "
-                "release this file in memory (pramopt.release) instead."
+                f"The values of {q!r} were typed differently batch by batch than over the whole "
+                "file; release this file in memory (pramopt.release) instead."
             )

@@ -67,8 +67,8 @@ def releasable_table(result, owner: str, allow_unverified: bool = False) -> Freq
         return table
     if not getattr(result, "success", False):
         raise DesignMismatchError(
-            f"The design's status is {getattr(result.status, 'value', result.status)!r}: it did not pass "
-            "the C1 verification, so it is not safe to release with."
+            f"The design's status is {getattr(result.status, 'value', result.status)!r}: it did "
+            "not pass the C1 verification, so it is not safe to release with."
         )
     rows = np.asarray(sp.csr_array(P).sum(axis=1)).ravel()
     if not np.all(np.abs(rows - 1.0) <= ROW_SUM_TOL):
@@ -79,8 +79,8 @@ def releasable_table(result, owner: str, allow_unverified: bool = False) -> Freq
     rep = c1_risk(P, table.codes, table.counts, result.combination_indices)
     if not rep.max_risk <= result.alpha:
         raise DesignMismatchError(
-            f"The design fails C1 when checked again (max risk {rep.max_risk:.6g} > alpha {result.alpha:g}); "
-            "refusing to release with it."
+            f"The design fails C1 when checked again (max risk {rep.max_risk:.6g} > alpha "
+            f"{result.alpha:g}); refusing to release with it."
         )
     _check_privacy_again(result, table)
     return table
@@ -126,8 +126,9 @@ def record_cells(df: pd.DataFrame, table: FrequencyTable, owner: str) -> np.ndar
         ]
         hint = (
             (
-                f" The design's categories of {text} are text, as written in a file (the command line reads "
-                "them so); read the data as text too, e.g. pd.read_csv(path, dtype=str)."
+                f" The design's categories of {text} are text, as written in a file (the command "
+                "line reads them so); read the data as text too, e.g. pd.read_csv(path, "
+                "dtype=str)."
             )
             if text
             else ""
@@ -192,8 +193,8 @@ def release(df: pd.DataFrame, result, seed=None, *, allow_unverified: bool = Fal
     cells = record_cells(df, table, "release")
     if not np.array_equal(np.bincount(cells, minlength=table.n_cells), table.counts):
         raise DesignMismatchError(
-            f"The design was made for other data: the cell counts of the frame over {', '.join(map(str, table.qi))} "
-            "differ from the design's."
+            "The design was made for other data: the cell counts of the frame over "
+            f"{', '.join(map(str, table.qi))} differ from the design's."
         )
     return release_frame(
         df, table, Sampler(result.matrix), UniformStream(seed_entropy(seed, "release")), 0
@@ -211,7 +212,7 @@ def _factor(P):
 
 
 #: Standard errors are computed up to this many cells: they need every column of P^-1 (K sparse
-#: solves; 26 s at 20,000 cells), beyond that ``se`` is NaN.
+#: solves), beyond that ``se`` is NaN.
 SE_MAX_CELLS = 20_000
 
 
@@ -250,7 +251,8 @@ def _project_simplex(x: np.ndarray, total: float) -> np.ndarray:
 
 
 def estimate(released: pd.DataFrame, result, by=None, *, nonnegative: bool = False) -> pd.DataFrame:
-    """Unbiased estimate of the original cell frequencies (Cator et al., eq. (4)), with standard errors.
+    """Unbiased estimate of the original cell frequencies (Cator et al., eq. (4)), with
+    standard errors.
 
     ``mu_hat(k; y) = (1/n) sum_l (P^-1)_{lk} U(l; y)``; returned on the count scale
     (``n * mu_hat``) for every cell, jointly with the categorical columns ``by`` if given.
@@ -294,12 +296,14 @@ def estimate(released: pd.DataFrame, result, by=None, *, nonnegative: bool = Fal
         missing = [b for b in by if b not in released.columns]
         if missing:
             raise InvalidParameterError(
-                f"The 'by' parameter of estimate must name columns of the data; {missing!r} are not."
+                f"The 'by' parameter of estimate must name columns of the data; {missing!r} are "
+                "not."
             )
         clash = [b for b in by if b in table.qi]
         if clash:
             raise InvalidParameterError(
-                f"The 'by' parameter of estimate must not name identifying variables; got {clash!r}."
+                "The 'by' parameter of estimate must not name identifying variables; got "
+                f"{clash!r}."
             )
         ycode, yvals = (
             pd.MultiIndex.from_frame(released[by]).factorize()

@@ -128,9 +128,9 @@ class Assessment:
         if self.released_absent is not None:
             lines.insert(
                 1,
-                f"  one matrix per variable, combined over all {self.n_cells} combinations of categories; "
-                f"{100 * self.released_absent:.3g}% of records expected released as combinations "
-                "absent from the data (counted in C1)",
+                f"  one matrix per variable, combined over all {self.n_cells} combinations of "
+                f"categories; {100 * self.released_absent:.3g}% of records expected released as "
+                "combinations absent from the data (counted in C1)",
             )
         return "\n".join(lines)
 
@@ -242,8 +242,8 @@ def _matrix_cells(table: FrequencyTable, P, cells, owner: str) -> tuple[np.ndarr
     if cells is None:
         if P.shape[0] != K:
             raise InvalidParameterError(
-                f"The 'matrix' parameter of {owner} must be {K}x{K} (one row per present cell) when "
-                f"'cells' is not given; got {P.shape[0]}x{P.shape[1]}."
+                f"The 'matrix' parameter of {owner} must be {K}x{K} (one row per present cell) "
+                f"when 'cells' is not given; got {P.shape[0]}x{P.shape[1]}."
             )
         return table.codes, np.arange(K)
     col_codes = _cell_codes(table, cells, owner)
@@ -271,12 +271,14 @@ def _cell_codes(table: FrequencyTable, cells, owner: str) -> np.ndarray:
     """Codes of the listed cells in the table's coding (new labels get new codes)."""
     if not isinstance(cells, pd.DataFrame):
         raise InvalidParameterError(
-            f"The 'cells' parameter of {owner} must be a DataFrame with columns {list(table.qi)!r}; got {type(cells).__name__}."
+            f"The 'cells' parameter of {owner} must be a DataFrame with columns "
+            f"{list(table.qi)!r}; got {type(cells).__name__}."
         )
     miss = [q for q in table.qi if q not in cells.columns]
     if miss:
         raise InvalidParameterError(
-            f"The 'cells' parameter of {owner} must have a column per identifying variable; {miss!r} missing."
+            f"The 'cells' parameter of {owner} must have a column per identifying variable; "
+            f"{miss!r} missing."
         )
     out = np.empty((len(cells), len(table.qi)), dtype=np.int64)
     for i, q in enumerate(table.qi):

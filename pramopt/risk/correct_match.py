@@ -53,7 +53,8 @@ def nayak_r1(T, theta, block: Sequence[int] | None = None) -> float:
         T = T[list(block)]
     if T.size < 2 or T[0] < 1:
         raise InvalidParameterError(
-            f"The 'T' parameter of {owner} must give a block of at least 2 categories with T_1 >= 1; got {T.tolist()!r}."
+            f"The 'T' parameter of {owner} must give a block of at least 2 categories with T_1 >= "
+            f"1; got {T.tolist()!r}."
         )
     T1 = T[0]
     theta = check_real(theta, "theta", owner, low=0.0, high=T1, low_open=False)
@@ -131,12 +132,14 @@ def correct_match_risk(alpha, t, a, target: int = 0) -> float:
         ) from None
     if al.shape != t.shape or not np.all(np.isfinite(al)) or (al < 0).any() or (al > 1).any():
         raise InvalidParameterError(
-            f"The 'alpha' parameter of {owner} must be {t.size} probabilities in [0, 1] (one per category); got {alpha!r}."
+            f"The 'alpha' parameter of {owner} must be {t.size} probabilities in [0, 1] (one per "
+            f"category); got {alpha!r}."
         )
     target = check_int(target, "target", owner, low=0, high=t.size - 1)
     if t[target] < 1:
         raise InvalidParameterError(
-            f"The 't' parameter of {owner} must have t[target] >= 1; got t[{target}] = {int(t[target])}."
+            f"The 't' parameter of {owner} must have t[target] >= 1; got t[{target}] = "
+            f"{int(t[target])}."
         )
     a = check_int(a, "a", owner, low=1)
     return _r1(al, t, a, target)
@@ -163,7 +166,8 @@ def _matrix_and_frequencies(P, T, owner: str):
     T = as_frequencies(T, "T", owner)
     if T.size != A.shape[0]:
         raise InvalidParameterError(
-            f"The 'T' parameter of {owner} must have one frequency per row of P ({A.shape[0]}); got {T.size}."
+            f"The 'T' parameter of {owner} must have one frequency per row of P ({A.shape[0]}); "
+            f"got {T.size}."
         )
     return A, T
 

@@ -171,7 +171,8 @@ def _rho_list(rho, d: int, owner: str) -> list[float]:
     rhos = list(np.asarray(rho, dtype=object).ravel())
     if len(rhos) != d:
         raise InvalidParameterError(
-            f"The 'rho' parameter of {owner} must be one number or one per attribute ({d}); got {len(rhos)} values."
+            f"The 'rho' parameter of {owner} must be one number or one per attribute ({d}); got "
+            f"{len(rhos)} values."
         )
     return [
         check_real(r, "rho", owner, low=0.0, high=1.0, low_open=False, high_open=False)
@@ -186,7 +187,8 @@ def _matrix_list(matrices, name: str, owner: str) -> list[np.ndarray]:
         mats = list(matrices)
     except TypeError:
         raise InvalidParameterError(
-            f"The {name!r} parameter of {owner} must be a list of transition matrices; got {type(matrices).__name__}."
+            f"The {name!r} parameter of {owner} must be a list of transition matrices; got "
+            f"{type(matrices).__name__}."
         ) from None
     if not mats:
         raise InvalidParameterError(
