@@ -79,7 +79,8 @@ def product_matrix_on_cells(codes, matrices: Sequence) -> np.ndarray:
     codes = np.asarray(codes)
     if codes.ndim != 2 or len(matrices) != codes.shape[1]:
         raise InvalidParameterError(
-            f"The 'matrices' parameter of product_matrix_on_cells must give one matrix per column of codes "
+            "The 'matrices' parameter of product_matrix_on_cells must give one matrix per column "
+            "of codes "
             f"({codes.shape[1] if codes.ndim == 2 else '?'}); got {len(matrices)}."
         )
     K = codes.shape[0]
@@ -90,7 +91,8 @@ def product_matrix_on_cells(codes, matrices: Sequence) -> np.ndarray:
     rs = P.sum(axis=1, keepdims=True)
     if np.any(rs <= 0):
         raise InvalidParameterError(
-            "The 'matrices' parameter of product_matrix_on_cells gives a cell no present cell to move to."
+            "The 'matrices' parameter of product_matrix_on_cells gives a cell no present cell to "
+            "move to."
         )
     return P / rs
 
@@ -104,7 +106,8 @@ def retention_on_cells(table: FrequencyTable, rho) -> np.ndarray:
     rhos = [rho] * d if np.ndim(rho) == 0 else list(rho)
     if len(rhos) != d:
         raise InvalidParameterError(
-            f"The 'rho' parameter of retention_on_cells must be one number or one per variable ({d}); got {len(rhos)}."
+            "The 'rho' parameter of retention_on_cells must be one number or one per variable "
+            f"({d}); got {len(rhos)}."
         )
     mats = [retention_matrix(len(table.categories[v]), r) for v, r in enumerate(rhos)]
     return product_matrix_on_cells(table.codes, mats)
@@ -186,19 +189,22 @@ class _C1Screen:
 def _check_inputs(table, combinations, alpha, owner):
     if not isinstance(table, FrequencyTable):
         raise InvalidParameterError(
-            f"The 'table' parameter of {owner} must be a FrequencyTable (pramopt.frequency_table); got {type(table).__name__}."
+            f"The 'table' parameter of {owner} must be a FrequencyTable "
+            f"(pramopt.frequency_table); got {type(table).__name__}."
         )
     alpha = check_real(alpha, "alpha", owner, low=0.0, high=1.0)
     try:
         combos = [tuple(int(i) for i in c) for c in combinations]
     except TypeError:
         raise InvalidParameterError(
-            f"The 'combinations' parameter of {owner} must be a list of tuples of column indices; got {combinations!r}."
+            f"The 'combinations' parameter of {owner} must be a list of tuples of column indices; "
+            f"got {combinations!r}."
         ) from None
     d = len(table.qi)
     if not combos or any(not c or min(c) < 0 or max(c) >= d for c in combos):
         raise InvalidParameterError(
-            f"The 'combinations' parameter of {owner} must be a non-empty list of tuples of indices in [0, {d - 1}]; got {combinations!r}."
+            f"The 'combinations' parameter of {owner} must be a non-empty list of tuples of "
+            f"indices in [0, {d - 1}]; got {combinations!r}."
         )
     return alpha, combos
 

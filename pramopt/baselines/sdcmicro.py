@@ -58,7 +58,8 @@ def sdcmicro_invariant_matrix(
     f = np.asarray(frequencies, dtype=float)
     if f.ndim != 1 or f.size == 0 or not np.all(np.isfinite(f)) or (f < 0).any() or f.sum() <= 0:
         raise InvalidParameterError(
-            f"The 'frequencies' parameter of {owner} must be a non-empty list of non-negative numbers with a positive sum; got {frequencies!r}."
+            f"The 'frequencies' parameter of {owner} must be a non-empty list of non-negative "
+            f"numbers with a positive sum; got {frequencies!r}."
         )
     pd = check_real(pd, "pd", owner, low=0.0, high=1.0, low_open=False, high_open=False)
     alpha = check_real(alpha, "alpha", owner, low=0.0, high=1.0, low_open=False, high_open=False)

@@ -56,13 +56,16 @@ _REFUSED = (
 def _refuse(p: DesignParams, data, client, owner: str) -> pd.DataFrame:
     if isinstance(data, FrequencyTable) or not isinstance(data, pd.DataFrame):
         raise InvalidParameterError(
-            f"The 'household' parameter of {owner} needs the microdata as a DataFrame (with the column "
-            f"{p.household!r}), not {type(data).__name__}: a frequency table does not say who lives together."
+            f"The 'household' parameter of {owner} needs the microdata as a DataFrame (with the "
+            "column "
+            f"{p.household!r}), not {type(data).__name__}: a frequency table does not say who "
+            "lives together."
         )
     for name in _REFUSED:
         if getattr(p, name) not in (None, False, ()):
             raise InvalidParameterError(
-                f"The 'household' parameter of {owner} cannot be combined with {name}={getattr(p, name)!r} "
+                f"The 'household' parameter of {owner} cannot be combined with "
+                f"{name}={getattr(p, name)!r} "
                 "(not supported for household designs)."
             )
     if client is not None:
@@ -87,8 +90,10 @@ def design_households(
     lay = layout(df, qi, hkeys, params.domains, params.max_categories, owner)
     if lay.person_table.n_cells > PERSON_MAX_CELLS:
         raise InvalidParameterError(
-            f"The person-level keys {list(pkeys)} of the 'household' design have {lay.person_table.n_cells} cells "
-            f"(at most {PERSON_MAX_CELLS}: the person part is dense); coarsen them or name more household_keys."
+            f"The person-level keys {list(pkeys)} of the 'household' design have "
+            f"{lay.person_table.n_cells} cells "
+            f"(at most {PERSON_MAX_CELLS}: the person part is dense); coarsen them or name more "
+            "household_keys."
         )
     table = lay.table
     combos = resolve_combinations(table.qi, params.combination_size, params.combinations, owner)
@@ -107,7 +112,8 @@ def design_households(
             "households",
             time.perf_counter() - t0,
             0,
-            f"{int(hh.max()) + 1} households; household-level {list(hkeys)}, person-level {list(pkeys)}",
+            f"{int(hh.max()) + 1} households; household-level {list(hkeys)}, person-level "
+            f"{list(pkeys)}",
         )
     ]
     base = params.to_dict()
@@ -267,7 +273,8 @@ def _chosen(best, alpha: float, lay, tried: dict, hd: dict, out: dict) -> Househ
         else f"{kind} person matrix"
     )
     msg = (
-        f"Household-level keys drawn once per household (household part at alpha_h = {frac:g} alpha), "
+        f"Household-level keys drawn once per household (household part at alpha_h = {frac:g} "
+        "alpha), "
         f"person-level keys per person ({what}; tried: "
         f"{', '.join(f'{k} loss {v:.4g}' for k, v in tried.items())}); "
         "full C1 verified on the record-level matrix."

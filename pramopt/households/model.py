@@ -69,32 +69,39 @@ def household_keys(
     qi = list(qi)
     if household not in df.columns:
         raise InvalidParameterError(
-            f"The 'household' parameter of {owner} must name a column of the data; got {household!r} "
+            f"The 'household' parameter of {owner} must name a column of the data; got "
+            f"{household!r} "
             f"(columns: {list(map(str, df.columns))[:20]})."
         )
     if household in qi:
         raise InvalidParameterError(
-            f"The 'household' parameter of {owner} must not be an identifying variable; got {household!r}."
+            f"The 'household' parameter of {owner} must not be an identifying variable; got "
+            f"{household!r}."
         )
     if df[household].isna().any():
         i = int(np.flatnonzero(df[household].isna().to_numpy())[0])
         raise InvalidParameterError(
-            f"The 'household' column {household!r} must identify the household of every record; record {i} has "
+            f"The 'household' column {household!r} must identify the household of every record; "
+            f"record {i} has "
             "none (a missing value)."
         )
     if named is not None:
         bad = [q for q in named if q not in qi]
         if bad:
             raise InvalidParameterError(
-                f"The 'household_keys' parameter of {owner} must list identifying variables ({qi}); got {bad}."
+                f"The 'household_keys' parameter of {owner} must list identifying variables "
+                f"({qi}); got {bad}."
             )
         differ = _non_constant(df, household, named)
         if differ:
             q, hid = next(iter(differ.items()))
             raise InvalidParameterError(
-                f"The 'household_keys' parameter of {owner} names {q!r}, which is not constant within household "
-                f"{household} = {plain(hid)!r} (and {len(differ) - 1} other key(s) differ within some household). "
-                "A household-level key must have one value per household; leave it out to treat it as person-level."
+                f"The 'household_keys' parameter of {owner} names {q!r}, which is not constant "
+                "within household "
+                f"{household} = {plain(hid)!r} (and {len(differ) - 1} other key(s) differ within "
+                "some household). "
+                "A household-level key must have one value per household; leave it out to treat "
+                "it as person-level."
             )
         hkeys = [q for q in qi if q in set(named)]
     else:
@@ -102,7 +109,8 @@ def household_keys(
         hkeys = [q for q in qi if q not in differ]
     if not hkeys:
         raise InvalidParameterError(
-            f"The 'household' parameter of {owner} needs a household-level key, but none of the identifying variables "
+            f"The 'household' parameter of {owner} needs a household-level key, but none of the "
+            "identifying variables "
             f"{qi} is constant within every household of {household!r}."
         )
     return tuple(hkeys), tuple(q for q in qi if q not in hkeys)

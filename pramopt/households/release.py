@@ -40,7 +40,8 @@ def check_releasable(result: HouseholdDesign) -> None:
     rep = result.check()
     if not rep.max_risk <= result.alpha:
         raise DesignMismatchError(
-            f"The household design fails C1 when checked again at record level (max risk {rep.max_risk:.6g} > alpha "
+            "The household design fails C1 when checked again at record level (max risk "
+            f"{rep.max_risk:.6g} > alpha "
             f"{result.alpha:g}); refusing to release with it."
         )
 
@@ -95,8 +96,10 @@ def release_households(df: pd.DataFrame, result: HouseholdDesign, seed=None) -> 
             lay.household_keys[j] for j in range(len(lay.hpos)) if len(np.unique(members[:, j])) > 1
         )
         raise DesignMismatchError(
-            f"The household-level key {var!r} differs within household {result.household} = {plain(hid)!r} "
-            f"({differ.size} household(s) in all): a household design copies one value to every member."
+            f"The household-level key {var!r} differs within household {result.household} = "
+            f"{plain(hid)!r} "
+            f"({differ.size} household(s) in all): a household design copies one value to every "
+            "member."
         )
     cells, counts = count_rows(codes, [len(c) for c in table.categories])
     check_same_table(

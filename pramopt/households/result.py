@@ -261,20 +261,26 @@ class HouseholdDesign:
             f"pramopt household design: {self.status.value}"
             + ("" if self.success else " (NOT SAFE TO RELEASE)"),
             f"  {self.message}",
-            f"  records n = {self.n}, households = {self.details.get('households')}, cells K = {self.table.n_cells}",
-            f"  household-level keys (once per household of {self.household!r}) = {', '.join(map(str, lay.household_keys))}"
+            f"  records n = {self.n}, households = {self.details.get('households')}, cells K = "
+            f"{self.table.n_cells}",
+            f"  household-level keys (once per household of {self.household!r}) = "
+            f"{', '.join(map(str, lay.household_keys))}"
             f" ({lay.household_table.n_cells} cells)",
-            f"  person-level keys = {', '.join(map(str, lay.person_keys)) or '-'} ({lay.person_table.n_cells} cells; "
+            f"  person-level keys = {', '.join(map(str, lay.person_keys)) or '-'} "
+            f"({lay.person_table.n_cells} cells; "
             + (
                 "one person matrix per household cell)"
                 if self.person_matrix.shape[0] != self.person_matrix.shape[1]
                 else "one person matrix for every household)"
             ),
-            f"  combinations |Pi| = {len(self.combinations)}, alpha = {self.alpha:g} (household part designed at "
+            f"  combinations |Pi| = {len(self.combinations)}, alpha = {self.alpha:g} (household "
+            "part designed at "
             f"{self.alpha_household:.4g})",
-            f"  max C1 risk      = {self.max_risk:.6g}  (bound {self.alpha:g}, record level: all m, pi, k0 over "
+            f"  max C1 risk      = {self.max_risk:.6g}  (bound {self.alpha:g}, record level: all "
+            "m, pi, k0 over "
             f"{self.details.get('released_cells')} released cells checked)",
-            f"  exact L2 loss    = {self.loss:.6g}  ({self.details.get('loss_independent', float('nan')):.6g} "
+            f"  exact L2 loss    = {self.loss:.6g}  "
+            f"({self.details.get('loss_independent', float('nan')):.6g} "
             "if records were released independently)",
             f"  expected changes = {self.expected_changes:.4g} of {self.n} records",
         ]

@@ -355,7 +355,8 @@ def design_from_record(rec: dict, p) -> DesignResult:
         )
     if rec["format"] == FORMAT and record_sha256(rec) != rec.get("record_sha256"):
         raise DesignFileError(
-            f"The design {str(p)!r} was modified: its status, alpha or combinations do not match their checksum."
+            f"The design {str(p)!r} was modified: its status, alpha or combinations do not match "
+            "their checksum."
         )
     for name, digest in (rec.get("files") or {}).items():
         # a file beside design.json that is not as written (design.json alone is authoritative,

@@ -65,7 +65,8 @@ def check_client(client, owner: str = "design"):
         raise ImportError("A Dask client needs distributed: pip install 'pramopt[dask]'.") from e
     if not isinstance(client, distributed.Client):
         raise InvalidParameterError(
-            f"The 'client' parameter of {owner} must be a distributed.Client; got {type(client).__name__}."
+            f"The 'client' parameter of {owner} must be a distributed.Client; got "
+            f"{type(client).__name__}."
         )
     return client
 
@@ -295,7 +296,8 @@ def design_strata(
     elif rep.max_risk <= alpha:
         status = Status.SUCCESS
         message = (
-            f"Designed per stratum of {', '.join(params.fixed)} ({len(strata)} strata, {where}), each "
+            f"Designed per stratum of {', '.join(params.fixed)} ({len(strata)} strata, {where}), "
+            "each "
             "under C1 within its stratum (every combination extended by the fixed variables). "
             "Full C1 verified on the merged matrix."
         )

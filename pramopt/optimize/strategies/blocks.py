@@ -293,7 +293,8 @@ def solve(problem: DesignProblem, level: float, trace: Trace) -> Attempt:
     return dataclasses.replace(
         best[0],
         describe=(
-            f"A block-diagonal retention-replacement design was made ({r.blocks} blocks of at least "
+            f"A block-diagonal retention-replacement design was made ({r.blocks} blocks of at "
+            "least "
             f"{r.block_target_records:g} records; P_b = lambda I + 1 v^T is invertible for any "
             "lambda > 0)."
         ),

@@ -183,7 +183,8 @@ def solve_replacement(problem: DesignProblem, level: float, trace: Trace, verify
             "replacement",
             time.perf_counter() - t0,
             0,
-            f"solved at alpha*(1-{margin:g}){' block by block' if local else ''}; smallest retention "
+            f"solved at alpha*(1-{margin:g}){' block by block' if local else ''}; smallest "
+            "retention "
             f"{sol.t:.4g}, {int(np.unique(pools).size)} pool(s), {P.nnz} entries",
         )
         rep = verify(P)
@@ -298,7 +299,8 @@ def _retentions(problem: DesignProblem, trace: Trace, verify, o, w, pools, P, re
             "retentions",
             time.perf_counter() - t0,
             res.steps,
-            f"at alpha*(1-{m:g}): {res.detail}; expected changes {before:.5g} -> {res.changes:.5g}; "
+            f"at alpha*(1-{m:g}): {res.detail}; expected changes {before:.5g} -> "
+            f"{res.changes:.5g}; "
             f"{res.solves} LP solves, {res.rows} of C1's rows imposed",
         )
         rn = verify(Pn)
