@@ -391,7 +391,8 @@ def calibrate_retention(
                 S1, S0 = screen.group_sums(A1), screen.group_sums(A0)
                 r1, r0 = A1.sum(axis=1), A0.sum(axis=1)
 
-                def f(r):  # C1 risk with rho_v = r, the others fixed: linear before normalising
+                # C1 risk with rho_v = r, the others fixed: linear before normalising
+                def f(r, S1=S1, S0=S0, r1=r1, r0=r0):
                     return screen.from_sums(
                         (r * S1 + (1.0 - r) * S0) / (r * r1 + (1.0 - r) * r0)[:, None]
                     )
@@ -563,7 +564,7 @@ def calibrate_sdcmicro(
     best = None
     for pd in pd_grid:
         # risk(1 - a) increasing in (1 - a): largest 1 - a, i.e. smallest a, that is feasible
-        keep = _largest_feasible(lambda k: screen(build(pd, 1.0 - k)), alpha, 0.0, 1.0, tol)
+        keep = _largest_feasible(lambda k, pd=pd: screen(build(pd, 1.0 - k)), alpha, 0.0, 1.0, tol)
         if keep is None:
             continue
         a = 1.0 - keep

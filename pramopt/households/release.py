@@ -125,7 +125,7 @@ def release_households(df: pd.DataFrame, result: HouseholdDesign, seed=None) -> 
     )
     out = df.copy()
     parts = [(lay.household_table, lay.hpos, new_h), (lay.person_table, lay.ppos, new_p)]
-    for sub, pos, new in parts:
+    for sub, _pos, new in parts:
         for j, q in enumerate(sub.qi):
             vals = pd.Series(
                 np.asarray(sub.categories[j].take(sub.codes[new, j]), dtype=object), index=df.index

@@ -116,14 +116,14 @@ def solve_qp(
             scale,
         )
         n = H.shape[0]
-    I = sp.identity(n, format="csr")
+    eye = sp.identity(n, format="csr")
     # Clarabel's form A y + s = b, s in a cone: equalities in the zero cone, every finite
     # bound of a row or a column as one non-negative slack
     eq = row_lo == row_hi
     fix = col_lo == col_hi
     up, dn = ~eq & np.isfinite(row_hi), ~eq & np.isfinite(row_lo)
     cu, cl = ~fix & np.isfinite(col_hi), ~fix & np.isfinite(col_lo)
-    M = sp.vstack([A[eq], I[fix], A[up], -A[dn], I[cu], -I[cl]], format="csc")
+    M = sp.vstack([A[eq], eye[fix], A[up], -A[dn], eye[cu], -eye[cl]], format="csc")
     b = np.concatenate([row_lo[eq], col_lo[fix], row_hi[up], -row_lo[dn], col_hi[cu], -col_lo[cl]])
     cones = [
         clarabel.ZeroConeT(int(eq.sum() + fix.sum())),

@@ -388,7 +388,7 @@ class ColumnGeneration:
                 lo,
                 hi,
                 evaluate,
-                check=lambda z: self.pending(sup, z),
+                check=lambda z, sup=sup: self.pending(sup, z),
                 rtol=p.rtol,
                 max_iter=min(chunk if self.widen else p.max_iter, p.max_iter - its),
                 progress=trace.progress,

@@ -386,7 +386,7 @@ def optimise_retentions(
         lo,
         prog.hi,
         lambda x: replacement_loss_grad(x, w, pl, U),
-        lambda c, l, h, left: prog.solve(c, l, h, act, left),
+        lambda c, low, high, left: prog.solve(c, low, high, act, left),
         max_solves,
     )
     return RetentionResult(
