@@ -114,7 +114,8 @@ def retention_on_cells(table: FrequencyTable, rho) -> np.ndarray:
 
 
 def ifpr_on_cells(table: FrequencyTable, xi: float) -> np.ndarray:
-    """The IFPR design of Ghatak & Roy with ξ, the present cells taken as one variable's categories."""
+    """The IFPR design of Ghatak & Roy with ξ, the present cells taken as one variable's
+    categories."""
     return ifpr_design(table.counts, xi).matrix
 
 
@@ -444,8 +445,8 @@ def calibrate_ifpr(
 
     The K present cells are treated as the categories of one variable with frequencies
     ``T = counts``; the largest ξ whose design meets C1 at ``alpha`` is searched on a geometric
-    grid of ``n_grid`` values in ``[max(1/n, alpha/20), 0.99]`` and refined by bisection next to the largest
-    feasible grid value (the risk need not be monotone in ξ, because block sizes jump).
+    grid of ``n_grid`` values in ``[max(1/n, alpha/20), 0.99]`` and refined by bisection next to the
+    largest feasible grid value (the risk need not be monotone in ξ, because block sizes jump).
     """
     owner = "calibrate_ifpr"
     t0 = time.perf_counter()

@@ -1,4 +1,5 @@
-"""sdcMicro's invariant PRAM, re-implemented in Python from the description of sdcMicro's ``pram()``.
+"""sdcMicro's invariant PRAM, re-implemented in Python from the description of sdcMicro's
+``pram()``.
 
 This is **not** sdcMicro's code and does not call R; it follows the algorithm that sdcMicro's
 ``pram()`` documents and implements (Templ, Kowarik & Meindl; argument ``pd``, the minimum
@@ -6,7 +7,8 @@ diagonal entry, and ``alpha``, the amount of perturbation), for one variable at 
 
 1. draw the diagonal ``d_i ~ U(pd, 1)`` for each of the ``L`` categories and spread the rest of
    each row evenly, ``P[i, j] = (1 - d_i)/(L - 1)``;
-2. with the category shares ``p``, form the Bayes inverse ``Q[k, j] = P[j, k] p_j / sum_l p_l P[l, k]``;
+2. with the category shares ``p``, form the Bayes inverse
+   ``Q[k, j] = P[j, k] p_j / sum_l p_l P[l, k]``;
 3. ``R = P Q`` is invariant (``p^T R = p^T``);
 4. release with ``R_s = alpha R + (1 - alpha) I``, still invariant.
 

@@ -123,8 +123,8 @@ class _Source:
         self.path, self.format, self.owner = p, fmt, owner
         try:
             if fmt == "parquet":
-                # pre_buffer=False: the pre-buffered ranges would stay cached until the file is closed,
-                # so memory would grow with the file
+                # pre_buffer=False: the pre-buffered ranges would stay cached until the file is
+                # closed, so memory would grow with the file
                 self._pf = pq.ParquetFile(p, pre_buffer=False)
                 self.schema = self._pf.schema_arrow
                 md = self._pf.metadata

@@ -61,7 +61,8 @@ class FrequencyTable:
         )
 
     def subset(self, cells: np.ndarray) -> FrequencyTable:
-        """The table of some of the cells (same variables and categories, so codes stay comparable)."""
+        """The table of some of the cells (same variables and categories, so codes stay
+        comparable)."""
         return FrequencyTable(
             qi=self.qi,
             categories=self.categories,
@@ -98,7 +99,8 @@ def is_missing(x) -> bool:
 
 
 def text_categories(cats: pd.Index) -> bool:
-    """Whether a variable's categories are text (as the command line reads a file), missing aside."""
+    """Whether a variable's categories are text (as the command line reads a file), missing
+    aside."""
     vals = [c for c in cats if not is_missing(c)]
     return pd.api.types.is_string_dtype(cats.dtype) and all(isinstance(c, str) for c in vals)
 

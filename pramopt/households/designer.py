@@ -11,8 +11,8 @@
    where the released household values need it and so works at a larger ``alpha_h``.  The latter is
    tried down the ladder until it first succeeds; the ladder stops once the household part's own
    loss reaches the best loss found (a smaller ``alpha_h`` only perturbs the households more).
-3. The record-level matrix ``Ph[h, h'] Pp^(h)[p, p']`` is checked by :mod:`pramopt.verify` over every
-   released pair; of the verified candidates the smallest exact loss wins.
+3. The record-level matrix ``Ph[h, h'] Pp^(h)[p, p']`` is checked by :mod:`pramopt.verify` over
+   every released pair; of the verified candidates the smallest exact loss wins.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ __all__ = ["design_households", "HOUSEHOLD_FRACTIONS"]
 HOUSEHOLD_FRACTIONS = (1.0, 0.8, 0.6, 0.45, 0.3, 0.2, 0.1)
 #: Margins inside alpha at which the person LP works (grown when the check fails).
 _MARGINS = (1e-5, 1e-4, 1e-3)
-#: Parameters a household design cannot combine with (each forces structure on one matrix of records).
+#: Parameters a household design cannot combine with
+#: (each forces structure on one matrix of records).
 # min_diagonal: a record's diagonal is Ph[h, h] Pp[p, p], below each part's floor; not designed for
 _REFUSED = (
     "fixed",
@@ -216,7 +217,8 @@ def design_households(
                     )
                 )
                 if kind == "by-household" and not rep.max_risk <= alpha * 1.01:
-                    break  # far above alpha: a larger margin does not help (and each try is a large LP)
+                    # far above alpha: a larger margin does not help (and each try is a large LP)
+                    break
     hd = dict(households=int(hh.max()) + 1, tried_fractions=tried)
     out = dict(
         household=params.household,

@@ -236,9 +236,9 @@ def person_diagonal(Pp, h: np.ndarray, p: np.ndarray) -> np.ndarray:
 
 
 def record_matrix(Ph, Pp, h_of: np.ndarray, p_of: np.ndarray) -> tuple[sp.csr_array, np.ndarray]:
-    """The record-level matrix: row m (cell ``(h_of[m], p_of[m])``) has ``Ph[h, h'] * Pp^(h)[p, p']``
-    at the released pair ``(h', p')`` (``Pp^(h) = Pp`` for a person part shared by every
-    household cell, see :func:`person_index`).
+    """The record-level matrix: row m (cell ``(h_of[m], p_of[m])``) has
+    ``Ph[h, h'] * Pp^(h)[p, p']`` at the released pair ``(h', p')`` (``Pp^(h) = Pp`` for a person
+    part shared by every household cell, see :func:`person_index`).
 
     Returns the K x K' matrix over the pairs that some row reaches, and those pairs as
     ``(h', p')`` rows (K' x 2), in increasing order of ``h' * Kp + p'``.
@@ -266,7 +266,8 @@ def record_matrix(Ph, Pp, h_of: np.ndarray, p_of: np.ndarray) -> tuple[sp.csr_ar
 
 
 def released_codes(lay: Layout, pairs: np.ndarray) -> np.ndarray:
-    """Codes (over every identifying variable, in ``table.qi`` order) of released pairs ``(h', p')``."""
+    """Codes (over every identifying variable, in ``table.qi`` order) of released pairs
+    ``(h', p')``."""
     out = np.empty((pairs.shape[0], len(lay.table.qi)), dtype=np.int64)
     if lay.hpos:
         out[:, list(lay.hpos)] = lay.household_table.codes[pairs[:, 0]]

@@ -1,4 +1,5 @@
-"""Releasing with a household design: household-level values once per household, person-level per person.
+"""Releasing with a household design: household-level values once per household, person-level per
+person.
 
 Every release re-checks the record-level matrix against the full C1 (:func:`.result.record_check`,
 the independent verifier) and refuses data whose cells or counts are not the design's, or whose
@@ -85,7 +86,8 @@ def release_households(df: pd.DataFrame, result: HouseholdDesign, seed=None) -> 
     codes = _codes(df, table)
     hh, _ = pd.factorize(df[result.household], sort=False)
     hh = np.asarray(hh, dtype=np.int64)
-    # first: a household-level key that differs within a household (a clearer error than other counts)
+    # first: a household-level key that differs within a household
+    # (a clearer error than other counts)
     hkey = pd.DataFrame(codes[:, list(lay.hpos)]).groupby(hh).nunique().to_numpy()
     differ = np.flatnonzero((hkey > 1).any(axis=1))
     if differ.size:

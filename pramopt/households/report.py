@@ -1,4 +1,5 @@
-"""The report of a household design: the record-level matrix in the usual report, with a line on households."""
+"""The report of a household design: the record-level matrix in the usual report, with a line on
+households."""
 
 from __future__ import annotations
 

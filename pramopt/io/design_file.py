@@ -75,8 +75,8 @@ def _dense_sha256(shape, r, c, v) -> str:
     return h.hexdigest()
 
 
-#: The fields of ``design.json`` that decide whether a release is safe; ``record_sha256`` covers them,
-#: so that editing one (a status, alpha, Π) is detected like an edited matrix.
+#: The fields of ``design.json`` that decide whether a release is safe; ``record_sha256`` covers
+#: them, so that editing one (a status, alpha, Π) is detected like an edited matrix.
 GUARDED = ("format", "method", "table_checksum", "matrix_sha256", "status", "alpha", "combinations")
 
 
@@ -190,7 +190,8 @@ def save_design(
     if other is not None:
         return other.save(result, folder, extra)
     folder = Path(folder)
-    # matrix.csv first, so that design.json can carry its checksum (an edited matrix.csv is detected)
+    # matrix.csv first, so that design.json can carry its checksum
+    # (an edited matrix.csv is detected)
     m = write_matrix(result.matrix, result.table, folder / MATRIX_FILE)
     files = {MATRIX_FILE: file_sha256(m)}
     sidecar = None

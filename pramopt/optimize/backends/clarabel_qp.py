@@ -203,7 +203,8 @@ def _lift_pairs(H, c, A, row_lo, row_hi, col_lo, col_hi, nx, hdiag, pairs, cente
         shape=(n + 2 * m,) * 2,
     )
     c = np.concatenate([c, HS.T @ center, np.zeros(m)])
-    # w_i = y_i' (x - center - sum_(j > i) t_j s_j):  y_i' x - sum_(j > i) (y_i' s_j) t_j - w_i = y_i' center
+    # w_i = y_i' (x - center - sum_(j > i) t_j s_j):
+    #   y_i' x - sum_(j > i) (y_i' s_j) t_j - w_i = y_i' center
     E = sp.hstack(
         [
             sp.csr_matrix(Y.T),

@@ -148,7 +148,8 @@ class BlockModel:
 
 
 def _solve_at_size(problem: DesignProblem, target: float, a_solve: float, trace: Trace) -> Attempt:
-    """Block-diagonal retention-replacement design with blocks of ``target`` records, verified lazily."""
+    """Block-diagonal retention-replacement design with blocks of ``target`` records, verified
+    lazily."""
     p = problem.params
     K = problem.K
     counts = problem.counts

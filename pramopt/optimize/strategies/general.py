@@ -360,7 +360,8 @@ class ColumnGeneration:
         info = None
         lp = None
         radius, hist, sigma = 0.05, (), 1.0
-        steps = ()  # the last accepted steps: the curved model's curvature pairs, across pricing rounds
+        # the last accepted steps: the curved model's curvature pairs, across pricing rounds
+        steps = ()
         dropped = np.empty(0, dtype=np.int64)  # keys row * K + col dropped before
         idle = 0  # chunks in a row without an accepted step
         settled = False  # whether the last chunk ended with the model predicting < rtol

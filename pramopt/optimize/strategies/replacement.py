@@ -1,4 +1,5 @@
-"""Replacement designs built from the flow relaxation: seconds where the general design takes minutes.
+"""Replacement designs built from the flow relaxation: seconds where the general design takes
+minutes.
 
 Within each pool of cells (the whole table, a stratum of the fixed variables, or a block),
 
@@ -12,8 +13,8 @@ relaxation (:mod:`pramopt.optimize.relaxation`) chooses ``out_k = U0(k) o_k`` an
 exactly and misses C1 only by the terms o_m w(g) the relaxation leaves out, so it is solved at a
 level below alpha that drops until the full C1 check passes.  The relaxation maximises the
 smallest retention and never sees the loss: with ``w`` fixed, the retentions are then
-re-optimised on the exact loss under the exact C1 (:mod:`.replacement_retentions`), and the result replaces
-the relaxation's only when it passes the full check with a smaller loss.
+re-optimised on the exact loss under the exact C1 (:mod:`.replacement_retentions`), and the result
+replaces the relaxation's only when it passes the full check with a smaller loss.
 
 P is invertible whatever its retentions: by the matrix determinant lemma
 det P = prod(1 - o) (1 + w^T diag(1 - o)^-1 o) > 0, and Sherman and Morrison's formula gives P^-1,
