@@ -204,14 +204,14 @@ def save_design(
     return folder / DESIGN_FILE
 
 
-#: Entries of P written to matrix.csv at a time: a replacement design on 6,500 census cells has
-#: 18 million; in one piece, its long form and CSV text took most of a 9-minute save.
+#: Entries of P written to matrix.csv at a time: a large design has millions, whose long form and
+#: CSV text in one piece would make the save slow.
 MATRIX_CHUNK = 500_000
 
 
 #: Above this many entries the matrix goes to ``matrix.npz`` beside ``design.json`` (rows, columns
-#: and values as binary arrays, checksummed in ``files``) instead of inline: on the 5-key census
-#: sample (18 million entries) the inline lists took the save from 1.4 GB to 7.3 GB of memory.
+#: and values as binary arrays, checksummed in ``files``) instead of inline: inline lists of
+#: millions of entries multiply the save's memory.
 INLINE_MAX = 1_000_000
 MATRIX_ENTRIES_FILE = "matrix.npz"
 

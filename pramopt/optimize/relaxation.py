@@ -15,10 +15,8 @@ bound (2)) and every group g of m, ``P_mm <= S[m, g] <= alpha D_g``, that is
 Two uses:
 
 * **A bound.**  Every P satisfying C1 with all P_kk >= t gives a feasible point with the same t,
-  so the program's largest t bounds every diagonal floor from above (:func:`floor_bound`).  On
-  the data sets of the test suite and the benchmarks it equals the largest floor phase one
-  finds to four digits, in a fraction of a second to seconds, where phase one takes minutes
-  on rare-heavy data.
+  so the program's largest t bounds every diagonal floor from above (:func:`floor_bound`), far
+  more cheaply than phase one on rare-heavy data.
 * **A lower bound on the expected number of changed records.**  ``sum_k out_k`` is exactly the
   expected number of changed records of P, so the relaxation's smallest ``sum out``
   (:func:`changes_bound`) is at most that of every design satisfying C1 (with the same options):

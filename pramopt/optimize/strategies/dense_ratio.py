@@ -62,8 +62,8 @@ __all__ = [
 K_ROUNDS = 6
 
 #: Up to this many cells a design under k is polished over Theorem 3's exact set in log space
-#: (:func:`polish_exact_k`; K^2 (K - 1) rows): on testdata with 4 keys (30 cells) its programs take
-#: about 1-3 s each on a shared 2-CPU machine, and most of the gain comes in the first iterations.
+#: (:func:`polish_exact_k`; its K^2 (K - 1) rows grow fast), and most of the gain comes in the
+#: first iterations.
 EXACT_K_MAX_CELLS = 30
 #: Most iterations of that polish.
 EXACT_K_MAX_ITER = 30

@@ -54,7 +54,7 @@ __all__ = [
 #: are split into blocks (about 300 MB as a sparse matrix).
 REPLACEMENT_MAX_ENTRIES = 25_000_000
 #: Above this many cells the relaxation is solved block by block (:func:`_local_relaxation`): the
-#: whole program (400,000 rows at 22,670 cells) does not finish in 15 minutes on 2 cores.
+#: whole program is then too large to solve in one piece.
 LOCAL_RELAXATION_ABOVE = 12_000
 #: Relative margins below alpha tried in turn for the relaxation (the left-out terms o_m w(g)).
 REPLACEMENT_MARGINS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4)
@@ -239,10 +239,8 @@ def _finish(problem, trace, verify, floor, o, w, pools, P, rep, target):
 #: relaxation's design already meets C1 at that level (so that the optimisation starts feasible).
 RETENTION_MARGINS = (1e-5, 1e-4, 1e-3, 1e-2)
 #: Linear programs the optimisation of the retentions may solve, over every margin tried (it keeps
-#: its best point so far):
-#: a count rather than seconds, so that a design does not depend on the machine's speed or load.
-#: Small tables stop earlier, when a step gains less than STEP_RTOL (10 solves on testdata, 7 keys);
-#: on the 6-key census sample one solve takes about 7 s.
+#: its best point so far): a count rather than seconds, so that a design does not depend on the
+#: machine's speed or load.  Small tables stop earlier, when a step gains less than STEP_RTOL.
 RETENTION_MAX_SOLVES = 24
 
 
