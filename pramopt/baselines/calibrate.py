@@ -79,7 +79,8 @@ def product_matrix_on_cells(codes, matrices: Sequence) -> np.ndarray:
     codes = np.asarray(codes)
     if codes.ndim != 2 or len(matrices) != codes.shape[1]:
         raise InvalidParameterError(
-            f"The 'matrices' parameter of product_matrix_on_cells must give one matrix per column of codes "
+            "The 'matrices' parameter of product_matrix_on_cells must give one matrix per column "
+            "of codes "
             f"({codes.shape[1] if codes.ndim == 2 else '?'}); got {len(matrices)}."
         )
     K = codes.shape[0]
@@ -90,7 +91,8 @@ def product_matrix_on_cells(codes, matrices: Sequence) -> np.ndarray:
     rs = P.sum(axis=1, keepdims=True)
     if np.any(rs <= 0):
         raise InvalidParameterError(
-            "The 'matrices' parameter of product_matrix_on_cells gives a cell no present cell to move to."
+            "The 'matrices' parameter of product_matrix_on_cells gives a cell no present cell to "
+            "move to."
         )
     return P / rs
 
@@ -104,14 +106,16 @@ def retention_on_cells(table: FrequencyTable, rho) -> np.ndarray:
     rhos = [rho] * d if np.ndim(rho) == 0 else list(rho)
     if len(rhos) != d:
         raise InvalidParameterError(
-            f"The 'rho' parameter of retention_on_cells must be one number or one per variable ({d}); got {len(rhos)}."
+            "The 'rho' parameter of retention_on_cells must be one number or one per variable "
+            f"({d}); got {len(rhos)}."
         )
     mats = [retention_matrix(len(table.categories[v]), r) for v, r in enumerate(rhos)]
     return product_matrix_on_cells(table.codes, mats)
 
 
 def ifpr_on_cells(table: FrequencyTable, xi: float) -> np.ndarray:
-    """The IFPR design of Ghatak & Roy with ξ, the present cells taken as one variable's categories."""
+    """The IFPR design of Ghatak & Roy with ξ, the present cells taken as one variable's
+    categories."""
     return ifpr_design(table.counts, xi).matrix
 
 
@@ -186,19 +190,22 @@ class _C1Screen:
 def _check_inputs(table, combinations, alpha, owner):
     if not isinstance(table, FrequencyTable):
         raise InvalidParameterError(
-            f"The 'table' parameter of {owner} must be a FrequencyTable (pramopt.frequency_table); got {type(table).__name__}."
+            f"The 'table' parameter of {owner} must be a FrequencyTable "
+            f"(pramopt.frequency_table); got {type(table).__name__}."
         )
     alpha = check_real(alpha, "alpha", owner, low=0.0, high=1.0)
     try:
         combos = [tuple(int(i) for i in c) for c in combinations]
     except TypeError:
         raise InvalidParameterError(
-            f"The 'combinations' parameter of {owner} must be a list of tuples of column indices; got {combinations!r}."
+            f"The 'combinations' parameter of {owner} must be a list of tuples of column indices; "
+            f"got {combinations!r}."
         ) from None
     d = len(table.qi)
     if not combos or any(not c or min(c) < 0 or max(c) >= d for c in combos):
         raise InvalidParameterError(
-            f"The 'combinations' parameter of {owner} must be a non-empty list of tuples of indices in [0, {d - 1}]; got {combinations!r}."
+            f"The 'combinations' parameter of {owner} must be a non-empty list of tuples of "
+            f"indices in [0, {d - 1}]; got {combinations!r}."
         )
     return alpha, combos
 
@@ -385,7 +392,8 @@ def calibrate_retention(
                 S1, S0 = screen.group_sums(A1), screen.group_sums(A0)
                 r1, r0 = A1.sum(axis=1), A0.sum(axis=1)
 
-                def f(r):  # C1 risk with rho_v = r, the others fixed: linear before normalising
+                # C1 risk with rho_v = r, the others fixed: linear before normalising
+                def f(r, S1=S1, S0=S0, r1=r1, r0=r0):
                     return screen.from_sums(
                         (r * S1 + (1.0 - r) * S0) / (r * r1 + (1.0 - r) * r0)[:, None]
                     )
@@ -437,8 +445,8 @@ def calibrate_ifpr(
 
     The K present cells are treated as the categories of one variable with frequencies
     ``T = counts``; the largest ξ whose design meets C1 at ``alpha`` is searched on a geometric
-    grid of ``n_grid`` values in ``[max(1/n, alpha/20), 0.99]`` and refined by bisection next to the largest
-    feasible grid value (the risk need not be monotone in ξ, because block sizes jump).
+    grid of ``n_grid`` values in ``[max(1/n, alpha/20), 0.99]`` and refined by bisection next to the
+    largest feasible grid value (the risk need not be monotone in ξ, because block sizes jump).
     """
     owner = "calibrate_ifpr"
     t0 = time.perf_counter()
@@ -557,7 +565,7 @@ def calibrate_sdcmicro(
     best = None
     for pd in pd_grid:
         # risk(1 - a) increasing in (1 - a): largest 1 - a, i.e. smallest a, that is feasible
-        keep = _largest_feasible(lambda k: screen(build(pd, 1.0 - k)), alpha, 0.0, 1.0, tol)
+        keep = _largest_feasible(lambda k, pd=pd: screen(build(pd, 1.0 - k)), alpha, 0.0, 1.0, tol)
         if keep is None:
             continue
         a = 1.0 - keep

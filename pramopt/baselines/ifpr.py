@@ -177,14 +177,16 @@ def ifpr_block_matrix(T, blocks: Sequence[Sequence[int]], theta) -> np.ndarray:
     thetas = [theta] * len(blocks) if np.ndim(theta) == 0 else list(theta)
     if len(thetas) != len(blocks):
         raise InvalidParameterError(
-            f"The 'theta' parameter of {owner} must be one number or one per block ({len(blocks)}); got {len(thetas)}."
+            f"The 'theta' parameter of {owner} must be one number or one per block "
+            f"({len(blocks)}); got {len(thetas)}."
         )
     P = np.eye(k)
     for b, th in zip(blocks, thetas):
         tmin = float(T[b].min())
         if tmin < 1:
             raise InvalidParameterError(
-                f"The 'blocks' parameter of {owner} must only hold categories with T >= 1; got block {b!r}."
+                f"The 'blocks' parameter of {owner} must only hold categories with T >= 1; got "
+                f"block {b!r}."
             )
         th = check_real(th, "theta", owner, low=0.0, high=tmin, low_open=False, high_open=False)
         kb = len(b)
@@ -308,7 +310,8 @@ def ifpr_design(
     check_choice(partners, "partners", owner, ["safe", "lowest"])
     if method == "nayak" and xi <= 1.0 / 3.0:
         raise InvalidParameterError(
-            f"The 'xi' parameter of {owner} must be in (1/3, 1) with method='nayak' (θ < 1); got {xi!r}."
+            f"The 'xi' parameter of {owner} must be in (1/3, 1) with method='nayak' (θ < 1); got "
+            f"{xi!r}."
         )
     k = T.size
     need = [int(c) for c in np.lexsort((np.arange(k), T)) if 0 < T[c] <= 1.0 / xi]

@@ -196,7 +196,8 @@ def per_variable_matrices(
     unknown = [q for q in matrices if q not in table.qi]
     if unknown:
         raise InvalidParameterError(
-            f"The 'matrices' parameter of {owner} must name identifying variables {list(table.qi)!r}; got {unknown!r}."
+            f"The 'matrices' parameter of {owner} must name identifying variables "
+            f"{list(table.qi)!r}; got {unknown!r}."
         )
     mats, extras = [], []
     for j, q in enumerate(table.qi):
@@ -215,7 +216,8 @@ def per_variable_matrices(
                 or set(map(str, rows)) != set(map(str, cols))
             ):
                 raise InvalidParameterError(
-                    f"The {name} parameter of {owner} must have the same categories, once each, as rows and as "
+                    f"The {name} parameter of {owner} must have the same categories, once each, "
+                    "as rows and as "
                     f"columns; got rows {list(rows)!r} and columns {list(cols)!r}."
                 )
             col_of = {str(c): i for i, c in enumerate(cols)}
@@ -229,7 +231,8 @@ def per_variable_matrices(
             absent = [cats[i] for i in range(len(cats)) if i not in set(code.tolist())]
             if absent:
                 raise InvalidParameterError(
-                    f"The {name} parameter of {owner} must have a row for every category of {q!r} in the data; "
+                    f"The {name} parameter of {owner} must have a row for every category of {q!r} "
+                    "in the data; "
                     f"{absent[:5]!r} missing (the matrix has {list(rows)[:10]!r})."
                 )
             extra = np.flatnonzero(code < 0)
@@ -241,8 +244,10 @@ def per_variable_matrices(
             A = as_transition_matrix(M, name, owner, renormalize=renormalize)
             if A.shape[0] != len(cats):
                 raise InvalidParameterError(
-                    f"The {name} parameter of {owner} must be {len(cats)}x{len(cats)} (one row per category of "
-                    f"{q!r}, in the data's order {list(cats)!r}) when it is not a labelled DataFrame; got "
+                    f"The {name} parameter of {owner} must be {len(cats)}x{len(cats)} (one row "
+                    "per category of "
+                    f"{q!r}, in the data's order {list(cats)!r}) when it is not a labelled "
+                    "DataFrame; got "
                     f"{A.shape[0]}x{A.shape[1]}."
                 )
             mats.append(A)
@@ -290,16 +295,19 @@ def assess_per_variable(
     elif isinstance(data, pd.DataFrame):
         if qi is None:
             raise InvalidParameterError(
-                f"The 'qi' parameter of {owner} must name the identifying variables when data is a DataFrame; got None."
+                f"The 'qi' parameter of {owner} must name the identifying variables when data is "
+                "a DataFrame; got None."
             )
         table = frequency_table(data, qi, owner=owner)
     else:
         raise InvalidParameterError(
-            f"The 'data' parameter of {owner} must be a pandas DataFrame or a FrequencyTable; got {type(data).__name__}."
+            f"The 'data' parameter of {owner} must be a pandas DataFrame or a FrequencyTable; got "
+            f"{type(data).__name__}."
         )
     if not isinstance(matrices, Mapping) or not matrices:
         raise InvalidParameterError(
-            f"The 'matrices' parameter of {owner} must map at least one identifying variable to its matrix; "
+            f"The 'matrices' parameter of {owner} must map at least one identifying variable to "
+            "its matrix; "
             f"got {type(matrices).__name__}."
         )
     if alpha is not None:
@@ -316,8 +324,10 @@ def assess_per_variable(
     size = math.prod(levels)
     if size > PRODUCT_SPACE_MAX:
         raise InvalidParameterError(
-            f"The 'matrices' parameter of {owner} spans a product space of {size:,} combinations of categories "
-            f"({' x '.join(map(str, levels))}), more than {PRODUCT_SPACE_MAX:,}; assess fewer variables at once."
+            f"The 'matrices' parameter of {owner} spans a product space of {size:,} combinations "
+            "of categories "
+            f"({' x '.join(map(str, levels))}), more than {PRODUCT_SPACE_MAX:,}; assess fewer "
+            "variables at once."
         )
     cols = product_space_codes(levels)
     U0 = np.asarray(table.counts, dtype=float)

@@ -65,7 +65,8 @@ def retention_matrix_multi(levels, rho) -> np.ndarray:
     size = math.prod(levels)
     if size > 20_000:
         raise InvalidParameterError(
-            f"The 'levels' parameter of retention_matrix_multi gives a product space of {size} values, "
+            f"The 'levels' parameter of retention_matrix_multi gives a product space of {size} "
+            "values, "
             "too many for a dense matrix (at most 20000); use the per-attribute matrices."
         )
     rhos = _rho_list(rho, len(levels), "retention_matrix_multi")
@@ -103,7 +104,8 @@ def rho_from_k(k, n_records, levels) -> float:
     levels = as_levels(levels, "levels", owner)
     if all(V == 1 for V in levels):
         raise InvalidParameterError(
-            f"The 'levels' parameter of {owner} must have an attribute with more than one value; got {list(levels)!r}."
+            f"The 'levels' parameter of {owner} must have an attribute with more than one value; "
+            f"got {list(levels)!r}."
         )
     return _bisect_decreasing(lambda r: pk_anonymity_retention(n, levels, r), k)
 
@@ -138,7 +140,8 @@ def retention_rho(n_records, levels, k=None, epsilon=None) -> float:
     owner = "retention_rho"
     if k is None and epsilon is None:
         raise InvalidParameterError(
-            f"The 'k' parameter of {owner} must be given (a real >= 1) when 'epsilon' is not; got None for both."
+            f"The 'k' parameter of {owner} must be given (a real >= 1) when 'epsilon' is not; got "
+            "None for both."
         )
     n = check_int(n_records, "n_records", owner, low=1)
     levels = as_levels(levels, "levels", owner)
@@ -184,7 +187,8 @@ def reconstruct_counts(released_counts, matrices) -> np.ndarray:
     mats = [as_transition_matrix(A, "matrices", owner) for A in matrices]
     if len(mats) != x.ndim or any(A.shape[0] != s for A, s in zip(mats, x.shape)):
         raise InvalidParameterError(
-            f"The 'matrices' parameter of {owner} must give one square matrix per axis of the counts "
+            f"The 'matrices' parameter of {owner} must give one square matrix per axis of the "
+            "counts "
             f"(shape {x.shape}); got shapes {[A.shape for A in mats]}."
         )
     y = x
@@ -193,7 +197,8 @@ def reconstruct_counts(released_counts, matrices) -> np.ndarray:
             Ainv = np.linalg.inv(A)
         except np.linalg.LinAlgError:
             raise InvalidParameterError(
-                f"The 'matrices' parameter of {owner} must be invertible; the matrix of axis {ax} is singular."
+                f"The 'matrices' parameter of {owner} must be invertible; the matrix of axis {ax} "
+                "is singular."
             ) from None
         # y_{..i..} <- sum_j y_{..j..} Ainv[j, i]
         y = np.moveaxis(np.tensordot(y, Ainv, axes=([ax], [0])), -1, ax)
@@ -207,7 +212,8 @@ def reconstruction_error(original_counts, reconstructed_counts, n_records=None) 
     y = np.asarray(reconstructed_counts, dtype=float)
     if x.shape != y.shape:
         raise InvalidParameterError(
-            f"The 'reconstructed_counts' parameter of {owner} must have the shape of the original counts {x.shape}; got {y.shape}."
+            f"The 'reconstructed_counts' parameter of {owner} must have the shape of the original "
+            f"counts {x.shape}; got {y.shape}."
         )
     n = (
         float(x.sum())

@@ -4,9 +4,10 @@ Algorithms 1-3 of Ikarashi et al. choose ρ on the product space (:mod:`.retenti
 lives on the present cells: the product matrix is restricted to them and each row renormalised
 (:func:`~pramopt.baselines.calibrate.retention_on_cells`), which changes its ε and k.  Here ρ is
 calibrated so that the **restricted** matrix meets the requirements, measured exactly by
-:func:`pramopt.risk.dp_pk_anonymity.dp_epsilon` and :func:`~pramopt.risk.dp_pk_anonymity.pk_anonymity` (and,
-with ``alpha``, C1 by :func:`pramopt.verify.c1_risk`).  It is feasible for the designer's
-program at the same ε and k, so the designer starts from it and falls back to it.
+:func:`pramopt.risk.dp_pk_anonymity.dp_epsilon` and
+:func:`~pramopt.risk.dp_pk_anonymity.pk_anonymity` (and, with ``alpha``, C1 by
+:func:`pramopt.verify.c1_risk`).  It is feasible for the designer's program at the same ε and k, so
+the designer starts from it and falls back to it.
 
 With one ρ per attribute (Corollary 2), the ε budget is split among the attributes:
 ``ε_a = w_a E`` gives ``ρ_a = (e^{ε_a} - 1)/(e^{ε_a} + |V_a| - 1)``; E is the largest budget whose

@@ -1,4 +1,5 @@
-"""sdcMicro's invariant PRAM, re-implemented in Python from the description of sdcMicro's ``pram()``.
+"""sdcMicro's invariant PRAM, re-implemented in Python from the description of sdcMicro's
+``pram()``.
 
 This is **not** sdcMicro's code and does not call R; it follows the algorithm that sdcMicro's
 ``pram()`` documents and implements (Templ, Kowarik & Meindl; argument ``pd``, the minimum
@@ -6,7 +7,8 @@ diagonal entry, and ``alpha``, the amount of perturbation), for one variable at 
 
 1. draw the diagonal ``d_i ~ U(pd, 1)`` for each of the ``L`` categories and spread the rest of
    each row evenly, ``P[i, j] = (1 - d_i)/(L - 1)``;
-2. with the category shares ``p``, form the Bayes inverse ``Q[k, j] = P[j, k] p_j / sum_l p_l P[l, k]``;
+2. with the category shares ``p``, form the Bayes inverse
+   ``Q[k, j] = P[j, k] p_j / sum_l p_l P[l, k]``;
 3. ``R = P Q`` is invariant (``p^T R = p^T``);
 4. release with ``R_s = alpha R + (1 - alpha) I``, still invariant.
 
@@ -58,7 +60,8 @@ def sdcmicro_invariant_matrix(
     f = np.asarray(frequencies, dtype=float)
     if f.ndim != 1 or f.size == 0 or not np.all(np.isfinite(f)) or (f < 0).any() or f.sum() <= 0:
         raise InvalidParameterError(
-            f"The 'frequencies' parameter of {owner} must be a non-empty list of non-negative numbers with a positive sum; got {frequencies!r}."
+            f"The 'frequencies' parameter of {owner} must be a non-empty list of non-negative "
+            f"numbers with a positive sum; got {frequencies!r}."
         )
     pd = check_real(pd, "pd", owner, low=0.0, high=1.0, low_open=False, high_open=False)
     alpha = check_real(alpha, "alpha", owner, low=0.0, high=1.0, low_open=False, high_open=False)

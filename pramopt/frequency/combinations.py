@@ -38,7 +38,8 @@ def resolve_combinations(
             bad = [v for v in c if v not in qi]
             if not c or bad or len(set(c)) != len(c):
                 raise InvalidParameterError(
-                    f"The 'combinations' parameter of {owner} must be a list of non-empty subsets of "
+                    f"The 'combinations' parameter of {owner} must be a list of non-empty subsets "
+                    "of "
                     f"the identifying variables {qi!r} without repeats; got {list(c)!r}."
                 )
             idx = tuple(sorted(qi.index(v) for v in c))

@@ -103,7 +103,8 @@ class _Source:
             p = Path(path)
         except TypeError:
             raise InvalidParameterError(
-                f"The {param!r} parameter of {owner} must be a path to a .csv, .parquet or .pq file; "
+                f"The {param!r} parameter of {owner} must be a path to a .csv, .parquet or .pq "
+                "file; "
                 f"got {path!r}."
             ) from None
         if fmt is None:
@@ -122,8 +123,8 @@ class _Source:
         self.path, self.format, self.owner = p, fmt, owner
         try:
             if fmt == "parquet":
-                # pre_buffer=False: the pre-buffered ranges would stay cached until the file is closed,
-                # so memory would grow with the file
+                # pre_buffer=False: the pre-buffered ranges would stay cached until the file is
+                # closed, so memory would grow with the file
                 self._pf = pq.ParquetFile(p, pre_buffer=False)
                 self.schema = self._pf.schema_arrow
                 md = self._pf.metadata
@@ -242,7 +243,8 @@ class _Distinct:
                 i = self.ids.get(k)
             except TypeError:
                 raise InvalidParameterError(
-                    f"The identifying variable {self.name!r} has values of type {arr.type} that cannot "
+                    f"The identifying variable {self.name!r} has values of type {arr.type} that "
+                    "cannot "
                     "be categories."
                 ) from None
             if i is None:
@@ -407,7 +409,8 @@ def _count_file(
                 )  # many spellings of few categories: look again later
     if counter.n == 0:
         raise InvalidParameterError(
-            f"The 'path' parameter of {owner} must be a file with at least one record; {str(src.path)!r} has none."
+            f"The 'path' parameter of {owner} must be a file with at least one record; "
+            f"{str(src.path)!r} has none."
         )
     return counter.table(domains, max_categories, owner)[0]
 

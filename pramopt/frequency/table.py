@@ -61,7 +61,8 @@ class FrequencyTable:
         )
 
     def subset(self, cells: np.ndarray) -> FrequencyTable:
-        """The table of some of the cells (same variables and categories, so codes stay comparable)."""
+        """The table of some of the cells (same variables and categories, so codes stay
+        comparable)."""
         return FrequencyTable(
             qi=self.qi,
             categories=self.categories,
@@ -98,7 +99,8 @@ def is_missing(x) -> bool:
 
 
 def text_categories(cats: pd.Index) -> bool:
-    """Whether a variable's categories are text (as the command line reads a file), missing aside."""
+    """Whether a variable's categories are text (as the command line reads a file), missing
+    aside."""
     vals = [c for c in cats if not is_missing(c)]
     return pd.api.types.is_string_dtype(cats.dtype) and all(isinstance(c, str) for c in vals)
 
@@ -152,7 +154,8 @@ def check_domains(domains, qi, owner: str) -> dict:
     unknown = [k for k in domains if k not in qi]
     if unknown:
         raise InvalidParameterError(
-            f"The 'domains' parameter of {owner} must only name identifying variables {list(qi)!r}; got {unknown!r}."
+            f"The 'domains' parameter of {owner} must only name identifying variables "
+            f"{list(qi)!r}; got {unknown!r}."
         )
     return domains
 
@@ -164,12 +167,14 @@ def _unsortable(col: pd.Series, name: str) -> str:
             hash(v)
         except TypeError:
             return (
-                f"The identifying variable {name!r} must hold numbers or strings; record {i} holds a "
+                f"The identifying variable {name!r} must hold numbers or strings; record {i} "
+                "holds a "
                 f"{type(v).__name__}: {v!r:.60}."
             )
     kinds = sorted({type(v).__name__ for v in col.dropna().to_numpy(dtype=object)})
     return (
-        f"The identifying variable {name!r} mixes values of types {', '.join(kinds)}, which cannot be "
+        f"The identifying variable {name!r} mixes values of types {', '.join(kinds)}, which "
+        "cannot be "
         "ordered as categories; convert the column to one type (for example with .astype(str))."
     )
 

@@ -1,4 +1,5 @@
-"""Household designs: household-level keys perturbed once per household, person-level keys per person.
+"""Household designs: household-level keys perturbed once per household, person-level keys per
+person.
 
 See :mod:`.model` (the record-level matrix), :mod:`.person` (the person LP), :mod:`.designer`,
 :mod:`.release` and ARCHITECTURE.md for the risk model.  Importing this package registers the

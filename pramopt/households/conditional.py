@@ -44,7 +44,8 @@ def _projection(codes: np.ndarray, pos) -> np.ndarray:
     return np.asarray(inv).ravel()
 
 
-#: Tangent points of the convex penalty on each diagonal entry (see :func:`solve_person_by_household`).
+#: Tangent points of the convex penalty on each diagonal entry (see
+#: :func:`solve_person_by_household`).
 _TANGENTS = (0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 
@@ -55,8 +56,9 @@ DOMINANCE = 0.05
 
 
 def _penalty(d):
-    """``(1 + (1 - d)^2) / d^2 - 1``: the squared norm, less one, of a row of the inverse of a matrix
-    whose row keeps ``d`` and sends ``1 - d`` to one cell that stays put; convex, 0 at d = 1."""
+    """``(1 + (1 - d)^2) / d^2 - 1``: the squared norm, less one, of a row of the inverse of a
+    matrix whose row keeps ``d`` and sends ``1 - d`` to one cell that stays put; convex, 0 at
+    d = 1."""
     d = np.asarray(d, dtype=float)
     return (1.0 + (1.0 - d) ** 2) / d**2 - 1.0
 
@@ -117,7 +119,8 @@ def solve_person_by_household(
     max_rounds: int = 25,
     solver: str | None = None,
 ):
-    """The stacked person matrices ``Pp^(h)`` meeting C1 with ``Ph`` fixed, by one LP with lazy rows.
+    """The stacked person matrices ``Pp^(h)`` meeting C1 with ``Ph`` fixed, by one LP with lazy
+    rows.
 
     The objective is a convex stand-in for the loss: the records of each cell m times a
     piecewise-linear lower envelope (tangents at ``_TANGENTS``) of ``_penalty`` at its diagonal
@@ -126,8 +129,9 @@ def solve_person_by_household(
     after each solve (the rows left out by the bound never bind).  Diagonal entries are at least
     ``floor``.  Invertibility: a block ``Pp^(h)`` is block triangular (rows of person cells absent
     from h are the identity), so it is invertible when its present rows restricted to its present
-    columns are; each present row keeps ``DOMINANCE`` more on its diagonal than it sends to the other
-    person cells present in h (strict diagonal dominance there), and sends freely to the absent ones.
+    columns are; each present row keeps ``DOMINANCE`` more on its diagonal than it sends to the
+    other person cells present in h (strict diagonal dominance there), and sends freely to the
+    absent ones.
 
     Parameters are those of :func:`.person.solve_person`.  Returns a ``(Kh * Kp, Kp)`` ndarray, or
     None when the LP is infeasible or fails (or the design would be too large).

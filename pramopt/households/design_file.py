@@ -180,7 +180,8 @@ def load_household_design(rec: dict, path) -> HouseholdDesign:
             Kp,
         ):
             raise ValueError(
-                f"person matrix of shape {Pp.shape} for structure {structure!r} with {Kh} household "
+                f"person matrix of shape {Pp.shape} for structure {structure!r} with {Kh} "
+                "household "
                 f"and {Kp} person cells"
             )
         fig = rec["figures"]

@@ -11,8 +11,8 @@
    where the released household values need it and so works at a larger ``alpha_h``.  The latter is
    tried down the ladder until it first succeeds; the ladder stops once the household part's own
    loss reaches the best loss found (a smaller ``alpha_h`` only perturbs the households more).
-3. The record-level matrix ``Ph[h, h'] Pp^(h)[p, p']`` is checked by :mod:`pramopt.verify` over every
-   released pair; of the verified candidates the smallest exact loss wins.
+3. The record-level matrix ``Ph[h, h'] Pp^(h)[p, p']`` is checked by :mod:`pramopt.verify` over
+   every released pair; of the verified candidates the smallest exact loss wins.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ __all__ = ["design_households", "HOUSEHOLD_FRACTIONS"]
 HOUSEHOLD_FRACTIONS = (1.0, 0.8, 0.6, 0.45, 0.3, 0.2, 0.1)
 #: Margins inside alpha at which the person LP works (grown when the check fails).
 _MARGINS = (1e-5, 1e-4, 1e-3)
-#: Parameters a household design cannot combine with (each forces structure on one matrix of records).
+#: Parameters a household design cannot combine with
+#: (each forces structure on one matrix of records).
 # min_diagonal: a record's diagonal is Ph[h, h] Pp[p, p], below each part's floor; not designed for
 _REFUSED = (
     "fixed",
@@ -56,13 +57,16 @@ _REFUSED = (
 def _refuse(p: DesignParams, data, client, owner: str) -> pd.DataFrame:
     if isinstance(data, FrequencyTable) or not isinstance(data, pd.DataFrame):
         raise InvalidParameterError(
-            f"The 'household' parameter of {owner} needs the microdata as a DataFrame (with the column "
-            f"{p.household!r}), not {type(data).__name__}: a frequency table does not say who lives together."
+            f"The 'household' parameter of {owner} needs the microdata as a DataFrame (with the "
+            "column "
+            f"{p.household!r}), not {type(data).__name__}: a frequency table does not say who "
+            "lives together."
         )
     for name in _REFUSED:
         if getattr(p, name) not in (None, False, ()):
             raise InvalidParameterError(
-                f"The 'household' parameter of {owner} cannot be combined with {name}={getattr(p, name)!r} "
+                f"The 'household' parameter of {owner} cannot be combined with "
+                f"{name}={getattr(p, name)!r} "
                 "(not supported for household designs)."
             )
     if client is not None:
@@ -87,8 +91,10 @@ def design_households(
     lay = layout(df, qi, hkeys, params.domains, params.max_categories, owner)
     if lay.person_table.n_cells > PERSON_MAX_CELLS:
         raise InvalidParameterError(
-            f"The person-level keys {list(pkeys)} of the 'household' design have {lay.person_table.n_cells} cells "
-            f"(at most {PERSON_MAX_CELLS}: the person part is dense); coarsen them or name more household_keys."
+            f"The person-level keys {list(pkeys)} of the 'household' design have "
+            f"{lay.person_table.n_cells} cells "
+            f"(at most {PERSON_MAX_CELLS}: the person part is dense); coarsen them or name more "
+            "household_keys."
         )
     table = lay.table
     combos = resolve_combinations(table.qi, params.combination_size, params.combinations, owner)
@@ -107,7 +113,8 @@ def design_households(
             "households",
             time.perf_counter() - t0,
             0,
-            f"{int(hh.max()) + 1} households; household-level {list(hkeys)}, person-level {list(pkeys)}",
+            f"{int(hh.max()) + 1} households; household-level {list(hkeys)}, person-level "
+            f"{list(pkeys)}",
         )
     ]
     base = params.to_dict()
@@ -210,7 +217,8 @@ def design_households(
                     )
                 )
                 if kind == "by-household" and not rep.max_risk <= alpha * 1.01:
-                    break  # far above alpha: a larger margin does not help (and each try is a large LP)
+                    # far above alpha: a larger margin does not help (and each try is a large LP)
+                    break
     hd = dict(households=int(hh.max()) + 1, tried_fractions=tried)
     out = dict(
         household=params.household,
@@ -267,7 +275,8 @@ def _chosen(best, alpha: float, lay, tried: dict, hd: dict, out: dict) -> Househ
         else f"{kind} person matrix"
     )
     msg = (
-        f"Household-level keys drawn once per household (household part at alpha_h = {frac:g} alpha), "
+        f"Household-level keys drawn once per household (household part at alpha_h = {frac:g} "
+        "alpha), "
         f"person-level keys per person ({what}; tried: "
         f"{', '.join(f'{k} loss {v:.4g}' for k, v in tried.items())}); "
         "full C1 verified on the record-level matrix."

@@ -69,32 +69,39 @@ def household_keys(
     qi = list(qi)
     if household not in df.columns:
         raise InvalidParameterError(
-            f"The 'household' parameter of {owner} must name a column of the data; got {household!r} "
+            f"The 'household' parameter of {owner} must name a column of the data; got "
+            f"{household!r} "
             f"(columns: {list(map(str, df.columns))[:20]})."
         )
     if household in qi:
         raise InvalidParameterError(
-            f"The 'household' parameter of {owner} must not be an identifying variable; got {household!r}."
+            f"The 'household' parameter of {owner} must not be an identifying variable; got "
+            f"{household!r}."
         )
     if df[household].isna().any():
         i = int(np.flatnonzero(df[household].isna().to_numpy())[0])
         raise InvalidParameterError(
-            f"The 'household' column {household!r} must identify the household of every record; record {i} has "
+            f"The 'household' column {household!r} must identify the household of every record; "
+            f"record {i} has "
             "none (a missing value)."
         )
     if named is not None:
         bad = [q for q in named if q not in qi]
         if bad:
             raise InvalidParameterError(
-                f"The 'household_keys' parameter of {owner} must list identifying variables ({qi}); got {bad}."
+                f"The 'household_keys' parameter of {owner} must list identifying variables "
+                f"({qi}); got {bad}."
             )
         differ = _non_constant(df, household, named)
         if differ:
             q, hid = next(iter(differ.items()))
             raise InvalidParameterError(
-                f"The 'household_keys' parameter of {owner} names {q!r}, which is not constant within household "
-                f"{household} = {plain(hid)!r} (and {len(differ) - 1} other key(s) differ within some household). "
-                "A household-level key must have one value per household; leave it out to treat it as person-level."
+                f"The 'household_keys' parameter of {owner} names {q!r}, which is not constant "
+                "within household "
+                f"{household} = {plain(hid)!r} (and {len(differ) - 1} other key(s) differ within "
+                "some household). "
+                "A household-level key must have one value per household; leave it out to treat "
+                "it as person-level."
             )
         hkeys = [q for q in qi if q in set(named)]
     else:
@@ -102,7 +109,8 @@ def household_keys(
         hkeys = [q for q in qi if q not in differ]
     if not hkeys:
         raise InvalidParameterError(
-            f"The 'household' parameter of {owner} needs a household-level key, but none of the identifying variables "
+            f"The 'household' parameter of {owner} needs a household-level key, but none of the "
+            "identifying variables "
             f"{qi} is constant within every household of {household!r}."
         )
     return tuple(hkeys), tuple(q for q in qi if q not in hkeys)
@@ -228,9 +236,9 @@ def person_diagonal(Pp, h: np.ndarray, p: np.ndarray) -> np.ndarray:
 
 
 def record_matrix(Ph, Pp, h_of: np.ndarray, p_of: np.ndarray) -> tuple[sp.csr_array, np.ndarray]:
-    """The record-level matrix: row m (cell ``(h_of[m], p_of[m])``) has ``Ph[h, h'] * Pp^(h)[p, p']``
-    at the released pair ``(h', p')`` (``Pp^(h) = Pp`` for a person part shared by every
-    household cell, see :func:`person_index`).
+    """The record-level matrix: row m (cell ``(h_of[m], p_of[m])``) has
+    ``Ph[h, h'] * Pp^(h)[p, p']`` at the released pair ``(h', p')`` (``Pp^(h) = Pp`` for a person
+    part shared by every household cell, see :func:`person_index`).
 
     Returns the K x K' matrix over the pairs that some row reaches, and those pairs as
     ``(h', p')`` rows (K' x 2), in increasing order of ``h' * Kp + p'``.
@@ -258,7 +266,8 @@ def record_matrix(Ph, Pp, h_of: np.ndarray, p_of: np.ndarray) -> tuple[sp.csr_ar
 
 
 def released_codes(lay: Layout, pairs: np.ndarray) -> np.ndarray:
-    """Codes (over every identifying variable, in ``table.qi`` order) of released pairs ``(h', p')``."""
+    """Codes (over every identifying variable, in ``table.qi`` order) of released pairs
+    ``(h', p')``."""
     out = np.empty((pairs.shape[0], len(lay.table.qi)), dtype=np.int64)
     if lay.hpos:
         out[:, list(lay.hpos)] = lay.household_table.codes[pairs[:, 0]]

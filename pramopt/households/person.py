@@ -189,15 +189,17 @@ def solve_person_replacement(
     keep_missing: bool = True,
     solver: str | None = None,
 ):
-    """A replacement person matrix ``Pp = diag(lam) + (1 - lam) v^T`` (v: the person cells' frequencies
-    among records of their missing pattern) of fewest expected changes meeting C1 with ``Ph`` fixed.
+    """A replacement person matrix ``Pp = diag(lam) + (1 - lam) v^T`` (v: the person cells'
+    frequencies among records of their missing pattern) of fewest expected changes meeting C1 with
+    ``Ph`` fixed.
 
     With v fixed every left-hand side of C1 is linear in lam: row p of cell b and released a gives
-    ``C(p,a) (lam_p [p in b] + (1 - lam_p) v_b) <= alpha sum_q W(q,a) (lam_q [q in b] + (1 - lam_q) v_b)``.
+    ``C(p,a) (lam_p [p in b] + (1 - lam_p) v_b) <=
+    alpha sum_q W(q,a) (lam_q [q in b] + (1 - lam_q) v_b)``.
     lam = 0 is feasible whenever the household part meets C1 at alpha (the ratio is then Nh(h,a) /
-    sum_h U_h(h) Nh(h,a)), and any lam > 0 keeps Pp invertible (the matrix determinant lemma:
-    det = prod lam * (1 + sum_p (1 - lam_p) v_p / lam_p) > 0).  Returns None when infeasible.
-    ``solver`` is ``solver=`` of the design.
+    sum_h U_h(h) Nh(h,a)), and any lam > 0 keeps Pp invertible (the matrix determinant lemma: det =
+    prod lam * (1 + sum_p (1 - lam_p) v_p / lam_p) > 0).  Returns None when infeasible. ``solver``
+    is ``solver=`` of the design.
     """
     tp = lay.person_table
     Kp = tp.n_cells

@@ -1,4 +1,5 @@
-"""Releasing with a household design: household-level values once per household, person-level per person.
+"""Releasing with a household design: household-level values once per household, person-level per
+person.
 
 Every release re-checks the record-level matrix against the full C1 (:func:`.result.record_check`,
 the independent verifier) and refuses data whose cells or counts are not the design's, or whose
@@ -40,7 +41,8 @@ def check_releasable(result: HouseholdDesign) -> None:
     rep = result.check()
     if not rep.max_risk <= result.alpha:
         raise DesignMismatchError(
-            f"The household design fails C1 when checked again at record level (max risk {rep.max_risk:.6g} > alpha "
+            "The household design fails C1 when checked again at record level (max risk "
+            f"{rep.max_risk:.6g} > alpha "
             f"{result.alpha:g}); refusing to release with it."
         )
 
@@ -84,7 +86,8 @@ def release_households(df: pd.DataFrame, result: HouseholdDesign, seed=None) -> 
     codes = _codes(df, table)
     hh, _ = pd.factorize(df[result.household], sort=False)
     hh = np.asarray(hh, dtype=np.int64)
-    # first: a household-level key that differs within a household (a clearer error than other counts)
+    # first: a household-level key that differs within a household
+    # (a clearer error than other counts)
     hkey = pd.DataFrame(codes[:, list(lay.hpos)]).groupby(hh).nunique().to_numpy()
     differ = np.flatnonzero((hkey > 1).any(axis=1))
     if differ.size:
@@ -95,8 +98,10 @@ def release_households(df: pd.DataFrame, result: HouseholdDesign, seed=None) -> 
             lay.household_keys[j] for j in range(len(lay.hpos)) if len(np.unique(members[:, j])) > 1
         )
         raise DesignMismatchError(
-            f"The household-level key {var!r} differs within household {result.household} = {plain(hid)!r} "
-            f"({differ.size} household(s) in all): a household design copies one value to every member."
+            f"The household-level key {var!r} differs within household {result.household} = "
+            f"{plain(hid)!r} "
+            f"({differ.size} household(s) in all): a household design copies one value to every "
+            "member."
         )
     cells, counts = count_rows(codes, [len(c) for c in table.categories])
     check_same_table(
@@ -122,7 +127,7 @@ def release_households(df: pd.DataFrame, result: HouseholdDesign, seed=None) -> 
     )
     out = df.copy()
     parts = [(lay.household_table, lay.hpos, new_h), (lay.person_table, lay.ppos, new_p)]
-    for sub, pos, new in parts:
+    for sub, _pos, new in parts:
         for j, q in enumerate(sub.qi):
             vals = pd.Series(
                 np.asarray(sub.categories[j].take(sub.codes[new, j]), dtype=object), index=df.index

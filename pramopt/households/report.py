@@ -1,4 +1,5 @@
-"""The report of a household design: the record-level matrix in the usual report, with a line on households."""
+"""The report of a household design: the record-level matrix in the usual report, with a line on
+households."""
 
 from __future__ import annotations
 
@@ -23,9 +24,12 @@ def from_household(result: HouseholdDesign, title: str = "pramopt household desi
         "status": result.status.value,
         "records n": result.n,
         "households": (
-            f"{result.details.get('households')} (column {result.household!r}); household-level keys "
-            f"{', '.join(map(str, lay.household_keys))} drawn once per household and copied to every "
-            f"member; person-level keys {', '.join(map(str, lay.person_keys)) or '-'} per person, from "
+            f"{result.details.get('households')} (column {result.household!r}); household-level "
+            "keys "
+            f"{', '.join(map(str, lay.household_keys))} drawn once per household and copied to "
+            "every "
+            f"member; person-level keys {', '.join(map(str, lay.person_keys)) or '-'} per person, "
+            "from "
             + (
                 "the person matrix of the household's original household cell"
                 if result.person_matrix.shape[0] != result.person_matrix.shape[1]

@@ -92,9 +92,9 @@ def conditional_loss(lay: Layout, Ph, Pp, pairs) -> tuple[float, float]:
     is square and equals ``blockdiag_h(Pp^(h)) (Ph ⊗ I)``: its inverse is
     ``(Ph^-1 ⊗ I) blockdiag_h(Qh)``, ``Qh = (Pp^(h))^-1``, with entry
     ``P^-1[(h', p'), (h, p)] = Ph^-1[h', h] Qh[p', p]``.  Row ``(h', p')`` has squared norm
-    ``N(h', p') = sum_h Ph^-1[h', h]^2 ||row_p'(Qh)||^2``, and independent records give Cator et al.'s
-    ``(1/n^2) sum_k N_k (U0^T P)_k - 1/n``.  Two members i != j of a household of cell h share h';
-    ``E<row_{k_i}, row_{k_j}> = (Pp^(h) Mbar_h Pp^(h)^T)[p_i, p_j]`` with
+    ``N(h', p') = sum_h Ph^-1[h', h]^2 ||row_p'(Qh)||^2``, and independent records give Cator et
+    al.'s ``(1/n^2) sum_k N_k (U0^T P)_k - 1/n``.  Two members i != j of a household of cell h share
+    h'; ``E<row_{k_i}, row_{k_j}> = (Pp^(h) Mbar_h Pp^(h)^T)[p_i, p_j]`` with
     ``Mbar_h = sum_h2 (Ph (Ph^-1)^2)[h, h2] Q_h2 Q_h2^T`` where independence gives ``[p_i = p_j]``.
     With every ``Pp^(h)`` equal this is :func:`shared_loss`.
     """
@@ -132,8 +132,8 @@ def shared_loss(lay: Layout, Ph, Pp, same_pairs: np.ndarray) -> tuple[float, flo
     Members of one household share their household draw: for two members i != j of a household of
     cell h, ``E<row_{k_i}(P^-1), row_{k_j}(P^-1)> = (Ph nh)(h) [p_i = p_j]`` where independence
     gives ``[p_i = p_j]``; so the loss grows by ``(1/n^2) sum_h same_pairs[h] ((Ph nh)(h) - 1)``,
-    ``same_pairs[h]`` being the ordered pairs of distinct members of one household of cell h with the
-    same person cell.  Returns ``(loss, loss_if_independent)``.
+    ``same_pairs[h]`` being the ordered pairs of distinct members of one household of cell h with
+    the same person cell.  Returns ``(loss, loss_if_independent)``.
     """
     t = lay.table
     nh, npp = inverse_row_norms(Ph), inverse_row_norms(Pp)
@@ -234,7 +234,8 @@ class HouseholdDesign:
         return tuple(tuple(qi.index(v) for v in c) for c in self.combinations)
 
     def record_matrix(self) -> tuple[sp.csr_array, np.ndarray]:
-        """The record-level matrix (present cells x released cells) and the released cells' codes."""
+        """The record-level matrix (present cells x released cells) and the released cells'
+        codes."""
         R, pairs = record_matrix(
             self.household_matrix, self.person_matrix, self.layout.h_of, self.layout.p_of
         )
@@ -261,20 +262,26 @@ class HouseholdDesign:
             f"pramopt household design: {self.status.value}"
             + ("" if self.success else " (NOT SAFE TO RELEASE)"),
             f"  {self.message}",
-            f"  records n = {self.n}, households = {self.details.get('households')}, cells K = {self.table.n_cells}",
-            f"  household-level keys (once per household of {self.household!r}) = {', '.join(map(str, lay.household_keys))}"
+            f"  records n = {self.n}, households = {self.details.get('households')}, cells K = "
+            f"{self.table.n_cells}",
+            f"  household-level keys (once per household of {self.household!r}) = "
+            f"{', '.join(map(str, lay.household_keys))}"
             f" ({lay.household_table.n_cells} cells)",
-            f"  person-level keys = {', '.join(map(str, lay.person_keys)) or '-'} ({lay.person_table.n_cells} cells; "
+            f"  person-level keys = {', '.join(map(str, lay.person_keys)) or '-'} "
+            f"({lay.person_table.n_cells} cells; "
             + (
                 "one person matrix per household cell)"
                 if self.person_matrix.shape[0] != self.person_matrix.shape[1]
                 else "one person matrix for every household)"
             ),
-            f"  combinations |Pi| = {len(self.combinations)}, alpha = {self.alpha:g} (household part designed at "
+            f"  combinations |Pi| = {len(self.combinations)}, alpha = {self.alpha:g} (household "
+            "part designed at "
             f"{self.alpha_household:.4g})",
-            f"  max C1 risk      = {self.max_risk:.6g}  (bound {self.alpha:g}, record level: all m, pi, k0 over "
+            f"  max C1 risk      = {self.max_risk:.6g}  (bound {self.alpha:g}, record level: all "
+            "m, pi, k0 over "
             f"{self.details.get('released_cells')} released cells checked)",
-            f"  exact L2 loss    = {self.loss:.6g}  ({self.details.get('loss_independent', float('nan')):.6g} "
+            f"  exact L2 loss    = {self.loss:.6g}  "
+            f"({self.details.get('loss_independent', float('nan')):.6g} "
             "if records were released independently)",
             f"  expected changes = {self.expected_changes:.4g} of {self.n} records",
         ]

@@ -113,7 +113,8 @@ def check_out_dir(path, marker: str = DESIGN_FILE, flag: str | None = None) -> P
         if any(p.iterdir()) and not (p / marker).is_file():
             what = "design" if marker == DESIGN_FILE else Path(marker).stem
             raise InvalidParameterError(
-                f"Refusing to replace {name}: it is not a {what} folder (not empty, and no {marker})."
+                f"Refusing to replace {name}: it is not a {what} folder (not empty, and no "
+                f"{marker})."
             )
     return p
 

@@ -75,8 +75,8 @@ def _dense_sha256(shape, r, c, v) -> str:
     return h.hexdigest()
 
 
-#: The fields of ``design.json`` that decide whether a release is safe; ``record_sha256`` covers them,
-#: so that editing one (a status, alpha, Π) is detected like an edited matrix.
+#: The fields of ``design.json`` that decide whether a release is safe; ``record_sha256`` covers
+#: them, so that editing one (a status, alpha, Π) is detected like an edited matrix.
 GUARDED = ("format", "method", "table_checksum", "matrix_sha256", "status", "alpha", "combinations")
 
 
@@ -190,7 +190,8 @@ def save_design(
     if other is not None:
         return other.save(result, folder, extra)
     folder = Path(folder)
-    # matrix.csv first, so that design.json can carry its checksum (an edited matrix.csv is detected)
+    # matrix.csv first, so that design.json can carry its checksum
+    # (an edited matrix.csv is detected)
     m = write_matrix(result.matrix, result.table, folder / MATRIX_FILE)
     files = {MATRIX_FILE: file_sha256(m)}
     sidecar = None
@@ -203,14 +204,14 @@ def save_design(
     return folder / DESIGN_FILE
 
 
-#: Entries of P written to matrix.csv at a time: a replacement design on 6,500 census cells has
-#: 18 million; in one piece, its long form and CSV text took most of a 9-minute save.
+#: Entries of P written to matrix.csv at a time: a large design has millions, whose long form and
+#: CSV text in one piece would make the save slow.
 MATRIX_CHUNK = 500_000
 
 
 #: Above this many entries the matrix goes to ``matrix.npz`` beside ``design.json`` (rows, columns
-#: and values as binary arrays, checksummed in ``files``) instead of inline: on the 5-key census
-#: sample (18 million entries) the inline lists took the save from 1.4 GB to 7.3 GB of memory.
+#: and values as binary arrays, checksummed in ``files``) instead of inline: inline lists of
+#: millions of entries multiply the save's memory.
 INLINE_MAX = 1_000_000
 MATRIX_ENTRIES_FILE = "matrix.npz"
 
@@ -355,7 +356,8 @@ def design_from_record(rec: dict, p) -> DesignResult:
         )
     if rec["format"] == FORMAT and record_sha256(rec) != rec.get("record_sha256"):
         raise DesignFileError(
-            f"The design {str(p)!r} was modified: its status, alpha or combinations do not match their checksum."
+            f"The design {str(p)!r} was modified: its status, alpha or combinations do not match "
+            "their checksum."
         )
     for name, digest in (rec.get("files") or {}).items():
         # a file beside design.json that is not as written (design.json alone is authoritative,

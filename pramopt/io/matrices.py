@@ -57,8 +57,10 @@ def _column_order(p: Path, headers: list[str], rows: list[list[str]]) -> np.ndar
             return np.arange(K)
     unmatched = [h for h in headers if h not in {"_".join(r) for r in rows}][:5]
     raise InvalidParameterError(
-        f"Cannot read the matrix {str(p)!r}: the probability columns of a square matrix must be labelled with the "
-        f"cells of its rows (one value, or the values joined by '_', e.g. {'_'.join(rows[0])!r}), or be numbered "
+        f"Cannot read the matrix {str(p)!r}: the probability columns of a square matrix must be "
+        "labelled with the "
+        f"cells of its rows (one value, or the values joined by '_', e.g. {'_'.join(rows[0])!r}), "
+        "or be numbered "
         f"in the rows' order (c0, c1, ...); headers {unmatched!r} match no row."
     )
 
@@ -95,7 +97,8 @@ def read_matrix(path, qi, data: pd.DataFrame | None = None) -> tuple[np.ndarray,
         res = load_design(p)
         if list(res.qi) != qi:
             raise InvalidParameterError(
-                f"The design {str(path)!r} is for identifying variables {list(res.qi)!r}, not {qi!r}."
+                f"The design {str(path)!r} is for identifying variables {list(res.qi)!r}, not "
+                f"{qi!r}."
             )
         return res.to_dense(), res.cells
     # labels of variables the data hold as text are read as the text written ('03' stays '03')
@@ -146,7 +149,8 @@ def read_matrix(path, qi, data: pd.DataFrame | None = None) -> tuple[np.ndarray,
     missing = [q for q in qi if q not in df.columns]
     if missing:
         raise InvalidParameterError(
-            f"Cannot read the matrix {str(p)!r}: expected from_/to_ columns and 'probability' (long form) "
+            f"Cannot read the matrix {str(p)!r}: expected from_/to_ columns and 'probability' "
+            "(long form) "
             f"or the identifying variables {qi!r} followed by K probability columns (square form); "
             f"{missing!r} missing."
         )
@@ -154,7 +158,8 @@ def read_matrix(path, qi, data: pd.DataFrame | None = None) -> tuple[np.ndarray,
     probs = df.drop(columns=qi)
     if probs.shape[1] != len(df):
         raise InvalidParameterError(
-            f"Cannot read the matrix {str(p)!r}: a square matrix needs as many probability columns as rows; "
+            f"Cannot read the matrix {str(p)!r}: a square matrix needs as many probability "
+            "columns as rows; "
             f"got {probs.shape[1]} columns for {len(df)} rows."
         )
     order = _column_order(p, [str(c) for c in probs.columns], _row_texts(p, qi, len(df), renamed))

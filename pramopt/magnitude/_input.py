@@ -1,4 +1,5 @@
-"""Input handling of the magnitude-table rules: one cell's contributions, or a frame of many cells."""
+"""Input handling of the magnitude-table rules: one cell's contributions, or a frame of many
+cells."""
 
 from __future__ import annotations
 

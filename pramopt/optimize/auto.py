@@ -37,20 +37,17 @@ __all__ = [
     "MARGIN_FLOOR",
 ]
 
-#: Above this many cells auto mode tries only the replacement and block designs: on the 5,577-cell
-#: Zipf register the replacement design (9 s) has a smaller loss than the general one (177 s); on
-#: the 2,610-cell census sample phase one alone takes minutes, and on the rare-heavy scaling
-#: series it does not finish in 300 s from 800 cells on.
+#: Above this many cells auto mode tries only the replacement and block designs: on large tables
+#: the replacement design is much faster and no worse in loss, and the general design's phase one
+#: alone becomes slow on rare-heavy data.
 GENERAL_AUTO_MAX_CELLS = 600
 
 #: Above this many cells auto mode makes a block design only when no replacement design is found:
-#: on the 6,505-cell census sample the block design takes 500 s and loses to the replacement design
-#: (loss 1.55e-4, 16 s), as it does on every rare-heavy data set of the benchmarks.
+#: on large rare-heavy tables the block design is much slower and loses to the replacement design.
 BLOCKS_AUTO_MAX_CELLS = 4000
 
-#: ... and only up to this many rows of the reduced C1 (rare cells x combinations): with 12
-#: identifying variables (220 triples) and 2,000 records the replacement design takes 6 s and each
-#: block size minutes (440,000 rows).
+#: ... and only up to this many rows of the reduced C1 (rare cells x combinations): beyond, each
+#: block size costs far more than the replacement design.
 BLOCKS_AUTO_MAX_ROWS = 100_000
 
 #: The margin grows from at least this when the verification fails (a margin of 0 would stay 0).

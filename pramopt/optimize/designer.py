@@ -126,16 +126,20 @@ def design(
     with trace.stage("model") as info:
         problem = DesignProblem.build(table, combos, params, owner)
         info["detail"] = (
-            f"{problem.groups.n_groups} (pi, k0) groups, {problem.rare_rows} rows of C1 for rare cells"
+            f"{problem.groups.n_groups} (pi, k0) groups, {problem.rare_rows} rows of C1 for rare "
+            "cells"
         )
     if problem.rare_rows > LARGE_PROBLEM_ROWS:
         # before minutes of work: say what makes it large and how to make it smaller
         rare = problem.rare_rows // len(combos)
         warnings.warn(
             LargeProblemWarning(
-                f"{len(combos)} combinations of {len(table.qi)} identifying variables and {rare} rare cells give "
-                f"{problem.rare_rows:,} rows of C1 (more than {LARGE_PROBLEM_ROWS:,}): the design may take many minutes "
-                "and gigabytes. A smaller combination_size, an explicit list of combinations or coarser variables "
+                f"{len(combos)} combinations of {len(table.qi)} identifying variables and {rare} "
+                "rare cells give "
+                f"{problem.rare_rows:,} rows of C1 (more than {LARGE_PROBLEM_ROWS:,}): the design "
+                "may take many minutes "
+                "and gigabytes. A smaller combination_size, an explicit list of combinations or "
+                "coarser variables "
                 "make it smaller."
             ),
             stacklevel=2,

@@ -49,9 +49,7 @@ RELAXATION_TOL = 1e-6
 
 #: The expected-changes bound keeps the rows of the reduced C1 of as many combinations as fit in
 #: this many rows (all of them when they fit): a weaker bound, still valid, where all rows would
-#: cost more than the design.  Measured on the census samples (2 loaded CPUs): 6,505 cells, all 10
-#: combinations (61,440 rows) 13 s, bound 3,659; 22,670 cells, 4 of 20 combinations 22 s, bound
-#: 4,226 (all 20: 79-131 s, 4,388); 47,526 cells, 2 of 35 combinations 27 s.
+#: cost more than the design.
 CHANGES_BOUND_MAX_ROWS = 100_000
 
 

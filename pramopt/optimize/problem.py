@@ -72,13 +72,15 @@ class DesignProblem:
         bad = [f for f in fixed if f not in qi]
         if bad:
             raise InvalidParameterError(
-                f"The 'fixed' parameter of {owner} must name identifying variables {qi!r}; got {bad!r}."
+                f"The 'fixed' parameter of {owner} must name identifying variables {qi!r}; got "
+                f"{bad!r}."
             )
         keep = _keep_rows(table, params.keep_cells, owner)
         bad = [v for v in (params.change_weights or ()) if v not in qi]
         if bad:
             raise InvalidParameterError(
-                f"The 'change_weights' parameter of {owner} must name identifying variables {qi!r}; got {bad!r}."
+                f"The 'change_weights' parameter of {owner} must name identifying variables "
+                f"{qi!r}; got {bad!r}."
             )
         objective = objective_for(params, table)
         return DesignProblem(
@@ -247,7 +249,8 @@ def _keep_rows(table: FrequencyTable, keep_cells, owner: str) -> np.ndarray:
     missing = [q for q in table.qi if q not in kc.columns]
     if missing:
         raise InvalidParameterError(
-            f"The 'keep_cells' parameter of {owner} must give a value of every identifying variable; "
+            f"The 'keep_cells' parameter of {owner} must give a value of every identifying "
+            "variable; "
             f"{missing!r} missing."
         )
     idx = cells_of(kc, table)

@@ -7,18 +7,16 @@ is then exact, ``E_k = U0(k) - out_k + in_k``, and so is every denominator of C1
 cells that may exchange records: the whole table, a stratum of the fixed variables, a block;
 ``in_k = out_k`` for an invariant design) and kept cells send nothing.  With
 ``max_changed_variables`` the flows ``f_kl = U0(k) P_kl`` of the permitted transitions are variables
-too (``out_k = sum_l f_kl``, ``in_k = sum_l f_lk``), so that records go only where a design may send them.  Of C1's rows it keeps,
-for every rare cell m (U0(m) < 1/alpha: the other rows always hold, bound (2)) and every group
-g of m, ``P_mm <= S[m, g] <= alpha D_g``, that is ``alpha D_g + out_m / U0(m) >= 1``.  A
-diagonal floor t needs ``out_k <= (1 - t) U0(k)``.
+too (``out_k = sum_l f_kl``, ``in_k = sum_l f_lk``), so that records go only where a design may send
+them.  Of C1's rows it keeps, for every rare cell m (U0(m) < 1/alpha: the other rows always hold,
+bound (2)) and every group g of m, ``P_mm <= S[m, g] <= alpha D_g``, that is
+``alpha D_g + out_m / U0(m) >= 1``.  A diagonal floor t needs ``out_k <= (1 - t) U0(k)``.
 
 Two uses:
 
 * **A bound.**  Every P satisfying C1 with all P_kk >= t gives a feasible point with the same t,
-  so the program's largest t bounds every diagonal floor from above (:func:`floor_bound`).  On
-  the data sets of the test suite and the benchmarks it equals the largest floor phase one
-  finds to four digits, in a fraction of a second to seconds, where phase one takes minutes
-  on rare-heavy data.
+  so the program's largest t bounds every diagonal floor from above (:func:`floor_bound`), far
+  more cheaply than phase one on rare-heavy data.
 * **A lower bound on the expected number of changed records.**  ``sum_k out_k`` is exactly the
   expected number of changed records of P, so the relaxation's smallest ``sum out``
   (:func:`changes_bound`) is at most that of every design satisfying C1 (with the same options):
@@ -51,13 +49,13 @@ __all__ = [
     "loss_bound",
 ]
 
-#: Above this many C1 rows the floor relaxation imposes them lazily, starting with those of groups of
-#: fewer than LAZY_GROUP_RECORDS / alpha records; after LAZY_ROUNDS rounds every row is imposed.
+#: Above this many C1 rows the floor relaxation imposes them lazily, starting with those of groups
+#: of fewer than LAZY_GROUP_RECORDS / alpha records; after LAZY_ROUNDS rounds every row is imposed.
 LAZY_ROWS_ABOVE = 50_000
 LAZY_GROUP_RECORDS = 2.0
 LAZY_ROUNDS = 8
-#: With ``max_changed_variables`` the relaxation carries one flow per permitted transition, up to this
-#: many (beyond, it leaves them out: a weaker relaxation, still a bound).
+#: With ``max_changed_variables`` the relaxation carries one flow per permitted transition, up to
+#: this many (beyond, it leaves them out: a weaker relaxation, still a bound).
 EDGE_LIMIT = 2_000_000
 
 

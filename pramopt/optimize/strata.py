@@ -15,9 +15,9 @@ The strata are independent programs, so they run in parallel: local processes
 (``client.submit``), each running :func:`pramopt.design` on one stratum's table
 (:func:`design_stratum`, a picklable top-level function).  The matrices are merged block-diagonally
 into the full cell order, the merged matrix is checked against the full, unreduced C1
-(:func:`pramopt.verified_result.verify_stage`), and one :class:`~pramopt.DesignResult` is finished: SUCCESS
-only when every stratum succeeded and the merged check passes.  The L2 loss of a block-diagonal
-P is sum_s (n_s / n)^2 loss_s (P^-1 is block diagonal too), so it is not recomputed.
+(:func:`pramopt.verified_result.verify_stage`), and one :class:`~pramopt.DesignResult` is finished:
+SUCCESS only when every stratum succeeded and the merged check passes.  The L2 loss of a
+block-diagonal P is sum_s (n_s / n)^2 loss_s (P^-1 is block diagonal too), so it is not recomputed.
 """
 
 from __future__ import annotations
@@ -65,7 +65,8 @@ def check_client(client, owner: str = "design"):
         raise ImportError("A Dask client needs distributed: pip install 'pramopt[dask]'.") from e
     if not isinstance(client, distributed.Client):
         raise InvalidParameterError(
-            f"The 'client' parameter of {owner} must be a distributed.Client; got {type(client).__name__}."
+            f"The 'client' parameter of {owner} must be a distributed.Client; got "
+            f"{type(client).__name__}."
         )
     return client
 
@@ -73,7 +74,8 @@ def check_client(client, owner: str = "design"):
 def split_strata(
     table: FrequencyTable, params: DesignParams, owner: str = "design"
 ) -> list[Stratum]:
-    """One :class:`Stratum` per combination of the fixed values present, in the order of the codes."""
+    """One :class:`Stratum` per combination of the fixed values present, in the order of the
+    codes."""
     qi = list(table.qi)
     # the joint design's checks (fixed names, keep_cells present), before any work
     bad = [f for f in params.fixed or () if f not in qi]
@@ -295,7 +297,8 @@ def design_strata(
     elif rep.max_risk <= alpha:
         status = Status.SUCCESS
         message = (
-            f"Designed per stratum of {', '.join(params.fixed)} ({len(strata)} strata, {where}), each "
+            f"Designed per stratum of {', '.join(params.fixed)} ({len(strata)} strata, {where}), "
+            "each "
             "under C1 within its stratum (every combination extended by the fixed variables). "
             "Full C1 verified on the merged matrix."
         )

@@ -116,14 +116,14 @@ def solve_qp(
             scale,
         )
         n = H.shape[0]
-    I = sp.identity(n, format="csr")
+    eye = sp.identity(n, format="csr")
     # Clarabel's form A y + s = b, s in a cone: equalities in the zero cone, every finite
     # bound of a row or a column as one non-negative slack
     eq = row_lo == row_hi
     fix = col_lo == col_hi
     up, dn = ~eq & np.isfinite(row_hi), ~eq & np.isfinite(row_lo)
     cu, cl = ~fix & np.isfinite(col_hi), ~fix & np.isfinite(col_lo)
-    M = sp.vstack([A[eq], I[fix], A[up], -A[dn], I[cu], -I[cl]], format="csc")
+    M = sp.vstack([A[eq], eye[fix], A[up], -A[dn], eye[cu], -eye[cl]], format="csc")
     b = np.concatenate([row_lo[eq], col_lo[fix], row_hi[up], -row_lo[dn], col_hi[cu], -col_lo[cl]])
     cones = [
         clarabel.ZeroConeT(int(eq.sum() + fix.sum())),
@@ -203,7 +203,8 @@ def _lift_pairs(H, c, A, row_lo, row_hi, col_lo, col_hi, nx, hdiag, pairs, cente
         shape=(n + 2 * m,) * 2,
     )
     c = np.concatenate([c, HS.T @ center, np.zeros(m)])
-    # w_i = y_i' (x - center - sum_(j > i) t_j s_j):  y_i' x - sum_(j > i) (y_i' s_j) t_j - w_i = y_i' center
+    # w_i = y_i' (x - center - sum_(j > i) t_j s_j):
+    #   y_i' x - sum_(j > i) (y_i' s_j) t_j - w_i = y_i' center
     E = sp.hstack(
         [
             sp.csr_matrix(Y.T),

@@ -66,7 +66,8 @@ class Constraint(Protocol):
         (:data:`AUX_BLOCKS`)."""
 
     def rows(self, support, elastic: bool) -> list:
-        """Its :class:`RowBlock` list over ``support`` (``elastic``: with slacks, where it has any)."""
+        """Its :class:`RowBlock` list over ``support`` (``elastic``: with slacks, where it has
+        any)."""
 
     def prices(self, duals) -> Prices | None:
         """Its pricing terms from the row duals of a solve

@@ -17,10 +17,12 @@ Both notions bound ratios of entries of a column of P:
   its current P (:func:`balancing_weights`): the union over s of these sets is
   ``{P : every cycle u1 -> u2 -> ... -> u1 has mean log-ratio <= ln r}``, against Theorem 3's
   ``{every cycle of length 2}``; the two agree whenever the worst cycle of the current P has
-  length 2.  The independent exact check (:func:`pramopt.risk.dp_pk_anonymity.pk_anonymity`) decides.
+  length 2.  The independent exact check (:func:`pramopt.risk.dp_pk_anonymity.pk_anonymity`)
+  decides.
 
-  Theorem 3's set itself is linear in ``y = ln P`` (:func:`pramopt.optimize.program.pk_log_program`): the designer polishes
-  in log space over it, up to ``EXACT_K_MAX_CELLS`` cells (its K^3 rows).
+  Theorem 3's set itself is linear in ``y = ln P``
+  (:func:`pramopt.optimize.program.pk_log_program`): the designer polishes in log space over it, up
+  to ``EXACT_K_MAX_CELLS`` cells (its K^3 rows).
 
 The rows share no code with those checks.
 """
@@ -122,14 +124,16 @@ def ratio_rows(support: Support, bounds) -> tuple[list, int]:
 
 
 def pk_ratio_target(k: float, n: int) -> float:
-    """``a = (k - 1)/(n - 1)``: Pk-anonymity at level k on n records needs ``AR >= a`` (Theorem 3)."""
+    """``a = (k - 1)/(n - 1)``: Pk-anonymity at level k on n records needs ``AR >= a``
+    (Theorem 3)."""
     if n <= 1:
         return 0.0
     return (float(k) - 1.0) / (n - 1.0)
 
 
 def _log_ratios(P: np.ndarray) -> np.ndarray:
-    """``W[u, v] = max_j ln(P[u, j] / P[v, j])`` over the columns in use (every entry positive there)."""
+    """``W[u, v] = max_j ln(P[u, j] / P[v, j])`` over the columns in use (every entry positive
+    there)."""
     used = P.max(axis=0) > 0
     L = np.log(P[:, used])
     K = P.shape[0]
@@ -175,12 +179,14 @@ def balancing_weights(P, iterations: int = 60, solver: str | None = None) -> np.
             sigma = res.x[:K]
             return np.exp(sigma - sigma.mean())
     except (ValueError, FloatingPointError, np.linalg.LinAlgError):  # pragma: no cover
-        pass  # the solver could not weight the rows: plain column ratios, which are still sufficient
+        # the solver could not weight the rows: plain column ratios, which are still sufficient
+        pass
     return np.ones(K)
 
 
 def ratio_slack(P, scale=None) -> float:
-    """``max_j max_m (s_m P[m,j]) / min_m (s_m P[m,j])`` over the columns in use (inf with a zero)."""
+    """``max_j max_m (s_m P[m,j]) / min_m (s_m P[m,j])`` over the columns in use (inf with a
+    zero)."""
     P = np.asarray(P.toarray() if sp.issparse(P) else P, dtype=float)
     Q = P if scale is None else P * np.asarray(scale, dtype=float)[:, None]
     used = Q.max(axis=0) > 0

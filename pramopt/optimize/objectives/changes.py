@@ -28,7 +28,8 @@ __all__ = ["WeightedChangesL2", "change_cost"]
 
 
 def change_cost(codes: np.ndarray, weights: np.ndarray, rows, cols) -> np.ndarray:
-    """``h_w(rows[i], cols[i]) = sum_j w_j [codes[rows[i], j] != codes[cols[i], j]]`` (any shape)."""
+    """``h_w(rows[i], cols[i]) = sum_j w_j [codes[rows[i], j] != codes[cols[i], j]]`` (any
+    shape)."""
     rows, cols = np.asarray(rows), np.asarray(cols)
     return (codes[rows] != codes[cols]) @ weights
 

@@ -148,7 +148,8 @@ class BlockModel:
 
 
 def _solve_at_size(problem: DesignProblem, target: float, a_solve: float, trace: Trace) -> Attempt:
-    """Block-diagonal retention-replacement design with blocks of ``target`` records, verified lazily."""
+    """Block-diagonal retention-replacement design with blocks of ``target`` records, verified
+    lazily."""
     p = problem.params
     K = problem.K
     counts = problem.counts
@@ -293,7 +294,8 @@ def solve(problem: DesignProblem, level: float, trace: Trace) -> Attempt:
     return dataclasses.replace(
         best[0],
         describe=(
-            f"A block-diagonal retention-replacement design was made ({r.blocks} blocks of at least "
+            f"A block-diagonal retention-replacement design was made ({r.blocks} blocks of at "
+            "least "
             f"{r.block_target_records:g} records; P_b = lambda I + 1 v^T is invertible for any "
             "lambda > 0)."
         ),

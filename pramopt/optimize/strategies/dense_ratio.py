@@ -2,16 +2,18 @@
 
 Both notions need every entry of a column of P positive together, so the support is dense over
 the present cells and the program has K^2 entries of P, one auxiliary column per cell and bound,
-and 2 K^2 ratio rows per bound (:mod:`..constraints.column_ratio`), plus C1's rows when alpha applies
-(the rare rows of each cell's own groups first, rows outside them lazily, as the block designs do).
+and 2 K^2 ratio rows per bound (:mod:`..constraints.column_ratio`), plus C1's rows when alpha
+applies (the rare rows of each cell's own groups first, rows outside them lazily, as the block
+designs do).
 
 The steps:
 
 1. the start: retention-replacement on the present cells with the largest ρ meeting every
-   requirement (:func:`pramopt.baselines.retention_meeting.retention_meeting`) -- feasible, so the design is
-   never worse than it;
+   requirement (:func:`pramopt.baselines.retention_meeting.retention_meeting`) -- feasible, so the
+   design is never worse than it;
 2. the linear stage (minimum expected number of changed records);
-3. the trust-region refinement of the exact L2 loss (:func:`.refine.refine`) from the better of the two;
+3. the trust-region refinement of the exact L2 loss (:func:`.refine.refine`) from the better of the
+   two;
 4. with k: the row weights of the k rows are re-chosen at the current P
    (:func:`..constraints.column_ratio.balancing_weights`), which keeps P feasible and enlarges the
    linear set around it, and the refinement continues, until a round gains less than ``rtol``.
@@ -60,8 +62,8 @@ __all__ = [
 K_ROUNDS = 6
 
 #: Up to this many cells a design under k is polished over Theorem 3's exact set in log space
-#: (:func:`polish_exact_k`; K^2 (K - 1) rows): on testdata with 4 keys (30 cells) its programs take
-#: about 1-3 s each on a shared 2-CPU machine, and most of the gain comes in the first iterations.
+#: (:func:`polish_exact_k`; its K^2 (K - 1) rows grow fast), and most of the gain comes in the
+#: first iterations.
 EXACT_K_MAX_CELLS = 30
 #: Most iterations of that polish.
 EXACT_K_MAX_ITER = 30
@@ -355,9 +357,9 @@ def polish_exact_k(
     :func:`..program.pk_log_program`), from a design meeting k through the sufficient
     condition.  Every iterate meets k exactly (up to the LP's tolerance); a step that would break
     epsilon or C1 (checked exactly, at the solve levels) is rejected like a step that does not
-    lower the loss.  On the tests' small data (11 cells) it lowers the loss by about 16% at k = 20, on
-    testdata with 4 keys (30 cells) by 11% at k = 50 in 30 iterations: the sufficient condition is
-    that conservative there, though the designs meet k with equality either way.
+    lower the loss.  On the tests' small data (11 cells) it lowers the loss by about 16% at k = 20,
+    on testdata with 4 keys (30 cells) by 11% at k = 50 in 30 iterations: the sufficient condition
+    is that conservative there, though the designs meet k with equality either way.
     """
     p = problem.params
     K, counts, n = problem.K, problem.counts, problem.n

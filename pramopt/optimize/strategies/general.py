@@ -60,22 +60,16 @@ MAX_PRICING_ROUNDS = 60
 LP_GAP_RTOL = 1e-4
 #: The refinement prices new transitions after every this many iterations.
 REFINE_CHUNK = 10
-#: Largest support on which the refinement's steps are QPs (curved model).  Clarabel's time per
-#: QP grows with the support: about 7 s on 11,424 entries (340 rare-heavy cells, 3,466 rows),
-#: 10-15 s on 30,000-40,000 (the same cells; testdata with 7 keys), more than 8 minutes on the
-#: 63,844 of the first case's first refinement support, where the warm-started LP takes under a
-#: second.  Larger supports take REFINE_LINEAR_CHUNK linear steps, after which pricing drops the
-#: unused transitions; pricing adds no more than keeps the support within this.  At 40,000 testdata
-#: with 7 keys ends at 1.1307e-4 in 16 steps instead of 1.1314e-4 in 14 (auto mode's replacement
-#: design beats both: 1.1305e-4), but the dense 200-cell design of the scaling series (40,000
-#: entries) takes QP steps: 241 s and loss 4.83e-4, against 25 s and 4.646e-4 in linear steps.
+#: Largest support on which the refinement's steps are QPs (curved model): Clarabel's time per
+#: QP grows quickly with the support, where the warm-started LP stays cheap.  Larger supports take
+#: REFINE_LINEAR_CHUNK linear steps, after which pricing drops the unused transitions; pricing adds
+#: no more than keeps the support within this.
 REFINE_QP_MAX = 25_000
 #: Linear (SLP) steps on a support too large for QPs before pricing trims it.
 REFINE_LINEAR_CHUNK = 3
 #: Curved steps between pricing rounds: one, since the QP's own multipliers price transitions
-#: outside the support at no extra solve (on 340 rare-heavy cells chunks of up to 3 steps, priced
-#: by one more LP each, took 30 iterations in 12 pricing rounds to a loss that pricing after
-#: every step reaches in 25).
+#: outside the support at no extra solve (longer chunks, priced by one more LP each, need more
+#: iterations to the same loss).
 REFINE_QP_CHUNK = 1
 #: One-step chunks in a row without an accepted step that end the refinement (the trust region
 #: has shrunk 4**this-fold: the model no longer predicts the loss there).
@@ -311,7 +305,7 @@ class ColumnGeneration:
                 )
                 if r.size and not settled:
                     # a rebuilt model is solved with presolve, which beats HiGHS's warm start from
-                    # the old basis once thousands of columns are added (measured on 5,577 cells)
+                    # the old basis once thousands of columns are added
                     self.sup = self.sup.union(r, cc)
                     lp = None
                     self.added_cols += r.size
@@ -360,7 +354,8 @@ class ColumnGeneration:
         info = None
         lp = None
         radius, hist, sigma = 0.05, (), 1.0
-        steps = ()  # the last accepted steps: the curved model's curvature pairs, across pricing rounds
+        # the last accepted steps: the curved model's curvature pairs, across pricing rounds
+        steps = ()
         dropped = np.empty(0, dtype=np.int64)  # keys row * K + col dropped before
         idle = 0  # chunks in a row without an accepted step
         settled = False  # whether the last chunk ended with the model predicting < rtol
@@ -388,7 +383,7 @@ class ColumnGeneration:
                 lo,
                 hi,
                 evaluate,
-                check=lambda z: self.pending(sup, z),
+                check=lambda z, sup=sup: self.pending(sup, z),
                 rtol=p.rtol,
                 max_iter=min(chunk if self.widen else p.max_iter, p.max_iter - its),
                 progress=trace.progress,
@@ -680,8 +675,7 @@ def _refine_pairs(Px: sp.coo_matrix, off: np.ndarray, counts: np.ndarray, allowe
     support.  Otherwise (thousands of cells, almost all of them movers) each mover keeps the
     receivers where the exact loss's gradient at the linear-stage design is smallest -- within a
     row, moving mass from the diagonal to column c changes the loss at rate G[m, c] - G[m, m] --
-    and the pricing between refinement chunks adds whatever else would help.  On 5,577 cells
-    the full product has 1.9M entries and one trust-region LP over it takes about 100 s.
+    and the pricing between refinement chunks adds whatever else would help.
     """
     K = Px.shape[0]
     recv = np.unique(Px.col[off])

@@ -79,7 +79,8 @@ class RefineInfo:
     history: tuple = ()  # loss after each iteration, to continue the stopping rule from
     sigma: float = 1.0  # scale of the curvature model at the end, to continue from
     model: str = "linear"  # the model of the last step: "quadratic" or "linear"
-    steps: tuple = ()  # the last accepted steps (sparse K x K), to continue the curvature pairs from
+    # the last accepted steps (sparse K x K), to continue the curvature pairs from
+    steps: tuple = ()
 
 
 def refine(

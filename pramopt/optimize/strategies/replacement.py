@@ -1,4 +1,5 @@
-"""Replacement designs built from the flow relaxation: seconds where the general design takes minutes.
+"""Replacement designs built from the flow relaxation: seconds where the general design takes
+minutes.
 
 Within each pool of cells (the whole table, a stratum of the fixed variables, or a block),
 
@@ -12,8 +13,8 @@ relaxation (:mod:`pramopt.optimize.relaxation`) chooses ``out_k = U0(k) o_k`` an
 exactly and misses C1 only by the terms o_m w(g) the relaxation leaves out, so it is solved at a
 level below alpha that drops until the full C1 check passes.  The relaxation maximises the
 smallest retention and never sees the loss: with ``w`` fixed, the retentions are then
-re-optimised on the exact loss under the exact C1 (:mod:`.replacement_retentions`), and the result replaces
-the relaxation's only when it passes the full check with a smaller loss.
+re-optimised on the exact loss under the exact C1 (:mod:`.replacement_retentions`), and the result
+replaces the relaxation's only when it passes the full check with a smaller loss.
 
 P is invertible whatever its retentions: by the matrix determinant lemma
 det P = prod(1 - o) (1 + w^T diag(1 - o)^-1 o) > 0, and Sherman and Morrison's formula gives P^-1,
@@ -53,7 +54,7 @@ __all__ = [
 #: are split into blocks (about 300 MB as a sparse matrix).
 REPLACEMENT_MAX_ENTRIES = 25_000_000
 #: Above this many cells the relaxation is solved block by block (:func:`_local_relaxation`): the
-#: whole program (400,000 rows at 22,670 cells) does not finish in 15 minutes on 2 cores.
+#: whole program is then too large to solve in one piece.
 LOCAL_RELAXATION_ABOVE = 12_000
 #: Relative margins below alpha tried in turn for the relaxation (the left-out terms o_m w(g)).
 REPLACEMENT_MARGINS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4)
@@ -183,7 +184,8 @@ def solve_replacement(problem: DesignProblem, level: float, trace: Trace, verify
             "replacement",
             time.perf_counter() - t0,
             0,
-            f"solved at alpha*(1-{margin:g}){' block by block' if local else ''}; smallest retention "
+            f"solved at alpha*(1-{margin:g}){' block by block' if local else ''}; smallest "
+            "retention "
             f"{sol.t:.4g}, {int(np.unique(pools).size)} pool(s), {P.nnz} entries",
         )
         rep = verify(P)
@@ -237,10 +239,8 @@ def _finish(problem, trace, verify, floor, o, w, pools, P, rep, target):
 #: relaxation's design already meets C1 at that level (so that the optimisation starts feasible).
 RETENTION_MARGINS = (1e-5, 1e-4, 1e-3, 1e-2)
 #: Linear programs the optimisation of the retentions may solve, over every margin tried (it keeps
-#: its best point so far):
-#: a count rather than seconds, so that a design does not depend on the machine's speed or load.
-#: Small tables stop earlier, when a step gains less than STEP_RTOL (10 solves on testdata, 7 keys);
-#: on the 6-key census sample one solve takes about 7 s.
+#: its best point so far): a count rather than seconds, so that a design does not depend on the
+#: machine's speed or load.  Small tables stop earlier, when a step gains less than STEP_RTOL.
 RETENTION_MAX_SOLVES = 24
 
 
@@ -298,7 +298,8 @@ def _retentions(problem: DesignProblem, trace: Trace, verify, o, w, pools, P, re
             "retentions",
             time.perf_counter() - t0,
             res.steps,
-            f"at alpha*(1-{m:g}): {res.detail}; expected changes {before:.5g} -> {res.changes:.5g}; "
+            f"at alpha*(1-{m:g}): {res.detail}; expected changes {before:.5g} -> "
+            f"{res.changes:.5g}; "
             f"{res.solves} LP solves, {res.rows} of C1's rows imposed",
         )
         rn = verify(Pn)

@@ -22,16 +22,16 @@ where ``W[g, p]`` is the share of pool p's replacement distribution that falls i
   ``a D[g] >= a U0(k) (1 - o_k) + a T_p W[g, p] >= (1 - o_k) + o_k W[g, p] >= o_m W[g, p]``.
   (:meth:`RetentionProgram.excess` still measures them; the program fails if one were violated.)
 
-The program has K + (pools) + (groups of its rows) columns and is linear; its rows are imposed lazily: those
-tight or violated at the start, then those the current point violates (computed exactly from the
-formulas above, in O(K |Π|)), until none is violated.  On it the exact L2 loss (in O(K) by Sherman
-and Morrison, :func:`.replacement.replacement_loss`, with the gradient of
-:func:`replacement_loss_grad`) is minimised by sequential linear programs in a trust region,
-from the relaxation's retentions (feasible), each step accepted only when the exact loss
-decreases.  With ``objective="changes"`` one program minimises the expected number of changed
-records, ``sum_k U0(k) o_k (1 - w_k)``, instead.  The retention of every cell stays at least
-``floor`` (invertibility: det P > 0 for any retention > 0, see :mod:`.replacement`); kept cells
-and cells of pools without receivers keep their records.
+The program has K + (pools) + (groups of its rows) columns and is linear; its rows are imposed
+lazily: those tight or violated at the start, then those the current point violates (computed
+exactly from the formulas above, in O(K |Π|)), until none is violated.  On it the exact L2 loss (in
+O(K) by Sherman and Morrison, :func:`.replacement.replacement_loss`, with the gradient of
+:func:`replacement_loss_grad`) is minimised by sequential linear programs in a trust region, from
+the relaxation's retentions (feasible), each step accepted only when the exact loss decreases.  With
+``objective="changes"`` one program minimises the expected number of changed records,
+``sum_k U0(k) o_k (1 - w_k)``, instead.  The retention of every cell stays at least ``floor``
+(invertibility: det P > 0 for any retention > 0, see :mod:`.replacement`); kept cells and cells of
+pools without receivers keep their records.
 
 The designer's full C1 check (:mod:`pramopt.verify`) still decides: this module returns
 retentions, never a verdict.
@@ -73,14 +73,16 @@ STEP_RTOL = 1e-5
 def replacement_loss_grad(
     o: np.ndarray, w: np.ndarray, pools: np.ndarray, counts
 ) -> tuple[float, np.ndarray]:
-    """The exact L2 loss of ``diag(1 - o) + o w^T`` (per pool) and its gradient in ``o`` (``w`` fixed).
+    """The exact L2 loss of ``diag(1 - o) + o w^T`` (per pool) and its gradient in ``o`` (``w``
+    fixed).
 
-    With ``lam = 1 - o``, ``a = o / lam``, ``b = w / lam``, ``c = 1 + w . a`` and ``B = ||b||^2`` per
-    pool, row l of P^-1 has squared norm ``r_l = 1/lam_l^2 - 2 a_l b_l / (lam_l c) + a_l^2 B / c^2``
-    and the released count is ``M_l = U0(l) lam_l + w_l s`` with ``s = sum U0 o``; the loss is
-    ``sum_l r_l M_l / n^2 - 1/n`` (:func:`.replacement.replacement_loss`).  The gradient is the
-    derivative of that expression term by term: o_j enters r_j through lam_j, a_j and b_j, every
-    r_l of its pool through c and B, and M through ``-U0(j) e_j + U0(j) w``.
+    With ``lam = 1 - o``, ``a = o / lam``, ``b = w / lam``, ``c = 1 + w . a`` and ``B = ||b||^2``
+    per pool, row l of P^-1 has squared norm
+    ``r_l = 1/lam_l^2 - 2 a_l b_l / (lam_l c) + a_l^2 B / c^2`` and the released count is
+    ``M_l = U0(l) lam_l + w_l s`` with ``s = sum U0 o``; the loss is ``sum_l r_l M_l / n^2 - 1/n``
+    (:func:`.replacement.replacement_loss`).  The gradient is the derivative of that expression term
+    by term: o_j enters r_j through lam_j, a_j and b_j, every r_l of its pool through c and B, and M
+    through ``-U0(j) e_j + U0(j) w``.
     """
     counts = np.asarray(counts, dtype=float)
     n = counts.sum()
@@ -304,9 +306,9 @@ def _lazy_solve(prog, cost, lo, hi, act_in, max_solves=None):
 
 def _slp(x, lo, hi, fgrad, solve, max_solves, radius=0.25):
     """Trust-region sequential linear programming on ``fgrad`` (value and gradient) from the
-    feasible ``x``: each step minimises the gradient over the program (``solve(cost, lo, hi, solves_left)``)
-    within ``x +- radius``, and is kept only when the exact value decreases (the radius doubles,
-    up to 1, after good steps and shrinks after poor ones).
+    feasible ``x``: each step minimises the gradient over the program
+    (``solve(cost, lo, hi, solves_left)``) within ``x +- radius``, and is kept only when the exact
+    value decreases (the radius doubles, up to 1, after good steps and shrinks after poor ones).
     Returns ``(x, f, accepted, steps, solves)``."""
     f, g = fgrad(x)
     steps = solves = accepted = 0
@@ -352,11 +354,11 @@ def optimise_retentions(
     For the loss, ``o0`` must meet C1 at level ``a`` (the relaxation's design, after its margin): it
     is the start, and every accepted step keeps C1 and lowers the exact loss, until a step gains
     less than :data:`STEP_RTOL` or ``max_solves`` linear programs have been solved (a count, not a
-    clock, so that the same data and parameters give the same design on any machine).  Returns None when the
-    program could not be solved; otherwise a result whose ``o`` meets C1 at level ``a`` to the
-    LP solver's feasibility tolerance (rows not imposed are added when the point violates them by
-    more than :data:`VIOLATION_TOL`; the imposed ones hold to HiGHS's own tolerance, about 1e-7 of
-    their bound): the margin below alpha absorbs it, and the caller verifies the matrix at alpha.
+    clock, so that the same data and parameters give the same design on any machine).  Returns None
+    when the program could not be solved; otherwise a result whose ``o`` meets C1 at level ``a`` to
+    the LP solver's feasibility tolerance (rows not imposed are added when the point violates them
+    by more than :data:`VIOLATION_TOL`; the imposed ones hold to HiGHS's own tolerance, about 1e-7
+    of their bound): the margin below alpha absorbs it, and the caller verifies the matrix at alpha.
     """
     prog = RetentionProgram(problem, w, pools, a, floor)
     pl, U = prog.pools, problem.counts
@@ -386,7 +388,7 @@ def optimise_retentions(
         lo,
         prog.hi,
         lambda x: replacement_loss_grad(x, w, pl, U),
-        lambda c, l, h, left: prog.solve(c, l, h, act, left),
+        lambda c, low, high, left: prog.solve(c, low, high, act, left),
         max_solves,
     )
     return RetentionResult(
