@@ -474,6 +474,23 @@ def frontier(
                     f"{name}); the frontier was stopped."
                 ) from e
 
+    rows, designs, base = _points(table, combos, alphas, names, opts, seed, tell)
+    notes = _notes(skipped, names, opts)
+    qi_names = list(table.qi)
+    return Frontier(
+        points=pd.DataFrame(rows, columns=list(COLUMNS)),
+        alphas=alphas,
+        designs=MappingProxyType(designs),
+        baselines=MappingProxyType(base),
+        table=table,
+        combinations=tuple(tuple(qi_names[i] for i in c) for c in combos),
+        params=MappingProxyType(opts),
+        notes=tuple(notes),
+    )
+
+
+def _points(table, combos, alphas, names, opts: dict, seed: int, tell) -> tuple:
+    """The frontier's rows, the optimal designs and the baselines at each α, in that order."""
     rows, designs, base = [], {}, {}
     for a in alphas:
         tell(a, OPTIMAL, None)
@@ -491,6 +508,11 @@ def frontier(
             base[a][name] = b
             tell(a, name, b)
         base[a] = MappingProxyType(base[a])
+    return rows, designs, base
+
+
+def _notes(skipped, names, opts: dict) -> list[str]:
+    """The frontier's notes: baselines skipped, options that restrict the optimal design only."""
     notes = [skipped] if skipped else []
     restricting = [
         k
@@ -507,8 +529,8 @@ def frontier(
     ]
     if names and restricting:
         notes.append(
-            f"The options {', '.join(restricting)} restrict the optimal design only; the baselines "
-            "are calibrated to C1 at α alone."
+            f"The options {', '.join(restricting)} restrict the optimal design only; "
+            "the baselines are calibrated to C1 at α alone."
         )
     if opts.get("change_weights"):
         # the points compare the exact L2 loss, which the optimal design no longer minimises alone
@@ -516,14 +538,4 @@ def frontier(
             "With change_weights the optimal design minimises the L2 loss plus the weighted "
             "changes (details['weighted_objective']), not the L2 loss the points show."
         )
-    qi_names = list(table.qi)
-    return Frontier(
-        points=pd.DataFrame(rows, columns=list(COLUMNS)),
-        alphas=alphas,
-        designs=MappingProxyType(designs),
-        baselines=MappingProxyType(base),
-        table=table,
-        combinations=tuple(tuple(qi_names[i] for i in c) for c in combos),
-        params=MappingProxyType(opts),
-        notes=tuple(notes),
-    )
+    return notes

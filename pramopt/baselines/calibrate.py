@@ -348,17 +348,15 @@ def calibrate_retention(
 
     rho = _largest_feasible(lambda r: screen(build([r] * d)), alpha, 0.0, 1.0, tol)
     family = "retention-per-attribute" if per_attribute else "retention"
-    if rho is None:
+
+    def finish(P, params, fallback=None):
         return _finish(
-            family,
-            table,
-            combos,
-            alpha,
-            build([0.0] * d),
-            {"rho": [0.0] * d if per_attribute else 0.0, "levels": levels},
-            screen,
-            inputs=inputs,
-            t0=t0,
+            family, table, combos, alpha, P, params, screen, fallback, inputs=inputs, t0=t0
+        )
+
+    if rho is None:
+        return finish(
+            build([0.0] * d), {"rho": [0.0] * d if per_attribute else 0.0, "levels": levels}
         )
     if not per_attribute:
 
@@ -366,45 +364,10 @@ def calibrate_retention(
             r = max(0.0, rho - tol * 2**i)
             return build([r] * d), {"rho": r, "levels": levels}
 
-        return _finish(
-            family,
-            table,
-            combos,
-            alpha,
-            build([rho] * d),
-            {"rho": rho, "levels": levels},
-            screen,
-            back,
-            inputs=inputs,
-            t0=t0,
-        )
+        return finish(build([rho] * d), {"rho": rho, "levels": levels}, back)
 
     def ascend(rhos, order):
-        rhos = list(rhos)
-        for _ in range(passes):
-            changed = False
-            for v in order:
-                rest = np.ones_like(same[0])
-                for w, r in enumerate(rhos):
-                    if w != v:
-                        rest *= factor(w, r)
-                A1, A0 = rest * same[v], rest / levels[v]
-                S1, S0 = screen.group_sums(A1), screen.group_sums(A0)
-                r1, r0 = A1.sum(axis=1), A0.sum(axis=1)
-
-                # C1 risk with rho_v = r, the others fixed: linear before normalising
-                def f(r, S1=S1, S0=S0, r1=r1, r0=r0):
-                    return screen.from_sums(
-                        (r * S1 + (1.0 - r) * S0) / (r * r1 + (1.0 - r) * r0)[:, None]
-                    )
-
-                best = _largest_feasible(f, alpha, rhos[v], 1.0, tol)
-                if best is not None and best > rhos[v] + tol / 2:
-                    rhos[v] = best
-                    changed = True
-            if not changed:
-                break
-        return rhos
+        return _ascend(rhos, order, factor, same, levels, screen, alpha, tol, passes)
 
     by_levels = sorted(range(d), key=lambda v: levels[v])
     starts = [
@@ -419,18 +382,37 @@ def calibrate_retention(
         r = [max(0.0, x - tol * 2**i) for x in best]
         return build(r), {"rho": r, "levels": levels}
 
-    return _finish(
-        family,
-        table,
-        combos,
-        alpha,
-        build(best),
-        {"rho": best, "levels": levels},
-        screen,
-        back,
-        inputs=inputs,
-        t0=t0,
-    )
+    return finish(build(best), {"rho": best, "levels": levels}, back)
+
+
+def _ascend(rhos, order, factor, same, levels, screen, alpha, tol, passes: int) -> list:
+    """Coordinate search from ``rhos``: each ρ_v in ``order`` raised by bisection to the largest
+    value that keeps C1 with the others fixed, for ``passes`` rounds or until none moves."""
+    rhos = list(rhos)
+    for _ in range(passes):
+        changed = False
+        for v in order:
+            rest = np.ones_like(same[0])
+            for w, r in enumerate(rhos):
+                if w != v:
+                    rest *= factor(w, r)
+            A1, A0 = rest * same[v], rest / levels[v]
+            S1, S0 = screen.group_sums(A1), screen.group_sums(A0)
+            r1, r0 = A1.sum(axis=1), A0.sum(axis=1)
+
+            # C1 risk with rho_v = r, the others fixed: linear before normalising
+            def f(r, S1=S1, S0=S0, r1=r1, r0=r0):
+                return screen.from_sums(
+                    (r * S1 + (1.0 - r) * S0) / (r * r1 + (1.0 - r) * r0)[:, None]
+                )
+
+            best = _largest_feasible(f, alpha, rhos[v], 1.0, tol)
+            if best is not None and best > rhos[v] + tol / 2:
+                rhos[v] = best
+                changed = True
+        if not changed:
+            break
+    return rhos
 
 
 # ---------------------------------------------------------------------------------------------

@@ -323,45 +323,15 @@ def ifpr_design(
     for c in need:
         if c in used:
             continue
-        cand = [
-            int(j)
-            for j in np.lexsort((np.arange(k), T))
-            if j != c and j not in used and T[j] >= T[c]
-        ]
-        levels = [xi] + ([1.0 / m for m in range(n_star - 1, 1, -1)] if fallback else [])
-        if method == "nayak":
-            levels = [x for x in levels if x > 1.0 / 3.0]
-
-        def theta_of(x, c=c):
-            return _nayak_theta(x) if method == "nayak" else _theta(x, float(T[c]))
-
-        # the block size falls as ξ grows: skip (by bisection) the levels needing more partners
-        # than there are candidates, instead of trying thousands of ξ_l one by one
-        lo, hi = 0, len(levels)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if _block_size(theta_of(levels[mid]), float(T[c])) - 1 <= len(cand):
-                hi = mid
-            else:
-                lo = mid + 1
-        done = False
-        for x in levels[lo:]:
-            th = theta_of(x)
-            kb = _block_size(th, float(T[c]))
-            if partners == "safe":
-                ok = [j for j in cand if T[j] == T[c] or _psi(float(T[j]), th) <= x + 1e-12]
-            else:
-                ok = cand
-            if len(ok) >= kb - 1:
-                b = [c] + ok[: kb - 1]
-                blocks.append(tuple(b))
-                thetas.append(th)
-                xis.append(x)
-                used.update(b)
-                done = True
-                break
-        if not done:
+        found = _block_for(c, T, used, xi, n_star, method, partners, fallback)
+        if found is None:
             unprotected.append(c)
+            continue
+        b, th, x = found
+        blocks.append(tuple(b))
+        thetas.append(th)
+        xis.append(x)
+        used.update(b)
     P = ifpr_block_matrix(T, blocks, thetas) if blocks else np.eye(k)
     r1 = correct_match_risks(P, T)
     inv = float(np.abs(T @ P - T).max())
@@ -378,6 +348,40 @@ def ifpr_design(
         invariance_error=inv,
         method=method,
     )
+
+
+def _block_for(c: int, T, used, xi, n_star: int, method, partners, fallback):
+    """The block that protects category ``c``: ``(members, θ, ξ used)``, or None."""
+    k = T.size
+    cand = [
+        int(j) for j in np.lexsort((np.arange(k), T)) if j != c and j not in used and T[j] >= T[c]
+    ]
+    levels = [xi] + ([1.0 / m for m in range(n_star - 1, 1, -1)] if fallback else [])
+    if method == "nayak":
+        levels = [x for x in levels if x > 1.0 / 3.0]
+
+    def theta_of(x, c=c):
+        return _nayak_theta(x) if method == "nayak" else _theta(x, float(T[c]))
+
+    # the block size falls as ξ grows: skip (by bisection) the levels needing more partners
+    # than there are candidates, instead of trying thousands of ξ_l one by one
+    lo, hi = 0, len(levels)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _block_size(theta_of(levels[mid]), float(T[c])) - 1 <= len(cand):
+            hi = mid
+        else:
+            lo = mid + 1
+    for x in levels[lo:]:
+        th = theta_of(x)
+        kb = _block_size(th, float(T[c]))
+        if partners == "safe":
+            ok = [j for j in cand if T[j] == T[c] or _psi(float(T[j]), th) <= x + 1e-12]
+        else:
+            ok = cand
+        if len(ok) >= kb - 1:
+            return [c] + ok[: kb - 1], th, x
+    return None
 
 
 def ifpr_matrix(T, xi, **kwargs) -> np.ndarray:

@@ -154,71 +154,16 @@ def design_households(
         seen.append(rh.matrix)
         kinds = ("general", "replacement") + (() if "by-household" in found else ("by-household",))
         for kind in kinds:
-            for margin in _MARGINS:
-                t1 = time.perf_counter()
-                a_s = alpha * (1 - margin)
-                if kind == "general":
-                    Pp = solve_person(
-                        lay, rh.matrix, combos, a_s, floor, keep, solver=params.solver
-                    )
-                elif kind == "replacement":
-                    Pp = solve_person_replacement(
-                        lay,
-                        rh.matrix,
-                        combos,
-                        a_s,
-                        max(1e-3, params.min_diagonal or 0.0),
-                        keep,
-                        solver=params.solver,
-                    )
-                else:
-                    Pp = solve_person_by_household(
-                        lay,
-                        rh.matrix,
-                        combos,
-                        a_s,
-                        max(0.15, params.min_diagonal or 0.0),
-                        keep,
-                        solver=params.solver,
-                    )
-                name = f"person {kind}@{frac:g}"
-                if Pp is None:
-                    stages.append(Stage(name, time.perf_counter() - t1, 0, "infeasible"))
-                    break
-                rep, R, cols = record_check(lay, rh.matrix, Pp, combos)
-                if rep.max_risk <= alpha:
-                    try:
-                        loss, indep = household_loss(lay, rh.matrix, Pp, same)
-                    except (
-                        np.linalg.LinAlgError
-                    ):  # a singular person part has no unbiased estimator
-                        stages.append(Stage(name, time.perf_counter() - t1, 0, "singular"))
-                        break
-                    found.add(kind)
-                    tried[f"{kind}@{frac:g}"] = loss
-                    stages.append(
-                        Stage(
-                            name,
-                            time.perf_counter() - t1,
-                            0,
-                            f"record-level max risk {rep.max_risk:.6g} "
-                            f"at margin {margin:g}, loss {loss:.4g}",
-                        )
-                    )
-                    if best is None or loss < best[0]:
-                        best = (loss, indep, frac, rh, Pp, rep, R.shape[1], kind)
-                    break
-                stages.append(
-                    Stage(
-                        name,
-                        time.perf_counter() - t1,
-                        0,
-                        f"record-level max risk {rep.max_risk:.6g} > alpha at margin {margin:g}",
-                    )
-                )
-                if kind == "by-household" and not rep.max_risk <= alpha * 1.01:
-                    # far above alpha: a larger margin does not help (and each try is a large LP)
-                    break
+            hit = _person_at_margins(
+                kind, frac, lay, rh, combos, alpha, floor, keep, params, same, stages
+            )
+            if hit is None:
+                continue
+            loss, indep, Pp, rep, n_cols = hit
+            found.add(kind)
+            tried[f"{kind}@{frac:g}"] = loss
+            if best is None or loss < best[0]:
+                best = (loss, indep, frac, rh, Pp, rep, n_cols, kind)
     hd = dict(households=int(hh.max()) + 1, tried_fractions=tried)
     out = dict(
         household=params.household,
@@ -229,25 +174,93 @@ def design_households(
         stages=stages,
     )
     if best is None:
-        rh = last if last is not None else rh
-        why = (
-            f"the household part failed at alpha {rh.alpha:g} ({rh.message})"
-            if not rh.success
-            else "no person part met C1 at record level with any household part tried"
-        )
-        return HouseholdDesign(
-            household_design=rh,
-            person_matrix=np.eye(lay.person_table.n_cells),
-            status=Status.INFEASIBLE,
-            message=f"No household design found: {why}.",
-            max_risk=float("nan"),
-            loss=float("nan"),
-            expected_changes=float("nan"),
-            alpha_household=rh.alpha,
-            details=hd,
-            **out,
-        )
+        return _not_found(last if last is not None else rh, lay, hd, out)
     return _chosen(best, alpha, lay, tried, hd, out)
+
+
+def _person_at_margins(kind, frac, lay, rh, combos, alpha, floor, keep, params, same, stages):
+    """The person part of ``kind`` under the household part ``rh``, at the first margin where
+    it meets C1 at record level: ``(loss, indep, Pp, rep, n_cols)``, or None.  Appends a stage
+    per try."""
+    for margin in _MARGINS:
+        t1 = time.perf_counter()
+        a_s = alpha * (1 - margin)
+        if kind == "general":
+            Pp = solve_person(lay, rh.matrix, combos, a_s, floor, keep, solver=params.solver)
+        elif kind == "replacement":
+            Pp = solve_person_replacement(
+                lay,
+                rh.matrix,
+                combos,
+                a_s,
+                max(1e-3, params.min_diagonal or 0.0),
+                keep,
+                solver=params.solver,
+            )
+        else:
+            Pp = solve_person_by_household(
+                lay,
+                rh.matrix,
+                combos,
+                a_s,
+                max(0.15, params.min_diagonal or 0.0),
+                keep,
+                solver=params.solver,
+            )
+        name = f"person {kind}@{frac:g}"
+        if Pp is None:
+            stages.append(Stage(name, time.perf_counter() - t1, 0, "infeasible"))
+            return None
+        rep, R, cols = record_check(lay, rh.matrix, Pp, combos)
+        if rep.max_risk <= alpha:
+            try:
+                loss, indep = household_loss(lay, rh.matrix, Pp, same)
+            except np.linalg.LinAlgError:  # a singular person part has no unbiased estimator
+                stages.append(Stage(name, time.perf_counter() - t1, 0, "singular"))
+                return None
+            stages.append(
+                Stage(
+                    name,
+                    time.perf_counter() - t1,
+                    0,
+                    f"record-level max risk {rep.max_risk:.6g} "
+                    f"at margin {margin:g}, loss {loss:.4g}",
+                )
+            )
+            return loss, indep, Pp, rep, R.shape[1]
+        stages.append(
+            Stage(
+                name,
+                time.perf_counter() - t1,
+                0,
+                f"record-level max risk {rep.max_risk:.6g} > alpha at margin {margin:g}",
+            )
+        )
+        if kind == "by-household" and not rep.max_risk <= alpha * 1.01:
+            # far above alpha: a larger margin does not help (and each try is a large LP)
+            return None
+    return None
+
+
+def _not_found(rh, lay, hd: dict, out: dict) -> HouseholdDesign:
+    """The infeasible result: no household part, or no person part under any of them."""
+    why = (
+        f"the household part failed at alpha {rh.alpha:g} ({rh.message})"
+        if not rh.success
+        else "no person part met C1 at record level with any household part tried"
+    )
+    return HouseholdDesign(
+        household_design=rh,
+        person_matrix=np.eye(lay.person_table.n_cells),
+        status=Status.INFEASIBLE,
+        message=f"No household design found: {why}.",
+        max_risk=float("nan"),
+        loss=float("nan"),
+        expected_changes=float("nan"),
+        alpha_household=rh.alpha,
+        details=hd,
+        **out,
+    )
 
 
 def _household_combinations(table: FrequencyTable, combos, hpos) -> list:

@@ -118,24 +118,7 @@ def read_matrix(path, qi, data: pd.DataFrame | None = None) -> tuple[np.ndarray,
     )
     fcols, tcols = [f"from_{q}" for q in qi], [f"to_{q}" for q in qi]
     if all(c in df.columns for c in fcols + tcols) and "probability" in df.columns:
-        frm = df[fcols].set_axis(qi, axis=1)
-        to = df[tcols].set_axis(qi, axis=1)
-        if data is not None:
-            for q in qi:
-                frm[q], to[q] = _coerce(frm[q], data[q]), _coerce(to[q], data[q])
-        both = pd.concat([frm, to], ignore_index=True)
-        key = pd.MultiIndex.from_frame(both.astype(object))
-        cells_idx = key.unique()
-        pos = cells_idx.get_indexer(key)
-        n = len(df)
-        K = len(cells_idx)
-        P = np.zeros((K, K))
-        np.add.at(P, (pos[:n], pos[n:]), df["probability"].to_numpy(dtype=float))
-        cells = both.drop_duplicates().reset_index(drop=True)
-        cells = cells.iloc[
-            pd.MultiIndex.from_frame(cells.astype(object)).get_indexer(cells_idx)
-        ].reset_index(drop=True)
-        return P, cells
+        return _read_long(df, qi, fcols, tcols, data)
     renamed = {}
     if (
         len(qi) == 1
@@ -172,4 +155,26 @@ def read_matrix(path, qi, data: pd.DataFrame | None = None) -> tuple[np.ndarray,
     if data is not None:
         for q in qi:
             cells[q] = _coerce(cells[q], data[q])
+    return P, cells
+
+
+def _read_long(df: pd.DataFrame, qi: list, fcols: list, tcols: list, data) -> tuple:
+    """The matrix and its cells from the long form (``from_``/``to_`` columns, ``probability``)."""
+    frm = df[fcols].set_axis(qi, axis=1)
+    to = df[tcols].set_axis(qi, axis=1)
+    if data is not None:
+        for q in qi:
+            frm[q], to[q] = _coerce(frm[q], data[q]), _coerce(to[q], data[q])
+    both = pd.concat([frm, to], ignore_index=True)
+    key = pd.MultiIndex.from_frame(both.astype(object))
+    cells_idx = key.unique()
+    pos = cells_idx.get_indexer(key)
+    n = len(df)
+    K = len(cells_idx)
+    P = np.zeros((K, K))
+    np.add.at(P, (pos[:n], pos[n:]), df["probability"].to_numpy(dtype=float))
+    cells = both.drop_duplicates().reset_index(drop=True)
+    cells = cells.iloc[
+        pd.MultiIndex.from_frame(cells.astype(object)).get_indexer(cells_idx)
+    ].reset_index(drop=True)
     return P, cells

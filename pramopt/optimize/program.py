@@ -155,16 +155,7 @@ def build_program(
         for blk in constraints[i].rows(support, soft):
             add(blk.name, blk.mats, blk.lo, blk.hi, i)
     A = sp.vstack(blocks, format="csc")
-    cost = np.zeros(A.shape[1])
-    col_lo = np.zeros(A.shape[1])
-    col_hi = np.ones(A.shape[1])
-    for k in AUX_BLOCKS:
-        col_hi[cols[k]] = np.inf
-    col_lo[cols["t"]], col_hi[cols["t"]] = -np.inf, 1.0
-    if max_floor:
-        cost[cols["t"]] = -1.0
-    if elastic is not None:
-        cost[cols["s"]] = float(elastic)
+    cost, col_lo, col_hi = _column_costs(A.shape[1], cols, max_floor, elastic)
     return LinearProgram(
         A=A,
         row_lo=np.concatenate(lower),
@@ -179,6 +170,21 @@ def build_program(
         constraints=constraints,
         scale_costs=not max_floor,
     )
+
+
+def _column_costs(n: int, cols: dict, max_floor: bool, elastic: float | None) -> tuple:
+    """Cost and bounds of the program's ``n`` columns, laid out as ``cols``."""
+    cost = np.zeros(n)
+    col_lo = np.zeros(n)
+    col_hi = np.ones(n)
+    for k in AUX_BLOCKS:
+        col_hi[cols[k]] = np.inf
+    col_lo[cols["t"]], col_hi[cols["t"]] = -np.inf, 1.0
+    if max_floor:
+        cost[cols["t"]] = -1.0
+    if elastic is not None:
+        cost[cols["s"]] = float(elastic)
+    return cost, col_lo, col_hi
 
 
 def _aux_widths(constraint: Constraint, support: Support, elastic: bool) -> dict:

@@ -241,18 +241,7 @@ class _FlowProgram:
             ),
             shape=(K, nv),
         )
-        hi = np.full(nv, np.inf)
-        if out_max is not None:
-            hi[:K] = out_max
-        hi[problem.keep_rows] = 0.0
-        hi[o_t] = t_max
-        lo = np.zeros(nv)
-        lo[o_t] = t_min
-        c = np.zeros(nv)
-        if objective == "changes":
-            c[:K] = 1.0
-        else:
-            c[o_t] = -1.0
+        lo, hi, c = _bounds_and_cost(problem, nv, o_t, out_max, t_max, t_min, objective)
         A_eq = sp.vstack([A_D, A_S], format="csr")
         b_eq = np.concatenate([b_D, np.zeros(S)])
         if edges is not None:
@@ -271,6 +260,24 @@ class _FlowProgram:
             A_eq = sp.vstack([A_eq, A_F], format="csr")
             b_eq = np.concatenate([b_eq, np.zeros(2 * K)])
         return cls(c, A_C, A_T.tocsr(), U, A_eq, b_eq, np.column_stack([lo, hi]), o_t, used, gpos)
+
+
+def _bounds_and_cost(problem, nv: int, o_t: int, out_max, t_max, t_min, objective: str) -> tuple:
+    """Column bounds and cost of the flow program (out, in, D, t, flows; see ``build``)."""
+    K = problem.K
+    hi = np.full(nv, np.inf)
+    if out_max is not None:
+        hi[:K] = out_max
+    hi[problem.keep_rows] = 0.0
+    hi[o_t] = t_max
+    lo = np.zeros(nv)
+    lo[o_t] = t_min
+    c = np.zeros(nv)
+    if objective == "changes":
+        c[:K] = 1.0
+    else:
+        c[o_t] = -1.0
+    return lo, hi, c
 
 
 def floor_bound(problem: DesignProblem) -> float | None:

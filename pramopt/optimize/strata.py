@@ -248,15 +248,7 @@ def design_strata(
             stages=trace.stages,
             params=stored,
         )
-    where = (
-        "on the Dask cluster"
-        if client is not None
-        else (
-            "one after the other"
-            if params.workers == 1
-            else f"in {min(params.workers, len(strata))} local processes"
-        )
-    )
+    where = _where(client, params.workers, len(strata))
     count = {"done": 0}
 
     def done(i: int, d: StratumDesign) -> None:
@@ -283,50 +275,10 @@ def design_strata(
     trace.add(st.name, st.seconds, 0, f"max risk {rep.max_risk:.6g}")
     n = table.n
     loss = float(sum((s.n / n) ** 2 * d.loss for s, d in zip(strata, designs)))
-    failed = [(s, d) for s, d in zip(strata, designs) if d.status is not Status.SUCCESS]
-    if failed:
-        s, d = failed[0]
-        others = f" ({len(failed) - 1} more strata failed.)" if len(failed) > 1 else ""
-        status, message = (
-            d.status,
-            (
-                f"Stratum {s.label} ({s.n} records, {s.table.n_cells} cells) failed: "
-                f"{d.message}{others}"
-            ),
-        )
-    elif rep.max_risk <= alpha:
-        status = Status.SUCCESS
-        message = (
-            f"Designed per stratum of {', '.join(params.fixed)} ({len(strata)} strata, {where}), "
-            "each "
-            "under C1 within its stratum (every combination extended by the fixed variables). "
-            "Full C1 verified on the merged matrix."
-        )
-    else:
-        status = Status.UNVERIFIED
-        message = (
-            f"Every stratum was verified, but the merged matrix fails the full C1 "
-            f"(max risk {rep.max_risk:.8g} > {alpha:g})."
-        )
+    status, message = _merged_status(strata, designs, rep.max_risk, alpha, params.fixed, where)
     gammas = [d.gamma for d in designs if d.gamma is not None]
     solvers = sorted({d.solver for d in designs if d.solver})
-    details = {
-        "strata": [
-            {
-                "stratum": s.label,
-                "records": s.n,
-                "cells": s.table.n_cells,
-                "status": d.status.value,
-                "structure": d.structure,
-                "loss": d.loss,
-                "max_risk": d.max_risk,
-                "gamma": d.gamma,
-                "seconds": d.seconds,
-                "message": d.message,
-            }
-            for s, d in zip(strata, designs)
-        ]
-    }
+    details = {"strata": _stratum_rows(strata, designs)}
     return finish(
         P,
         table,
@@ -342,3 +294,65 @@ def design_strata(
         loss=loss,
         details=details,
     )
+
+
+def _where(client, workers, n_strata: int) -> str:
+    """Where the strata are designed, in words."""
+    return (
+        "on the Dask cluster"
+        if client is not None
+        else (
+            "one after the other"
+            if workers == 1
+            else f"in {min(workers, n_strata)} local processes"
+        )
+    )
+
+
+def _merged_status(strata, designs, max_risk, alpha, fixed, where: str) -> tuple:
+    """Status and message of the merged design: the first failed stratum's, else C1's verdict."""
+    failed = [(s, d) for s, d in zip(strata, designs) if d.status is not Status.SUCCESS]
+    if failed:
+        s, d = failed[0]
+        others = f" ({len(failed) - 1} more strata failed.)" if len(failed) > 1 else ""
+        status, message = (
+            d.status,
+            (
+                f"Stratum {s.label} ({s.n} records, {s.table.n_cells} cells) failed: "
+                f"{d.message}{others}"
+            ),
+        )
+    elif max_risk <= alpha:
+        status = Status.SUCCESS
+        message = (
+            f"Designed per stratum of {', '.join(fixed)} ({len(strata)} strata, {where}), "
+            "each under C1 within its stratum (every combination extended by the fixed "
+            "variables). "
+            "Full C1 verified on the merged matrix."
+        )
+    else:
+        status = Status.UNVERIFIED
+        message = (
+            f"Every stratum was verified, but the merged matrix fails the full C1 "
+            f"(max risk {max_risk:.8g} > {alpha:g})."
+        )
+    return status, message
+
+
+def _stratum_rows(strata, designs) -> list[dict]:
+    """One row of ``details["strata"]`` per stratum."""
+    return [
+        {
+            "stratum": s.label,
+            "records": s.n,
+            "cells": s.table.n_cells,
+            "status": d.status.value,
+            "structure": d.structure,
+            "loss": d.loss,
+            "max_risk": d.max_risk,
+            "gamma": d.gamma,
+            "seconds": d.seconds,
+            "message": d.message,
+        }
+        for s, d in zip(strata, designs)
+    ]

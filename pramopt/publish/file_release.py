@@ -362,16 +362,7 @@ def release_file(
     kind = kind_of(result)
     if kind is not None:
         # e.g. households: household-level values once per household, in memory, verified only
-        for name, value, default in (
-            ("batch_size", batch_size, DEFAULT_BATCH_SIZE),
-            ("format", format, None),
-            ("allow_unverified", allow_unverified, False),
-        ):
-            if value != default:
-                raise InvalidParameterError(
-                    f"The {name!r} parameter of {owner} is not supported with a {kind.name} design "
-                    f"(released in memory, verified designs only); got {value!r}."
-                )
+        _refuse_streaming(kind, owner, batch_size, format, allow_unverified)
         dialect = csv_dialect(sep, encoding, decimal, owner)
         return kind.release_file(src, dst, result, seed, dialect, owner)
     table = releasable_table(result, owner, allow_unverified)
@@ -407,6 +398,20 @@ def release_file(
         _check_counts(counter, table, releaser, source, qi)
         sink.close()
     return FileRelease(path=out, n=offset, changed=changed, batches=batches, format=source.format)
+
+
+def _refuse_streaming(kind, owner: str, batch_size, format, allow_unverified) -> None:
+    """Refuse the streaming parameters for a registered kind's design (released in memory)."""
+    for name, value, default in (
+        ("batch_size", batch_size, DEFAULT_BATCH_SIZE),
+        ("format", format, None),
+        ("allow_unverified", allow_unverified, False),
+    ):
+        if value != default:
+            raise InvalidParameterError(
+                f"The {name!r} parameter of {owner} is not supported with a {kind.name} design "
+                f"(released in memory, verified designs only); got {value!r}."
+            )
 
 
 def records_changed(df: pd.DataFrame, out: pd.DataFrame, qi) -> int:

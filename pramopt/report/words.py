@@ -232,52 +232,12 @@ def explanations(figures: dict) -> list[str]:
                 "to 1 the corrected estimates are nearly as precise as the released "
                 "counts; above about 100 they become unstable."
             )
-        elif key.startswith("ε"):
-            if _is(v, math.inf):
-                out.append(
-                    "ε = ∞: no finite ε-differential-privacy guarantee (Ikarashi et al., "
-                    "Theorem 1). Some column of P has a zero next to a positive entry: "
-                    "some released cell can come from one original cell but never from "
-                    "another, and seeing it rules the other out. A design made for C1 only "
-                    "is usually so; design with --epsilon for a finite ε."
-                )
-            elif v is not None:
-                out.append(
-                    f"{key}: ε-differential privacy (Ikarashi et al., Theorem 1), the "
-                    "largest log-ratio of the probabilities that two original cells are "
-                    "released as the same cell; smaller is more private."
-                )
-        elif key.startswith("Pk-anonymity k") and "target" not in key:
-            if _is(v, 1.0):
-                out.append(
-                    "Pk-anonymity k = 1: the smallest value, no Pk-anonymity guarantee "
-                    "(Ikarashi et al., Theorem 3). P has zeros that let an intruder with "
-                    "enough background knowledge tell a record apart from every other; "
-                    "design with --k for a guarantee."
-                )
-            elif v is not None and not (isinstance(v, float) and math.isnan(v)):
-                out.append(
-                    f"{key}: no intruder, whatever they know, can tell which person a "
-                    "released record came from with probability above 1/k (Ikarashi et "
-                    "al., Theorem 3)."
-                )
-            else:
-                out.append(
-                    f"{key} n/a: not computed for a matrix this large (it takes O(K³) operations)."
-                )
-        elif key.startswith("max R1"):
-            if v is None:
-                out.append(
-                    "max R1(1, T) –: the correct-match risk of Nayak et al. is defined for "
-                    "a matrix that acts on one variable; this one acts on several jointly, "
-                    "so it is not computed (C1 is the risk for several variables)."
-                )
-            else:
-                out.append(
-                    "max R1(1, T): the largest chance (Nayak et al.) that a released "
-                    "record with the target's category is the target, over every category "
-                    "as the target."
-                )
+        elif key.startswith(("ε", "max R1")) or (
+            key.startswith("Pk-anonymity k") and "target" not in key
+        ):
+            sentence = _privacy_sentence(key, v)
+            if sentence is not None:
+                out.append(sentence)
         elif key == "invariance error":
             out.append(
                 "invariance error ||U0ᵀP − U0ᵀ||₁: records moved out of balance in "
@@ -291,3 +251,52 @@ def explanations(figures: dict) -> list[str]:
                 "above counts them."
             )
     return out
+
+
+def _privacy_sentence(key: str, v) -> str | None:
+    """The sentence for an ε, Pk-anonymity k or max R1 figure (None when there is none)."""
+    if key.startswith("ε"):
+        if _is(v, math.inf):
+            return (
+                "ε = ∞: no finite ε-differential-privacy guarantee (Ikarashi et al., "
+                "Theorem 1). Some column of P has a zero next to a positive entry: "
+                "some released cell can come from one original cell but never from "
+                "another, and seeing it rules the other out. A design made for C1 only "
+                "is usually so; design with --epsilon for a finite ε."
+            )
+        elif v is not None:
+            return (
+                f"{key}: ε-differential privacy (Ikarashi et al., Theorem 1), the "
+                "largest log-ratio of the probabilities that two original cells are "
+                "released as the same cell; smaller is more private."
+            )
+    elif key.startswith("Pk-anonymity k") and "target" not in key:
+        if _is(v, 1.0):
+            return (
+                "Pk-anonymity k = 1: the smallest value, no Pk-anonymity guarantee "
+                "(Ikarashi et al., Theorem 3). P has zeros that let an intruder with "
+                "enough background knowledge tell a record apart from every other; "
+                "design with --k for a guarantee."
+            )
+        elif v is not None and not (isinstance(v, float) and math.isnan(v)):
+            return (
+                f"{key}: no intruder, whatever they know, can tell which person a "
+                "released record came from with probability above 1/k (Ikarashi et "
+                "al., Theorem 3)."
+            )
+        else:
+            return f"{key} n/a: not computed for a matrix this large (it takes O(K³) operations)."
+    elif key.startswith("max R1"):
+        if v is None:
+            return (
+                "max R1(1, T) –: the correct-match risk of Nayak et al. is defined for "
+                "a matrix that acts on one variable; this one acts on several jointly, "
+                "so it is not computed (C1 is the risk for several variables)."
+            )
+        else:
+            return (
+                "max R1(1, T): the largest chance (Nayak et al.) that a released "
+                "record with the target's category is the target, over every category "
+                "as the target."
+            )
+    return None

@@ -90,13 +90,7 @@ def solve_qp(
     col_lo = P.col_lo.astype(float).copy()
     col_hi = P.col_hi.astype(float).copy()
     col_lo[:nx], col_hi[:nx] = lo, hi
-    if sp.issparse(hdiag):  # a symmetric matrix on the x columns; Clarabel reads its upper triangle
-        Hx = sp.triu(sp.coo_matrix(hdiag)).tocoo()
-        H = sp.csc_matrix((Hx.data, (Hx.row, Hx.col)), shape=(n, n))
-    else:
-        H = sp.diags(
-            np.concatenate([np.asarray(hdiag, dtype=float), np.zeros(n - nx)]), format="csc"
-        )
+    H = _hessian(hdiag, n, nx)
     A = sp.csr_matrix(P.A)
     row_lo, row_hi = P.row_lo, P.row_hi
     m = len(pairs)
@@ -116,19 +110,7 @@ def solve_qp(
             scale,
         )
         n = H.shape[0]
-    eye = sp.identity(n, format="csr")
-    # Clarabel's form A y + s = b, s in a cone: equalities in the zero cone, every finite
-    # bound of a row or a column as one non-negative slack
-    eq = row_lo == row_hi
-    fix = col_lo == col_hi
-    up, dn = ~eq & np.isfinite(row_hi), ~eq & np.isfinite(row_lo)
-    cu, cl = ~fix & np.isfinite(col_hi), ~fix & np.isfinite(col_lo)
-    M = sp.vstack([A[eq], eye[fix], A[up], -A[dn], eye[cu], -eye[cl]], format="csc")
-    b = np.concatenate([row_lo[eq], col_lo[fix], row_hi[up], -row_lo[dn], col_hi[cu], -col_lo[cl]])
-    cones = [
-        clarabel.ZeroConeT(int(eq.sum() + fix.sum())),
-        clarabel.NonnegativeConeT(int(up.sum() + dn.sum() + cu.sum() + cl.sum())),
-    ]
+    M, b, cones, (eq, fix, up, dn) = _cone_form(clarabel, A, row_lo, row_hi, col_lo, col_hi, n)
     s = clarabel.DefaultSettings()
     s.verbose = False
     s.tol_feas = s.tol_gap_abs = s.tol_gap_rel = tol
@@ -143,6 +125,41 @@ def solve_qp(
     y_all = np.asarray(sol.x, dtype=float)
     x = y_all[:nx].copy()
     x[x < ZERO] = 0.0
+    duals = _duals(sol, P, A, c, H, y_all, (eq, fix, up, dn), nx, scale)
+    return LPSolution(Outcome.OPTIMAL, x, NAME, secs, objective=float(sol.obj_val), duals=duals)
+
+
+def _hessian(hdiag, n: int, nx: int) -> sp.csc_matrix:
+    """``H`` over all ``n`` columns (zero outside the ``nx`` x columns)."""
+    if sp.issparse(hdiag):  # a symmetric matrix on the x columns; Clarabel reads its upper triangle
+        Hx = sp.triu(sp.coo_matrix(hdiag)).tocoo()
+        return sp.csc_matrix((Hx.data, (Hx.row, Hx.col)), shape=(n, n))
+    return sp.diags(
+        np.concatenate([np.asarray(hdiag, dtype=float), np.zeros(n - nx)]), format="csc"
+    )
+
+
+def _cone_form(clarabel, A, row_lo, row_hi, col_lo, col_hi, n: int) -> tuple:
+    """Clarabel's ``M``, ``b`` and cones, and the masks of the rows that went where."""
+    eye = sp.identity(n, format="csr")
+    # Clarabel's form A y + s = b, s in a cone: equalities in the zero cone, every finite
+    # bound of a row or a column as one non-negative slack
+    eq = row_lo == row_hi
+    fix = col_lo == col_hi
+    up, dn = ~eq & np.isfinite(row_hi), ~eq & np.isfinite(row_lo)
+    cu, cl = ~fix & np.isfinite(col_hi), ~fix & np.isfinite(col_lo)
+    M = sp.vstack([A[eq], eye[fix], A[up], -A[dn], eye[cu], -eye[cl]], format="csc")
+    b = np.concatenate([row_lo[eq], col_lo[fix], row_hi[up], -row_lo[dn], col_hi[cu], -col_lo[cl]])
+    cones = [
+        clarabel.ZeroConeT(int(eq.sum() + fix.sum())),
+        clarabel.NonnegativeConeT(int(up.sum() + dn.sum() + cu.sum() + cl.sum())),
+    ]
+    return M, b, cones, (eq, fix, up, dn)
+
+
+def _duals(sol, P: LinearProgram, A, c, H, y_all, masks, nx: int, scale: float) -> Duals:
+    """The row duals and reduced costs of the ``x`` columns at Clarabel's solution."""
+    eq, fix, up, dn = masks
     # Clarabel's stationarity is H y + c + M^T z = 0; in the LP convention (reduced cost
     # c - A^T u) the row duals are u = -z on equalities, -z_up + z_dn on inequalities
     z = np.asarray(sol.z, dtype=float)
@@ -157,14 +174,13 @@ def solve_qp(
     u = u[: P.A.shape[0]] * scale  # the pairs' rows price nothing outside the support
     r = P.rows
     empty = np.zeros(0)
-    duals = Duals(
+    return Duals(
         rows=u[r["rows"]],
         B=u[r["B"]] if "B" in r else empty,
         N=u[r["N"]] if "N" in r else empty,
         inv=u[r["inv"]] if "inv" in r else None,
         cols=red,
     )
-    return LPSolution(Outcome.OPTIMAL, x, NAME, secs, objective=float(sol.obj_val), duals=duals)
 
 
 def installed(name: str = "CLARABEL_QP") -> bool:

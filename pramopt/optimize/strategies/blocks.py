@@ -221,28 +221,7 @@ def _solve_at_size(problem: DesignProblem, target: float, a_solve: float, trace:
         f"expected changes {expected_changes(bm.matrix(z), counts):.4g}",
     )
     if p.refine_loss and p.max_iter > 0:
-        t_ref = time.perf_counter()
-        evaluate = problem.objective.on_blocks(bm, counts)
-        z, info, its = refine_lazy(
-            load,
-            lp,
-            z,
-            lo,
-            hi,
-            evaluate,
-            pending,
-            ws.add,
-            p.max_iter,
-            rtol=p.rtol,
-            progress=trace.progress,
-            clean_fn=bm.clean,
-        )
-        trace.add(
-            "refine(blocks)",
-            time.perf_counter() - t_ref,
-            its,
-            f"stop: {info.stop_reason}, loss {info.loss_end:.4g}",
-        )
+        z = _refine_blocks(problem, bm, trace, load, lp, z, lo, hi, pending, ws)
     lam = z[: bm.B]
     reduction = Reduction(
         structure="blocks",
@@ -253,6 +232,34 @@ def _solve_at_size(problem: DesignProblem, target: float, a_solve: float, trace:
         support=int(sup.size),
     )
     return Attempt(AttemptStatus.OK, P=bm.matrix(z), reduction=reduction, solver=out.solver)
+
+
+def _refine_blocks(problem: DesignProblem, bm, trace: Trace, load, lp, z, lo, hi, pending, ws):
+    """The refinement of the exact loss over the block parameters ``z`` (lazy C1 rows)."""
+    p = problem.params
+    t_ref = time.perf_counter()
+    evaluate = problem.objective.on_blocks(bm, problem.counts)
+    z, info, its = refine_lazy(
+        load,
+        lp,
+        z,
+        lo,
+        hi,
+        evaluate,
+        pending,
+        ws.add,
+        p.max_iter,
+        rtol=p.rtol,
+        progress=trace.progress,
+        clean_fn=bm.clean,
+    )
+    trace.add(
+        "refine(blocks)",
+        time.perf_counter() - t_ref,
+        its,
+        f"stop: {info.stop_reason}, loss {info.loss_end:.4g}",
+    )
+    return z
 
 
 def solve(problem: DesignProblem, level: float, trace: Trace) -> Attempt:

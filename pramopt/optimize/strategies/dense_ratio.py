@@ -140,26 +140,7 @@ def solve_privacy(
     sup = dense_support(K)
     n = problem.n
     t0 = time.perf_counter()
-    if a_solve is not None:
-        rare = np.flatnonzero(counts < 1.0 / problem.alpha)
-        nP = problem.groups.member.shape[1]
-        ws = WorkingSet(
-            np.repeat(rare, nP),
-            problem.groups.member[rare].ravel(),
-            problem.table,
-            problem.groups,
-            problem.combos,
-            a_solve,
-        )
-    else:
-        ws = WorkingSet(
-            np.zeros(0, np.int64),
-            np.zeros(0, np.int64),
-            problem.table,
-            problem.groups,
-            problem.combos,
-            1.0,
-        )
+    ws = _working_set(problem, a_solve)
     r_k = None
     if k_solve is not None:
         a = pk_ratio_target(k_solve, n)
@@ -234,6 +215,29 @@ def solve_privacy(
         P = polish_exact_k(problem, sup.to_matrix(x).toarray(), k_solve, eps_solve, a_solve, trace)
         x = sup.from_matrix(P)
     return Attempt(AttemptStatus.OK, P=sup.to_matrix(x), solver=solver)
+
+
+def _working_set(problem: DesignProblem, a_solve: float | None) -> WorkingSet:
+    """C1's starting rows: each rare row's own groups at ``a_solve`` (none without C1)."""
+    if a_solve is not None:
+        rare = np.flatnonzero(problem.counts < 1.0 / problem.alpha)
+        nP = problem.groups.member.shape[1]
+        return WorkingSet(
+            np.repeat(rare, nP),
+            problem.groups.member[rare].ravel(),
+            problem.table,
+            problem.groups,
+            problem.combos,
+            a_solve,
+        )
+    return WorkingSet(
+        np.zeros(0, np.int64),
+        np.zeros(0, np.int64),
+        problem.table,
+        problem.groups,
+        problem.combos,
+        1.0,
+    )
 
 
 def _starts(

@@ -32,7 +32,7 @@ from ..program import build_program
 from ..support import Support, clean, greedy_cover
 from . import Attempt, AttemptStatus
 from .checks import once
-from .refine import refine
+from .refine import refine  # noqa: F401 (.general_refine calls it through this module)
 
 __all__ = [
     "solve",
@@ -338,169 +338,16 @@ class ColumnGeneration:
         lin = self.problem.objective.linear_cost(np.arange(self.problem.K)[:, None], cols[None, :])
         return None if lin is None else self.counts[:, None] * lin
 
-    # -- the refinement ---------------------------------------------------------------------------
+    # -- the refinement (:mod:`.general_refine`) ----------------------------------------------
     def refine(self, x, trace: Trace):
         """Trust-region steps on the exact loss from the linear stage's ``x`` (on ``self.sup``).
 
         Curved (QP) steps with the L2 loss's Hessian diagonal; linear ones (SLP) for another
         objective or when a QP fails (see :func:`.refine.refine`).
         """
-        problem = self.problem
-        p = problem.params
-        K = problem.K
-        counts = self.counts
-        sup, x = self._refine_support(x)
-        its = 0
-        info = None
-        lp = None
-        radius, hist, sigma = 0.05, (), 1.0
-        # the last accepted steps: the curved model's curvature pairs, across pricing rounds
-        steps = ()
-        dropped = np.empty(0, dtype=np.int64)  # keys row * K + col dropped before
-        idle = 0  # chunks in a row without an accepted step
-        settled = False  # whether the last chunk ended with the model predicting < rtol
-        curved = False  # whether a chunk has taken curved (QP) steps
-        stop = None
-        while its < p.max_iter:
-            if lp is None:
-                lp = self.load(sup)
-            lo, hi = self.bounds(sup)
-            evaluate = problem.objective.on_support(sup, counts, sparse=self.mode != "dense")
-            # the curved model needs the objective's curvature (None: linear steps only)
-            model = problem.objective.curvature_on_support(sup, counts, sparse=self.mode != "dense")
-            curvature = model if sup.size <= REFINE_QP_MAX else None
-            chunk = (
-                REFINE_QP_CHUNK
-                if curvature is not None
-                else REFINE_LINEAR_CHUNK
-                if model is not None
-                else REFINE_CHUNK
-            )
-            # in chunks, so that pricing can widen the support while the refinement runs
-            x, info = refine(
-                lp,
-                x,
-                lo,
-                hi,
-                evaluate,
-                check=lambda z, sup=sup: self.pending(sup, z),
-                rtol=p.rtol,
-                max_iter=min(chunk if self.widen else p.max_iter, p.max_iter - its),
-                progress=trace.progress,
-                radius=radius,
-                history=hist,
-                want_duals=self.widen,
-                curvature=curvature,
-                sigma=sigma,
-                steps=steps,
-            )
-            its += info.iterations
-            radius, hist, sigma, steps = info.radius, info.history, info.sigma, info.steps
-            if info.stop_reason == "constraints":
-                self.ws.add(info.added_constraints)
-                lp = None
-                continue
-            if info.stop_reason.startswith("subproblem"):
-                break
-            # priced columns that the trust region cannot turn into a decrease twice in a row
-            # (REFINE_IDLE_STEPS one-step chunks): the model is exhausted there
-            idle = idle + 1 if info.accepted == 0 else 0
-            if idle >= (REFINE_IDLE_STEPS if chunk == 1 else 2):
-                stop = "stalled (no accepted step after pricing)"
-                break
-            # once curved steps have run, a chunk after pricing (one curved step) that gains less
-            # than REFINE_PRICING_GAIN * rtol ends the refinement: what pricing still finds is
-            # worth less than the steps it costs
-            curved = curved or info.model == "quadratic"
-            if (
-                curved
-                and its > info.iterations
-                and info.accepted
-                and info.loss_start - info.loss_end
-                < REFINE_PRICING_GAIN * p.rtol * abs(info.loss_end)
-            ):
-                stop = f"converged (a pricing round gained < {REFINE_PRICING_GAIN:g} rtol)"
-                break
-            # a step whose model predicts less than rtol on a support that already holds what the
-            # previous step's multipliers priced (that step's model predicted less than rtol too):
-            # to the tolerance, neither the support nor its pricing round offers a decrease
-            if info.stop_reason == "converged" and settled:
-                stop = "converged (the model predicts < rtol on the priced support)"
-                break
-            settled = info.stop_reason == "converged"
-            r, cc, drop, keys = self._reprice(sup, x, lp, info, dropped, curvature is not None)
-            if r.size or drop.sum() > sup.size // 10:
-                base = sup
-                if drop.any():
-                    dropped = np.union1d(dropped, keys[drop])
-                    base = Support.from_pairs(sup.rows[~drop], sup.cols[~drop], K)
-                sup_new = base.union(r, cc) if r.size else base
-                x = sup_new.from_matrix(sup.to_matrix(x))
-                sup = sup_new
-                self.added_cols += r.size
-                lp = None
-                hist = ()
-                if chunk > 1:
-                    radius = max(radius, 0.0125)
-            elif info.stop_reason != "max_iter":  # converged, or stalled with nothing to widen
-                break
-        self.sup = sup
-        return x, its, info, stop
+        from .general_refine import refine_loss  # it reads this module's REFINE_* constants
 
-    def _refine_support(self, x):
-        """The refinement's support and the linear stage's ``x`` on it."""
-        problem, K, sup = self.problem, self.problem.K, self.sup
-        if self.widen:
-            # Refine over every row x the cells that received records in the linear stage
-            # (Section 4: a good P moves records into a few covering cells); pricing with the
-            # exact loss's gradient adds whatever else would help.
-            Px = sup.to_matrix(x).tocoo()
-            off = (Px.row != Px.col) & (Px.data > 0)
-            rr, cc = _refine_pairs(Px, off, self.counts, problem.allowed)
-            small = Support.from_pairs(
-                np.concatenate([rr, Px.row[off]]), np.concatenate([cc, Px.col[off]]), K
-            )
-            return small, small.from_matrix(sup.to_matrix(x))
-        if self.mode != "dense":
-            # without pricing: every row x the receivers of the linear stage
-            P_lin = sup.to_matrix(x).tolil()
-            P_lin.setdiag(0)
-            recv = np.flatnonzero(np.asarray(P_lin.tocsr().sum(axis=0)).ravel() > 0)
-            new_sup = rows_into(problem, recv).union(*sup.to_matrix(x).nonzero())
-            return new_sup, new_sup.from_matrix(sup.to_matrix(x))
-        return sup, x
-
-    def _reprice(self, sup: Support, x, lp, info, dropped, curved: bool):
-        """After a chunk: the transitions to drop and those pricing adds.  Returns ``(rows, cols,
-        drop, keys)`` (``keys``: row * K + col of the support, None without pricing)."""
-        K, p = self.problem.K, self.problem.params
-        r = np.empty(0)
-        cc = keys = None
-        drop = np.zeros(sup.size, dtype=bool)
-        if self.widen and info.duals is not None:
-            tol = p.rtol * 1e-3 * info.grad_scale
-            # drop unused transitions that the step's prices call unattractive, so that the
-            # subproblems stay small (pricing brings them back if that changes).  Dropping
-            # and pricing cannot cycle: a transition is dropped again only after a step that
-            # lowered the loss, so no support recurs at the same point.
-            keys = sup.rows * K + sup.cols
-            drop = (
-                (x <= 0.0)
-                & (sup.rows != sup.cols)
-                & (info.duals.cols > tol)
-                & ((info.accepted > 0) | ~np.isin(keys, dropped))
-            )
-            # ... and price transitions outside the support with the exact loss's gradient,
-            # after a curved step as many as keep the next one curved (linear steps on a
-            # larger support price as many as before: their drops trim it)
-            room = max(REFINE_MAX_ADD, 2 * K)
-            if curved:
-                room = min(room, REFINE_QP_MAX - (sup.size - int(drop.sum())))
-            if room > 0:
-                r, cc, _ = self.price(
-                    lp, info.duals, cost_fn=info.grad_columns, tol=tol, max_add=room
-                )
-        return r, cc, drop, keys
+        return refine_loss(self, x, trace)
 
 
 #: Pricing rounds of phase one once its restricted program is feasible (see ColumnGeneration).

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import scipy.sparse as sp
@@ -119,42 +120,24 @@ def refine(
     loss = evaluate
     t0 = time.perf_counter()
     if clean_fn is None:
-
-        def clean_fn(z):
-            return clean(sup, z)
-
+        clean_fn = partial(clean, sup)
     x = np.asarray(x0, dtype=float)
     f, g, gcols = loss(x)
     f_start = f
     reason = "max_iter"
-    accepted = 0
-    it = 0
+    accepted = it = 0
     B = None  # curvature at x, computed when a step needs it
     model = "linear"
     step_duals = step_gcols = None  # of the last QP step
     history = list(history[:-1]) + [f]  # a continued run's last entry is this same point
     keep = steps is not None and MEMORY > 0  # remember accepted steps (x on the support, not z)
     steps = list(steps)[-MEMORY:] if keep else []
-    pairs = []
+    pairs: list = []
 
     def info(reason, new=(), gc=None, duals=None, gscale=1.0):
-        return RefineInfo(
-            it,
-            accepted,
-            f_start,
-            f,
-            reason,
-            time.perf_counter() - t0,
-            list(new),
-            gc,
-            duals,
-            gscale,
-            radius,
-            tuple(history),
-            sigma,
-            model,
-            tuple(steps),
-        )
+        # RefineInfo's fields, in order
+        run = (it, accepted, f_start, f, reason, time.perf_counter() - t0, list(new), gc, duals)
+        return RefineInfo(*run, gscale, radius, tuple(history), sigma, model, tuple(steps))
 
     for it in range(1, max_iter + 1):
         if len(history) > window and history[-window - 1] - f <= rtol * abs(f):
@@ -162,50 +145,30 @@ def refine(
             break
         lo = np.maximum(lo_base, x - radius)
         hi = np.minimum(hi_base, x + radius)
-        out, Bs = None, None
-        if curvature is not None and np.isfinite(f):
-            if B is None:
-                B, pairs = _curvature_at(curvature, sup, steps, x, g, loss)
-            Bs = sigma * B
-            out = _qp_step(lp, x, g, Bs, lo, hi, pairs)
-            if out.x is None:  # the linear model from here on (the QP is only an accelerator)
-                curvature, Bs, pairs = None, None, []
-            else:  # the step's multipliers, with the gradient they go with (see want_duals)
-                step_duals, step_gcols = out.duals, gcols
-        if out is None or out.x is None:
-            out = lp.solve(g, lo, hi)
+        out, Bs, B, pairs, curvature = _subproblem(
+            lp, x, f, g, lo, hi, curvature, B, pairs, sigma, sup, steps, loss
+        )
+        # the step's multipliers, with the gradient they go with (see want_duals)
+        if Bs is not None:
+            step_duals, step_gcols = out.duals, gcols
         if out.x is None:
             reason = f"subproblem {out.status}"
             break
         model = "linear" if Bs is None else "quadratic"
-        xn = clean_fn(out.x)
-        d = xn - x
-        lin = float(g @ (x - xn))  # first-order decrease
-        quad = 0.0 if Bs is None else 0.5 * float(d @ _bfgs_times(Bs, pairs, d))
-        pred = lin - quad
-        if not np.isfinite(f) or pred <= rtol * abs(f):
+        trial = _trial(x, f, g, out.x, Bs, pairs, rtol, sigma, loss, clean_fn)
+        if trial is None:
             reason = "converged"
             break
-        (xn, fn, gn, gcn), pred, sigma = _along_step(
-            x, f, xn, lin, quad, Bs is not None, sigma, loss, clean_fn
-        )
-        d = xn - x
-        rho = (f - fn) / pred if np.isfinite(fn) else -np.inf
+        (xn, fn, gn, gcn), d, rho, sigma = trial
         if rho >= 0.1:
             if check is not None:
                 new = check(xn)
                 if new:
                     return x, info("constraints", new)
-            at_edge = np.max(np.abs(d)) >= 0.99 * radius
-            if (
-                keep and Bs is not None
-            ):  # the curved steps (the linear ones go to a vertex of the box)
-                steps = (steps + [sup.to_matrix(d)])[-MEMORY:]
+            steps, radius = _remember(steps, d, sup, keep and Bs is not None, rho, radius)
             x, f, g, gcols = xn, fn, gn, gcn
             B = None
             accepted += 1
-            if rho > 0.75 and at_edge:
-                radius = min(2 * radius, 1.0)
         else:
             radius /= 4
             if radius < 1e-9:
@@ -221,6 +184,54 @@ def refine(
     )
     gscale = float(np.max(np.abs(g))) if g is not None and g.size else 1.0
     return x, info(reason, gc=gcols, duals=duals, gscale=gscale or 1.0)
+
+
+def _remember(steps, d, sup, curved: bool, rho: float, radius: float):
+    """After an accepted step ``d``: the steps kept for the curvature pairs, and the radius
+    (doubled when the step went to its edge and the model predicted it well)."""
+    at_edge = np.max(np.abs(d)) >= 0.99 * radius
+    if curved:  # the curved steps (the linear ones go to a vertex of the box)
+        steps = (steps + [sup.to_matrix(d)])[-MEMORY:]
+    if rho > 0.75 and at_edge:
+        radius = min(2 * radius, 1.0)
+    return steps, radius
+
+
+def _subproblem(lp, x, f, g, lo, hi, curvature, B, pairs, sigma, sup, steps, loss):
+    """The step's subproblem: the QP of the curved model while there is one, else the LP.
+
+    Returns ``(out, Bs, B, pairs, curvature)``: ``Bs`` (the scaled curvature) is None unless
+    the QP solved; a failed QP drops the curved model for the rest of the run.
+    """
+    out, Bs = None, None
+    if curvature is not None and np.isfinite(f):
+        if B is None:
+            B, pairs = _curvature_at(curvature, sup, steps, x, g, loss)
+        Bs = sigma * B
+        out = _qp_step(lp, x, g, Bs, lo, hi, pairs)
+        if out.x is None:  # the linear model from here on (the QP is only an accelerator)
+            curvature, Bs, pairs = None, None, []
+    if out is None or out.x is None:
+        out = lp.solve(g, lo, hi)
+    return out, Bs, B, pairs, curvature
+
+
+def _trial(x, f, g, x_sub, Bs, pairs, rtol, sigma, loss, clean_fn):
+    """The trial point from the subproblem's ``x_sub``: ``((xn, fn, gn, gcn), d, rho, sigma)``,
+    or None when the model predicts a decrease of at most ``rtol`` (converged)."""
+    xn = clean_fn(x_sub)
+    d = xn - x
+    lin = float(g @ (x - xn))  # first-order decrease
+    quad = 0.0 if Bs is None else 0.5 * float(d @ _bfgs_times(Bs, pairs, d))
+    pred = lin - quad
+    if not np.isfinite(f) or pred <= rtol * abs(f):
+        return None
+    (xn, fn, gn, gcn), pred, sigma = _along_step(
+        x, f, xn, lin, quad, Bs is not None, sigma, loss, clean_fn
+    )
+    d = xn - x
+    rho = (f - fn) / pred if np.isfinite(fn) else -np.inf
+    return (xn, fn, gn, gcn), d, rho, sigma
 
 
 def _curvature_at(curvature, sup, steps, x, g, loss):
