@@ -255,6 +255,24 @@ def per_variable_matrices(
     return mats, extras
 
 
+def _table_of(data, qi, owner: str) -> FrequencyTable:
+    """The frequency table of ``data`` (as given, when it is one)."""
+    if isinstance(data, FrequencyTable):
+        return data
+    elif isinstance(data, pd.DataFrame):
+        if qi is None:
+            raise InvalidParameterError(
+                f"The 'qi' parameter of {owner} must name the identifying variables when data is "
+                "a DataFrame; got None."
+            )
+        return frequency_table(data, qi, owner=owner)
+    else:
+        raise InvalidParameterError(
+            f"The 'data' parameter of {owner} must be a pandas DataFrame or a FrequencyTable; got "
+            f"{type(data).__name__}."
+        )
+
+
 def assess_per_variable(
     data,
     matrices: Mapping,
@@ -290,20 +308,7 @@ def assess_per_variable(
         ``n_cells`` is the size of the product space.
     """
     owner = "assess_per_variable"
-    if isinstance(data, FrequencyTable):
-        table = data
-    elif isinstance(data, pd.DataFrame):
-        if qi is None:
-            raise InvalidParameterError(
-                f"The 'qi' parameter of {owner} must name the identifying variables when data is "
-                "a DataFrame; got None."
-            )
-        table = frequency_table(data, qi, owner=owner)
-    else:
-        raise InvalidParameterError(
-            f"The 'data' parameter of {owner} must be a pandas DataFrame or a FrequencyTable; got "
-            f"{type(data).__name__}."
-        )
+    table = _table_of(data, qi, owner)
     if not isinstance(matrices, Mapping) or not matrices:
         raise InvalidParameterError(
             f"The 'matrices' parameter of {owner} must map at least one identifying variable to "
