@@ -470,7 +470,8 @@ def frontier(
                     f"{name}); the frontier was stopped."
                 ) from e
 
-    rows, designs, base = [], {}, {}
+    rows, designs = [], {}
+    base: dict[float, Mapping[str, DesignResult]] = {}
     for a in alphas:
         tell(a, OPTIMAL, None)
         t0 = time.perf_counter()
@@ -478,15 +479,15 @@ def frontier(
         rows.append(_row(a, OPTIMAL, r, time.perf_counter() - t0))
         designs[a] = r
         tell(a, OPTIMAL, r)
-        base[a] = {}
+        fams: dict[str, DesignResult] = {}
         for name in names:
             tell(a, name, None)
             t0 = time.perf_counter()
             b = BASELINES[name].run(table, combos, a, seed=seed)
             rows.append(_row(a, name, b, time.perf_counter() - t0))
-            base[a][name] = b
+            fams[name] = b
             tell(a, name, b)
-        base[a] = MappingProxyType(base[a])
+        base[a] = MappingProxyType(fams)
     notes = [skipped] if skipped else []
     restricting = [
         k

@@ -355,7 +355,7 @@ def calibrate_retention(
         )
     if not per_attribute:
 
-        def back(i, rho=rho):
+        def back_one(i, rho=rho):
             r = max(0.0, rho - tol * 2**i)
             return build([r] * d), {"rho": r, "levels": levels}
 
@@ -367,7 +367,7 @@ def calibrate_retention(
             build([rho] * d),
             {"rho": rho, "levels": levels},
             screen,
-            back,
+            back_one,
             inputs=inputs,
             t0=t0,
         )
