@@ -24,7 +24,7 @@ def example_data(n: int = 2500, seed: int = 3) -> pd.DataFrame:
     are ever changed.
     """
     rng = np.random.default_rng(seed)
-    cols = [rng.random(n) < p for p in (0.1, 0.2, 0.3, 0.4)]
+    cols: list[np.ndarray] = [rng.random(n) < p for p in (0.1, 0.2, 0.3, 0.4)]
     cols.append(rng.choice(3, n, p=[0.64, 0.3, 0.06]))
     df = pd.DataFrame(np.column_stack(cols).astype(np.int64), columns=list(EXAMPLE_QI))
     df["income"] = np.round(rng.lognormal(10, 0.5, n), 2)

@@ -413,7 +413,7 @@ class DesignResult:
         how = {
             "keep": "they stay missing and no value becomes missing",
             "category": "missing is a category PRAM may change",
-        }.get(self.params.get("missing"), "")
+        }.get(self.params.get("missing", ""), "")
         return [
             f"  records with a missing identifying value = {int(t.counts[miss].sum())}"
             + (f" ({how})" if how else "")

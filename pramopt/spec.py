@@ -46,6 +46,7 @@ import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 import pandas as pd
@@ -136,7 +137,7 @@ class Spec:
         return read_table(self.data_path)
 
 
-def _bad(path, what: str):
+def _bad(path, what: str) -> NoReturn:
     raise InvalidParameterError(f"Invalid spec {str(path)!r}: {what}.")
 
 
@@ -189,6 +190,7 @@ def load_spec(path) -> Spec:
         if builtin != "example":
             _bad(p, f"[data] builtin must be 'example'; got {builtin!r}")
     else:
+        assert gen is not None  # the one data source left
         if gen.get("kind") != "zipf":
             _bad(p, f"[generator] kind must be 'zipf'; got {gen.get('kind')!r}")
         extra = sorted(set(gen) - {"kind", "n", "seed", "levels", "exponent", "names"})

@@ -491,7 +491,9 @@ def frontier(
 
 def _points(table, combos, alphas, names, opts: dict, seed: int, tell) -> tuple:
     """The frontier's rows, the optimal designs and the baselines at each α, in that order."""
-    rows, designs, base = [], {}, {}
+    rows: list = []
+    designs: dict[float, DesignResult] = {}
+    base: dict[float, Mapping[str, DesignResult]] = {}
     for a in alphas:
         tell(a, OPTIMAL, None)
         t0 = time.perf_counter()
@@ -499,15 +501,15 @@ def _points(table, combos, alphas, names, opts: dict, seed: int, tell) -> tuple:
         rows.append(_row(a, OPTIMAL, r, time.perf_counter() - t0))
         designs[a] = r
         tell(a, OPTIMAL, r)
-        base[a] = {}
+        fams: dict[str, DesignResult] = {}
         for name in names:
             tell(a, name, None)
             t0 = time.perf_counter()
             b = BASELINES[name].run(table, combos, a, seed=seed)
             rows.append(_row(a, name, b, time.perf_counter() - t0))
-            base[a][name] = b
+            fams[name] = b
             tell(a, name, b)
-        base[a] = MappingProxyType(base[a])
+        base[a] = MappingProxyType(fams)
     return rows, designs, base
 
 

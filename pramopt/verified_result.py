@@ -94,7 +94,7 @@ def finish(
         max_risk=float(report.max_risk),
         min_diagonal=float(np.min(P.diagonal())) if K else float("nan"),
         gamma=gamma,
-        binding_rows=binding_rows(report, table, combos, alpha),
+        binding_rows=tuple(binding_rows(report, table, combos, alpha)),
         reduction=reduction,
         solver=solver,
         stages=tuple(stages),

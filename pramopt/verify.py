@@ -138,7 +138,7 @@ def violated_rows(P, codes, counts, combinations, alpha: float) -> list[tuple[in
     counts = np.asarray(counts, dtype=float)
     K = codes.shape[0]
     Pm = _as_csr(P)
-    out = []
+    out: list[tuple[int, int, int]] = []
     for ci, pi in enumerate(combinations):
         k0s, inv, S, den = _group_sums(Pm, codes, counts, pi)
         S = S.tocoo()

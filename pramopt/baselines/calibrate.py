@@ -360,11 +360,11 @@ def calibrate_retention(
         )
     if not per_attribute:
 
-        def back(i, rho=rho):
+        def back_one(i, rho=rho):
             r = max(0.0, rho - tol * 2**i)
             return build([r] * d), {"rho": r, "levels": levels}
 
-        return finish(build([rho] * d), {"rho": rho, "levels": levels}, back)
+        return finish(build([rho] * d), {"rho": rho, "levels": levels}, back_one)
 
     def ascend(rhos, order):
         return _ascend(rhos, order, factor, same, levels, screen, alpha, tol, passes)
@@ -547,7 +547,10 @@ def calibrate_sdcmicro(
     best = None
     for pd in pd_grid:
         # risk(1 - a) increasing in (1 - a): largest 1 - a, i.e. smallest a, that is feasible
-        keep = _largest_feasible(lambda k, pd=pd: screen(build(pd, 1.0 - k)), alpha, 0.0, 1.0, tol)
+        def risk_at(k: float, pd: float = pd) -> float:
+            return screen(build(pd, 1.0 - k))
+
+        keep = _largest_feasible(risk_at, alpha, 0.0, 1.0, tol)
         if keep is None:
             continue
         a = 1.0 - keep

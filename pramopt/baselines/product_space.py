@@ -199,7 +199,8 @@ def per_variable_matrices(
             f"The 'matrices' parameter of {owner} must name identifying variables "
             f"{list(table.qi)!r}; got {unknown!r}."
         )
-    mats, extras = [], []
+    mats: list[np.ndarray] = []
+    extras: list[list] = []
     for j, q in enumerate(table.qi):
         cats = table.categories[j]
         if q not in matrices:

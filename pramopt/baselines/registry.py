@@ -132,7 +132,7 @@ def baseline(
     data,
     qi=None,
     family: str = "retention",
-    alpha: float = DesignParams.alpha,
+    alpha: float | None = DesignParams.alpha,
     *,
     combinations=None,
     combination_size: int = DesignParams.combination_size,

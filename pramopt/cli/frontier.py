@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..baselines.registry import BASELINES
@@ -111,6 +112,7 @@ def run(args) -> int:
     from ..tradeoff import DEFAULT_ALPHAS, check_alphas, frontier
 
     given = parameters_given(args)
+    alphas: Sequence[float]
     alphas, baselines = DEFAULT_ALPHAS, "auto"
     if args.spec is not None:
         if args.data is not None:

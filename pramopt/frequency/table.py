@@ -377,7 +377,7 @@ class CellLookup:
             return np.asarray(
                 self.multi.get_indexer(pd.MultiIndex.from_arrays(codes.T)), dtype=np.int64
             )
-        inside = ((codes >= 0) & (codes < self.radix)).all(axis=1)
+        inside = np.all((codes >= 0) & (codes < self.radix), axis=1)
         q = _keys(np.where(inside[:, None], codes, 0), self.radix)
         if self.lut is not None:
             out = self.lut[q]

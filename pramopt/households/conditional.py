@@ -143,8 +143,8 @@ def solve_person_by_household(
     Ph = sp.csr_array(Ph, dtype=float)
     U0 = t.counts.astype(float)
     # variables: row m (its person cell's row in Pp^(h_m)) to every person cell p'
-    vm, vp = np.meshgrid(np.arange(K), np.arange(Kp), indexing="ij")
-    vm, vp = vm.ravel(), vp.ravel()
+    gm, gp = np.meshgrid(np.arange(K), np.arange(Kp), indexing="ij")
+    vm, vp = gm.ravel(), gp.ravel()
     if keep_missing:
         ok = same_missing(tp, lay.p_of[vm], vp)
         vm, vp = vm[ok], vp[ok]
@@ -172,6 +172,7 @@ def solve_person_by_household(
         )
         if res.outcome is not Outcome.OPTIMAL:
             return None
+        assert res.x is not None  # set when optimal
         x = np.clip(res.x[:nx], 0.0, None)
         new = 0
         for c in blocks:

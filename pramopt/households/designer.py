@@ -18,9 +18,11 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
 import pandas as pd
+import scipy.sparse as sp
 
 from ..errors import InvalidParameterError
 from ..frequency.combinations import resolve_combinations
@@ -86,6 +88,7 @@ def design_households(
     """The household design of :func:`pramopt.design` (``household=`` given); ``design`` is that
     function, used for the household part."""
     df = _refuse(params, data, client, owner)
+    assert params.household is not None and params.alpha is not None  # _refuse checked them
     t0 = time.perf_counter()
     hkeys, pkeys = household_keys(df, qi, params.household, params.household_keys, owner)
     lay = layout(df, qi, hkeys, params.domains, params.max_categories, owner)
@@ -131,7 +134,8 @@ def design_households(
     floor = max(0.51, params.min_diagonal or 0.0)
     fractions = HOUSEHOLD_FRACTIONS if lay.ppos else (1.0,)
     keep = params.missing == "keep"
-    best, tried, last, seen, found = None, {}, None, [], set()
+    best, tried, last, found = None, {}, None, set()
+    seen: list[sp.csr_array] = []
     for frac in fractions:
         a_h = alpha * frac
         t1 = time.perf_counter()
@@ -165,7 +169,7 @@ def design_households(
             if best is None or loss < best[0]:
                 best = (loss, indep, frac, rh, Pp, rep, n_cols, kind)
     hd = dict(households=int(hh.max()) + 1, tried_fractions=tried)
-    out = dict(
+    out: dict[str, Any] = dict(
         household=params.household,
         alpha=alpha,
         combinations=tuple(tuple(table.qi[j] for j in c) for c in combos),

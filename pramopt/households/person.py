@@ -70,8 +70,8 @@ def solve_person(
     if not lay.ppos:
         return np.ones((1, 1))
     # support: every pair of person cells (with the same missing pattern under missing='keep')
-    pr, pc = np.meshgrid(np.arange(Kp), np.arange(Kp), indexing="ij")
-    pr, pc = pr.ravel(), pc.ravel()
+    gr, gc = np.meshgrid(np.arange(Kp), np.arange(Kp), indexing="ij")
+    pr, pc = gr.ravel(), gc.ravel()
     if keep_missing:
         same = same_missing(tp, pr, pc)
         pr, pc = pr[same], pc[same]
@@ -110,6 +110,7 @@ def solve_person(
     )
     if res.outcome is not Outcome.OPTIMAL:
         return None
+    assert res.x is not None  # set when optimal
     x = np.clip(res.x[:nx], 0.0, None)
     Pp = np.zeros((Kp, Kp))
     Pp[pr, pc] = x
@@ -248,12 +249,14 @@ def solve_person_replacement(
         )
         if first.outcome is not Outcome.OPTIMAL:
             return None
+        assert first.x is not None  # set when optimal
         lam_min = max(lam_min, 0.9 * float(first.x[-1]))
     res = solve_lp(
         c, A_ub=A_ub, b_ub=b_ub, bounds=[(lam_min, 1.0)] * Kp, solver=solver, method="highs-ipm"
     )
     if res.outcome is not Outcome.OPTIMAL:
         return None
+    assert res.x is not None  # set when optimal
     lam = np.clip(res.x, lam_min, 1.0)
     Pp = (1.0 - lam)[:, None] * (same * v[None, :])
     Pp[np.arange(Kp), np.arange(Kp)] += lam

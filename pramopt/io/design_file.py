@@ -380,7 +380,7 @@ def design_from_record(rec: dict, p) -> DesignResult:
         max_risk=_num(fig["max_risk"]),
         min_diagonal=_num(fig["min_diagonal"]),
         gamma=None if fig.get("gamma") is None else float(fig["gamma"]),
-        binding_rows=binding,
+        binding_rows=tuple(binding),
         reduction=Reduction.from_dict(red) if red else None,
         solver=rec.get("solver"),
         stages=tuple(

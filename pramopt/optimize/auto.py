@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import scipy.sparse as sp
 
 from ..params import GAMMA_LADDER
+from ..result import Reduction
+from ..verify import C1Report
 from .constraints.c1 import floor_upper_bound
 from .problem import DesignProblem
 
@@ -154,10 +156,10 @@ class Candidate:
 
     name: str
     P: object
-    report: object = None
+    report: C1Report | None = None
     loss: float | None = None
     condition: float | None = None
-    reduction: object = None
+    reduction: Reduction | None = None
     solver: str | None = None
     gamma: float | None = None
     describe: str = ""

@@ -27,6 +27,7 @@ from ..loss import l2_loss
 from ..params import GAMMA_LADDER, DesignParams, parameters_doc, signature
 from ..result import DesignResult, Status
 from ..verified_result import finish
+from ..verify import C1Report
 from .auto import AUTO, Candidate, margins
 from .diagnosis import (
     check_structure,
@@ -50,7 +51,7 @@ LARGE_PROBLEM_ROWS = 1_000_000
 def design(
     data,
     qi=None,
-    alpha: float = DesignParams.alpha,
+    alpha: float | None = DesignParams.alpha,
     *,
     progress: ProgressFn | None = None,
     client=None,
@@ -147,8 +148,9 @@ def design(
     return _Designer(problem, trace).run()
 
 
+assert design.__doc__ is not None  # None only under python -OO, which fails here anyway
 design.__doc__ = design.__doc__.replace("{parameters}", parameters_doc())
-design.__signature__ = signature(
+design.__signature__ = signature(  # type: ignore[attr-defined]  # read by inspect.signature
     design,
     before=[
         inspect.Parameter("data", inspect.Parameter.POSITIONAL_OR_KEYWORD),
@@ -183,7 +185,8 @@ class _Designer:
 
     def __init__(self, problem: DesignProblem, trace: CheckedTrace):
         self.problem, self.trace, self.p = problem, trace, problem.params
-        self._unverified = None  # (P, report, margin) of a block design that failed the check
+        # (P, report, margin) of a block design that failed the check
+        self._unverified: tuple[object, C1Report, float] | None = None
 
     def finish(self, c: Candidate, status: Status, message: str, details=None) -> DesignResult:
         pb = self.problem
@@ -261,6 +264,7 @@ class _Designer:
                     failed or Status.SOLVER_ERROR, att.detail, att.gamma, att.reduction
                 )
             general = self._candidate("general", att, f" Solved at alpha*(1-{margin:g}).")
+            assert general.report is not None  # _candidate checks every matrix
             if general.report.max_risk <= pb.alpha:
                 # the structures that need no floor, made in seconds, may still have the smaller
                 # loss (by loss: without the refinement the general design minimises changes)
@@ -347,6 +351,7 @@ class _Designer:
             if not att.ok:
                 return None, att
             c = self._candidate(name, att)
+            assert c.report is not None  # _candidate checks every matrix
             if c.report.max_risk <= pb.alpha:
                 return c, att
             self._unverified = (att.P, c.report, margin)
@@ -369,7 +374,7 @@ class _Designer:
 
     def _candidates(self, rules) -> list:
         """The verified designs of the structures ``rules`` admit, in their order."""
-        found = []
+        found: list[Candidate] = []
         for rule in rules:
             if rule.admits(self.problem, bool(found)):
                 c, _ = self.candidate(rule.structure)

@@ -14,6 +14,7 @@ records within reach of a group and the smallest restriction the relaxation allo
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -145,7 +146,7 @@ def small_stratum(problem: DesignProblem) -> str:
     pb, t = problem, problem.table
     fixed = set(pb.fixed_idx)
     keep_missing = pb.params.missing == "keep"
-    miss_any = pb.missing_pattern.any(axis=0)
+    miss_any = np.any(pb.missing_pattern, axis=0)
     for pi in pb.combos:
         shared = [j for j in pi if j in fixed]
         miss = [j for j in pi if keep_missing and miss_any[j] and j not in fixed]
@@ -171,7 +172,7 @@ def small_stratum(problem: DesignProblem) -> str:
         ]
         culprit = []
         if shared:
-            culprit.append(f"fixed = {list(pb.params.fixed)}")
+            culprit.append(f"fixed = {list(pb.params.fixed or ())}")
         if miss:
             culprit.append("missing = 'keep'")
         way = (
@@ -203,7 +204,7 @@ def forbidden(problem: DesignProblem) -> str:
     pb, p = problem, problem.params
     floor = p.min_diagonal or 0.0
     sol = flow_relaxation(pb)
-    if sol.status == "ok" and sol.t >= floor - RELAXATION_TOL:
+    if sol.status == "ok" and sol.t is not None and sol.t >= floor - RELAXATION_TOL:
         return (
             "The flow relaxation of C1 does not rule a design out (it allows diagonal floors "
             f"up to {sol.t:.4g}); {ADVICE[0].lower()}{ADVICE[1:]}"
@@ -216,6 +217,7 @@ def forbidden(problem: DesignProblem) -> str:
             f"every diagonal floor by {sol.t:.4g}."
         )
     named = []
+    off: Any  # the option's value when not asked for
     for name, off in (("keep_cells", None), ("fixed", None), ("invariant", False)):
         if getattr(p, name) in (None, False, ()):
             continue
@@ -223,7 +225,7 @@ def forbidden(problem: DesignProblem) -> str:
             pb.table, pb.combos, dataclasses.replace(p, **{name: off}), "design"
         )
         alt = flow_relaxation(other)
-        if alt.status == "ok" and alt.t >= floor - RELAXATION_TOL:
+        if alt.status == "ok" and alt.t is not None and alt.t >= floor - RELAXATION_TOL:
             named.append(name)
     if not named:
         return (
@@ -260,12 +262,14 @@ def distance_rules_out(problem: DesignProblem, floor: float) -> tuple[str, int |
     """
     pb, p = problem, problem.params
     d = p.max_changed_variables
+    assert d is not None  # explained only under max_changed_variables
     parts = []
     count = reach_argument(problem, floor)
     if count:
         parts.append(count)
     sol = flow_relaxation(pb)
     if sol.status == "ok":
+        assert sol.t is not None  # set with status "ok"
         parts.append(
             f"With max_changed_variables = {d} the flow relaxation of C1 bounds every diagonal "
             f"floor by {sol.t:.4g}"
@@ -279,7 +283,7 @@ def distance_rules_out(problem: DesignProblem, floor: float) -> tuple[str, int |
         q = dataclasses.replace(p, max_changed_variables=free)
         other = DesignProblem.build(pb.table, pb.combos, q, "design")
         alt = flow_relaxation(other)
-        if alt.status == "ok" and alt.t >= floor - RELAXATION_TOL:
+        if alt.status == "ok" and alt.t is not None and alt.t >= floor - RELAXATION_TOL:
             vacuous = other.max_changed is None
             parts.append(
                 "The smallest max_changed_variables the flow relaxation allows a floor >= "

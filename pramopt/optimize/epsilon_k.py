@@ -97,6 +97,7 @@ def design_epsilon_k(pb: DesignProblem, trace: Trace, finish) -> DesignResult:
     )
     cands = []
     if att.ok:
+        assert att.P is not None  # an ok attempt has a matrix
         P, meas = _repaired(pb, trace, att.P.toarray(), att.start)
         if meas["ok"]:
             cands.append(("optimal", P, meas, l2_loss(sp.csr_matrix(P), pb.counts)))
@@ -118,6 +119,7 @@ def design_epsilon_k(pb: DesignProblem, trace: Trace, finish) -> DesignResult:
     )
     if not ok:
         if att.ok:
+            assert att.P is not None  # an ok attempt has a matrix
             P = att.P.toarray()
             meas = _measure(pb, trace, P)
             return finish(
@@ -213,7 +215,9 @@ def _details(p: DesignParams, meas: dict, start) -> dict:
     if p.k is not None:
         slack["k"] = 1.0 - p.k / meas["k"]
     tight = [n for n, v in slack.items() if v <= 1e-3]
-    binding = " and ".join(tight) if tight else f"none (closest: {min(slack, key=slack.get)})"
+    binding = (
+        " and ".join(tight) if tight else f"none (closest: {min(slack, key=slack.__getitem__)})"
+    )
     return {
         "epsilon": meas["epsilon"],
         "k": meas["k"],

@@ -41,7 +41,7 @@ class Pricer:
         self.counts = np.asarray(counts, dtype=float)
         self.y_rows = duals.rows
         # per column k: the duals charged U0(m) (C1's denominators, invariance); per pair (m, k)
-        self.sB, self.NT = None, None
+        sB, NT = None, None
         for c in constraints:
             pr = c.prices(duals)
             if pr is None:
@@ -50,12 +50,12 @@ class Pricer:
                     "support (they need a dense one)"
                 )
             if pr.per_column is not None:
-                self.sB = pr.per_column if self.sB is None else self.sB + pr.per_column
+                sB = pr.per_column if sB is None else sB + pr.per_column
             if pr.per_pair is not None:
-                self.NT = pr.per_pair if self.NT is None else self.NT + pr.per_pair
+                NT = pr.per_pair if NT is None else NT + pr.per_pair
         K = support.K
-        self.sB = np.zeros(K) if self.sB is None else self.sB
-        self.NT = sp.csc_matrix((K, K)) if self.NT is None else sp.csc_matrix(self.NT)
+        self.sB = np.zeros(K) if sB is None else sB
+        self.NT = sp.csc_matrix((K, K)) if NT is None else sp.csc_matrix(NT)
         self.allowed = allowed
 
     def reduced_costs(self, cols: np.ndarray, cost: np.ndarray | None = None) -> np.ndarray:

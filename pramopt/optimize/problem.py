@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -200,8 +201,8 @@ class DesignProblem:
         rows, cols, total = [], [], 0
         step = max(1, (1 << 22) // max(K, 1))
         for a in range(0, K, step):
-            rr, cc = np.meshgrid(np.arange(a, min(K, a + step)), np.arange(K), indexing="ij")
-            rr, cc = rr.ravel(), cc.ravel()
+            gr, gc = np.meshgrid(np.arange(a, min(K, a + step)), np.arange(K), indexing="ij")
+            rr, cc = gr.ravel(), gc.ravel()
             ok = (rr != cc) & self.allowed(rr, cc)
             total += int(ok.sum())
             if total > limit:
@@ -278,7 +279,7 @@ class Trace:
     @contextlib.contextmanager
     def stage(self, name: str):
         """Time a block; the block may set ``info["iterations"]`` and ``info["detail"]``."""
-        info = {"iterations": 0, "detail": ""}
+        info: dict[str, Any] = {"iterations": 0, "detail": ""}
         t0 = time.perf_counter()
         try:
             yield info

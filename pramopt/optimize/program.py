@@ -113,7 +113,8 @@ def build_program(
         [[0] * len(AUX_BLOCKS)] + [[a.get(k, 0) for k in AUX_BLOCKS] for a in aux], axis=0
     )
 
-    blocks, lower, upper, rows = [], [], [], {}
+    lower, upper, rows = [], [], {}
+    blocks: list[sp.csr_matrix] = []
 
     def add(name, mats, lo, hi, at=None):
         nrow = len(lo)

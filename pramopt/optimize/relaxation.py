@@ -324,6 +324,7 @@ def changes_bound(problem: DesignProblem, floor: float = 0.0, combinations=None)
     sol = flow_relaxation(problem, objective="changes", t_min=floor)
     if sol.status != "ok":
         return None
+    assert sol.out is not None  # set with status "ok"
     # the solver's optimum may sit up to its tolerance above the true one: round down
     return max(0.0, float(sol.out.sum()) * (1 - 1e-7) - 1e-6)
 

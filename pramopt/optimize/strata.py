@@ -26,6 +26,7 @@ import concurrent.futures as cf
 import multiprocessing
 import time
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import scipy.sparse as sp
@@ -154,7 +155,7 @@ def _run_local(design, strata: list[Stratum], workers: int, done) -> list[Stratu
         for i, s in enumerate(strata):
             out[i] = design_stratum(design, s.table, s.options)
             done(i, out[i])
-        return out
+        return cast(list[StratumDesign], out)  # every slot filled
     # 'spawn': no fork of a process that may hold solver or Dask threads; largest strata first
     order = sorted(range(len(strata)), key=lambda i: -strata[i].table.n_cells)
     ex = cf.ProcessPoolExecutor(
@@ -170,7 +171,7 @@ def _run_local(design, strata: list[Stratum], workers: int, done) -> list[Stratu
             done(i, out[i])
     finally:
         ex.shutdown(wait=True, cancel_futures=True)
-    return out
+    return cast(list[StratumDesign], out)  # every slot filled (or raised)
 
 
 def _run_dask(design, strata: list[Stratum], client, done) -> list[StratumDesign]:
@@ -188,7 +189,7 @@ def _run_dask(design, strata: list[Stratum], client, done) -> list[StratumDesign
             done(i, out[i])
     finally:
         client.cancel([f for f in futures if not f.done()])
-    return out
+    return cast(list[StratumDesign], out)  # every slot filled (or raised)
 
 
 def _merge(strata: list[Stratum], designs: list[StratumDesign], K: int) -> sp.csr_array:
@@ -232,6 +233,9 @@ def design_strata(
     )  # design(result.table, **result.params) repeats it locally
     alpha = params.alpha
     K = table.n_cells
+    assert alpha is not None  # fixed variables are refused with epsilon and k, so C1 is on
+    assert params.fixed  # strata come from the fixed variables
+    workers = params.workers or 1  # None only with a client
     # records never leave their stratum: the U0-weighted mean of C1's left-hand sides within a
     # stratum is 1/n_s for every group, so no matrix meets C1 there when n_s < 1/alpha
     small = [s for s in strata if s.n * alpha < 1 - 1e-12]
@@ -267,7 +271,7 @@ def design_strata(
     designs = (
         _run_dask(design, strata, client, done)
         if client is not None
-        else _run_local(design, strata, params.workers, done)
+        else _run_local(design, strata, workers, done)
     )
     trace.add("designs", time.perf_counter() - t0, 0, f"{len(strata)} strata {where}")
     P = _merge(strata, designs, K)

@@ -322,6 +322,7 @@ def estimate(released: pd.DataFrame, result, by=None, *, nonnegative: bool = Fal
     for y in range(Y):
         f = labels.copy()
         if by is not None:
+            assert yvals is not None  # factorized with by
             yv = yvals[y] if len(by) > 1 else (yvals[y],)
             for b, v in zip(by, yv):
                 f[b] = v

@@ -48,7 +48,7 @@ class UniformStream:
     def __init__(self, entropy: int):
         self.entropy = int(entropy)
         self._block = -1
-        self._u = None
+        self._u = np.empty(0)  # no block yet
 
     def _get(self, b: int) -> np.ndarray:
         if b != self._block:

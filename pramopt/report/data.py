@@ -70,7 +70,7 @@ class ReportData:
     """
 
     title: str
-    matrix: object
+    matrix: np.ndarray | sp.csr_array
     table: FrequencyTable
     combinations: Sequence
     alpha: float | None = None

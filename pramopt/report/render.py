@@ -109,4 +109,5 @@ def render_markdown(d: ReportData) -> str:
 
 def _html_table(obj) -> str:
     """A dict (figure -> value) or a DataFrame as an HTML table, in the report's style."""
-    return str(environment("html").get_template("tables.html.j2").module.table(obj))
+    module = environment("html").get_template("tables.html.j2").module
+    return str(module.table(obj))  # type: ignore[attr-defined]  # a macro of the template

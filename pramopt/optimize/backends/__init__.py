@@ -112,7 +112,7 @@ class _Chain:
     def __init__(self, program: LinearProgram, names: list[str]):
         self.program = program
         self._names = list(names)
-        self._active = None
+        self._active: Loaded | None = None
         self._errors: list[str] = []
 
     def _load(self, name: str):

@@ -323,9 +323,9 @@ class WorkingSet:
         v = _verify.violated_rows(P, self.table.codes, self.counts, self.combos, self.a_solve)
         if not v:
             return np.empty(0, dtype=np.int64)
-        v = np.asarray(v)
+        a = np.asarray(v)
         G = self.groups.n_groups
-        return np.unique(v[:, 0] * G + self.groups.member[v[:, 2], v[:, 1]])
+        return np.unique(a[:, 0] * G + self.groups.member[a[:, 2], a[:, 1]])
 
     def missing(self, P) -> list:
         key = self.violated(P)

@@ -176,6 +176,7 @@ def balancing_weights(P, iterations: int = 60, solver: str | None = None) -> np.
         bounds = [(0.0, 0.0)] + [(None, None)] * (K - 1) + [(None, None)]
         res = solve_lp(c, A_ub=A, b_ub=-W[u, v], bounds=bounds, solver=solver, method="highs")
         if res.outcome is Outcome.OPTIMAL:
+            assert res.x is not None  # set when optimal
             sigma = res.x[:K]
             return np.exp(sigma - sigma.mean())
     except (ValueError, FloatingPointError, np.linalg.LinAlgError):  # pragma: no cover

@@ -159,7 +159,7 @@ class SparseL2:
         self.receivers = R
         self.singular = True
         self.loss = float("inf")
-        self._H = None
+        self._H: np.ndarray | None = None
         if not np.all(np.isfinite(P.data)):
             return
         scale = max(1.0, float(np.abs(P.data).max(initial=0.0)))
@@ -373,7 +373,7 @@ class L2Loss:
     def value(self, P, counts, loss: float | None = None) -> float:
         return l2_loss(P, counts) if loss is None else float(loss)
 
-    def linear_cost(self, rows, cols) -> None:
+    def linear_cost(self, rows, cols) -> np.ndarray | None:
         return None
 
     def on_support(self, support, counts, sparse: bool):

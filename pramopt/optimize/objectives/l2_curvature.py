@@ -63,6 +63,7 @@ def l2_hessian_diagonal(P, counts, rows, cols, grad=None) -> np.ndarray:
         # Q = Dn + QR S^T (see SparseL2): Q_ji = Dn_j [i = j] + QR[j, pos(i)] for a receiver i,
         # and c_i = w_i Dn_i^2 off the receivers, (QR^T W QR)_ii on them.
         s._ready()
+        assert s._H is not None  # _ready() made it
         R = s.receivers
         pos = np.full(s.K, -1, dtype=np.intp)
         pos[R] = np.arange(R.size)

@@ -262,6 +262,12 @@ def _refine_blocks(problem: DesignProblem, bm, trace: Trace, load, lp, z, lo, hi
     return z
 
 
+def _support(att: Attempt) -> int:
+    """The size of a block attempt's support (its reduction always gives it)."""
+    assert att.reduction is not None and att.reduction.support is not None
+    return att.reduction.support
+
+
 def solve(problem: DesignProblem, level: float, trace: Trace) -> Attempt:
     """The block design of smallest objective over a few block sizes, solved at ``level``.
 
@@ -290,14 +296,13 @@ def solve(problem: DesignProblem, level: float, trace: Trace) -> Attempt:
                     best = (dataclasses.replace(att, loss=loss), f)
             else:
                 failed = att
-        if best is not None and (
-            best[0].reduction.support > BLOCK_SUPPORT_MAX or best[1] > 0.95 * prev
-        ):
+        if best is not None and (_support(best[0]) > BLOCK_SUPPORT_MAX or best[1] > 0.95 * prev):
             break
         prev = best[1] if best is not None else np.inf
     if best is None:
         return failed or Attempt(AttemptStatus.INFEASIBLE, detail="No block design satisfied C1.")
     r = best[0].reduction
+    assert r is not None  # every block attempt has one
     return dataclasses.replace(
         best[0],
         describe=(

@@ -17,7 +17,7 @@ __all__ = ["CheckedTrace", "check", "once"]
 class CheckedTrace(Trace):
     """A :class:`~..problem.Trace` that remembers the full C1 check of every matrix it saw."""
 
-    def __init__(self, progress=None):
+    def __init__(self, progress=None) -> None:
         super().__init__(progress)
         self.reports: dict = {}
         self.known: dict = {}

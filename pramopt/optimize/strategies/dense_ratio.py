@@ -210,8 +210,9 @@ def solve_privacy(
         )
         if best is None or f_end < best[1]:
             best = (x, f_end)
+    assert best is not None  # starts is not empty
     x = best[0]
-    if k_solve is not None and math.isfinite(r_k) and K <= EXACT_K_MAX_CELLS:
+    if k_solve is not None and r_k is not None and math.isfinite(r_k) and K <= EXACT_K_MAX_CELLS:
         P = polish_exact_k(problem, sup.to_matrix(x).toarray(), k_solve, eps_solve, a_solve, trace)
         x = sup.from_matrix(P)
     return Attempt(AttemptStatus.OK, P=sup.to_matrix(x), solver=solver)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -90,8 +91,8 @@ REFINE_SUPPORT_MAX = 100_000
 def rows_into(problem: DesignProblem, cols) -> Support:
     """Every row except the kept ones may move into ``cols`` (within the strata of ``fixed``)."""
     K = problem.K
-    rr, cc = np.meshgrid(np.arange(K), np.asarray(cols, dtype=np.int64), indexing="ij")
-    rr, cc = rr.ravel(), cc.ravel()
+    gr, gc = np.meshgrid(np.arange(K), np.asarray(cols, dtype=np.int64), indexing="ij")
+    rr, cc = gr.ravel(), gc.ravel()
     ok = problem.allowed(rr, cc)
     return Support.from_pairs(rr[ok], cc[ok], K)
 
@@ -187,7 +188,7 @@ class ColumnGeneration:
         self.lp_gap = 0.0 if mode == "dense" else None
         # phase one: an upper bound on the full program's floor, from the last pricing round
         # (None until one is known; on a dense support the restricted program is the full one)
-        self.floor_proof = None
+        self.floor_proof: float | None = None
 
     # -- shared pieces ------------------------------------------------------------------------
     def pending(self, sup: Support, x) -> list:
@@ -396,7 +397,9 @@ def solve(problem: DesignProblem, level: float, trace: Trace) -> Attempt:
         return Attempt(
             AttemptStatus.UNPROVEN, gamma=g_low, auto_reason=why, detail=f"{why} {ADVICE}"
         )
-    if ph.status == "infeasible" or (ph.status == "ok" and ph.t < g_low - 1e-9):
+    if ph.status == "infeasible" or (
+        ph.status == "ok" and ph.t is not None and ph.t < g_low - 1e-9
+    ):
         trace.add("phase1", ph.seconds, 0, "infeasible")
         return Attempt(
             AttemptStatus.INFEASIBLE,
@@ -502,7 +505,7 @@ def solve_general(
 
 
 def _reduction(cg: ColumnGeneration, final: bool = False) -> Reduction:
-    extra = {}
+    extra: dict[str, Any] = {}
     if final:
         extra = dict(
             final_working_set=int(cg.ws.m.size),

@@ -112,6 +112,7 @@ def _local_relaxation(problem: DesignProblem, alpha: float, pools: np.ndarray) -
         sol = flow_relaxation(part, alpha=alpha, pools=np.zeros(cells.size, dtype=np.int64))
         if sol.status != "ok":
             return sol
+        assert sol.t is not None  # set with status "ok"
         out[cells], inflow[cells], t = sol.out, sol.inflow, min(t, sol.t)
     return FlowSolution("ok", t=t, out=out, inflow=inflow)
 
@@ -156,7 +157,7 @@ def solve_replacement(problem: DesignProblem, level: float, trace: Trace, verify
                 sol = _local_relaxation(problem, alpha * (1.0 - margin), pools)
             else:
                 sol = flow_relaxation(problem, alpha=alpha * (1.0 - margin), pools=pools, t_max=1.0)
-            if sol.status != "ok" or sol.t < floor:
+            if sol.status != "ok" or sol.t is None or sol.t < floor:
                 trace.add(
                     "replacement",
                     time.perf_counter() - t0,
