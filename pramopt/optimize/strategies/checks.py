@@ -8,6 +8,8 @@ it is handed costs nothing and adds no stage.
 
 from __future__ import annotations
 
+import weakref
+
 from ...verified_result import verify_stage
 from ..problem import DesignProblem, Trace
 
@@ -32,13 +34,15 @@ def check(problem: DesignProblem, trace: Trace, P, stage: str | None = "verify")
     """
     cache = trace.reports if isinstance(trace, CheckedTrace) else None
     hit = None if cache is None else cache.get(id(P))
-    if hit is not None and hit[0] is P:
+    if hit is not None and hit[0]() is P:
         return hit[1]
     rep, st = verify_stage(P, problem.table, problem.combos, stage or "verify")
     if stage is not None:
         trace.add(st.name, st.seconds, st.iterations, f"max risk {rep.max_risk:.6g}")
     if cache is not None:
-        cache[id(P)] = (P, rep)  # the matrix itself is held, so its id is not reused
+        # a weak reference: the matrices a search discards are freed (an id may then be reused,
+        # and the reference then no longer returns the matrix checked)
+        cache[id(P)] = (weakref.ref(P), rep)
     return rep
 
 
