@@ -26,9 +26,8 @@ A new backend is one module here and one :func:`register` call in :mod:`.registr
 from __future__ import annotations
 
 import time
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from ..program import Duals, LinearProgram
 from .registry import (
     BACKENDS,
     CAPABILITIES,
@@ -42,13 +41,15 @@ from .registry import (
 )
 from .results import LPResult, LPSolution, Marginals, Outcome, Solution
 
+if TYPE_CHECKING:  # annotations only: the programs' module uses this door (no import cycle)
+    from ..program import Duals, LinearProgram
+
 __all__ = [
     "Outcome",
     "Solution",
     "LPSolution",
     "LPResult",
     "Marginals",
-    "Duals",
     "Loaded",
     "BackendInfo",
     "BACKENDS",

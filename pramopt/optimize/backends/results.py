@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..program import Duals
+if TYPE_CHECKING:  # annotations only: the programs' module uses this door (no import cycle)
+    from ..program import Duals
 
-__all__ = ["Outcome", "Solution", "Marginals", "LPResult", "LPSolution", "Duals"]
+__all__ = ["Outcome", "Solution", "Marginals", "LPResult", "LPSolution"]
 
 
 class Outcome(enum.Enum):
