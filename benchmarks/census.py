@@ -18,12 +18,16 @@ from ._common import max_rss_mb, run_child, write_table
 from .census_data import census_data, register_data
 
 ALPHA = 0.1
-#: name -> (keys, records); "register" is register_data(4,000).
+#: name -> (keys, records); "register" is register_data(4,000).  A "-d2" point passes
+#: max_changed_variables=2 (the general design at census scale, keeping records plausible).
 POINTS = {
     "census-4k-20000": (4, 20_000),
+    "census-4k-20000-d2": (4, 20_000),
     "census-5k-20000": (5, 20_000),
+    "census-5k-20000-d2": (5, 20_000),
     "register-4000": (None, 4_000),
     "census-6k-100000": (6, 100_000),
+    "census-6k-100000-d2": (6, 100_000),
     "census-7k-300000": (7, 300_000),
 }
 QUICK = {"census-4k-2000": (4, 2_000)}
@@ -32,6 +36,19 @@ QUICK = {"census-4k-2000": (4, 2_000)}
 def _data(name: str) -> pd.DataFrame:
     keys, n = {**POINTS, **QUICK}[name]
     return register_data(n, seed=0) if keys is None else census_data(n, keys, seed=0)
+
+
+def _options(name: str) -> dict:
+    return {"max_changed_variables": 2} if name.endswith("-d2") else {}
+
+
+def _candidates(res) -> str:
+    """Every candidate auto mode made: loss, expected changes, variables per changed record."""
+    table = res.details.get("candidates") or {}
+    return "; ".join(
+        f"{k} {v['loss']:.4g} / {v['expected_changes']:.0f} / {v['variables_per_changed_record']:.2f}"
+        for k, v in table.items()
+    )
 
 
 def _stages(stages) -> str:
@@ -52,12 +69,14 @@ def point(name: str) -> dict:
     table = pramopt.frequency_table(df, qi)
     t_count = time.perf_counter() - t0
     t0 = time.perf_counter()
-    res = pramopt.design(table, alpha=ALPHA)
+    res = pramopt.design(table, alpha=ALPHA, **_options(name))
     t_design = time.perf_counter() - t0
     red = res.reduction.as_dict() if res.reduction is not None else {}
     rss_design = max_rss_mb()
     outputs = _outputs(res, df)
     lb = res.details.get("expected_changes_lower_bound")
+    floor_lb = red.get("floor_changes_bound")
+    linear = red.get("linear_changes")
     return dict(
         case=name,
         keys=len(qi),
@@ -78,6 +97,11 @@ def point(name: str) -> dict:
         changes_lower_bound=lb,
         bound_combinations=res.details.get("lower_bound_combinations"),
         changes_over_bound=(res.expected_changes / lb) if lb else None,
+        variables_per_changed_record=res.details.get("changed_variables", {}).get("mean"),
+        linear_changes=linear,
+        floor_changes_bound=floor_lb,
+        linear_over_floor_bound=(linear / floor_lb) if linear and floor_lb else None,
+        candidates=_candidates(res),
         loss_lower_bound=res.details.get("loss_lower_bound"),
         loss_over_bound=(res.loss / res.details["loss_lower_bound"])
         if res.details.get("loss_lower_bound")
@@ -147,6 +171,13 @@ def run(
         "changes_lower_bound: no design meeting C1 changes fewer records in expectation (the flow relaxation over "
         "the rows of bound_combinations of the combinations, see pramopt.optimize.relaxation); changes_over_bound: "
         "the design's expected changes over it (1 would be proven optimal in changes).",
+        "-d2 points: max_changed_variables=2.  variables_per_changed_record: the identifying values a changed "
+        "record has altered, in expectation.  linear_changes: the general design's expected changes at the end of "
+        "its linear stage (fewest changes); floor_changes_bound: the proven lower bound on the expected changes of "
+        "every design meeting C1 with every diagonal entry >= its floor (0.51) and the same permitted transitions "
+        "(the restricted program at alpha plus the Lagrangian bound of every transition outside its support); "
+        "linear_over_floor_bound: their ratio.  candidates: every structure auto mode made, as loss / expected "
+        "changes / variables per changed record.",
         "loss_lower_bound: changes_lower_bound / n^2, below the exact L2 loss of every general, replacement or "
         "block design meeting C1 (pramopt.optimize.relaxation.loss_bound); loss_over_bound: the design's loss over "
         "it (the design is at most this factor from the best of those designs).",

@@ -77,6 +77,10 @@ class Reduction:
         Transitions added by column generation.
     linear_gap_bound : float or None
         Certified relative bound on what the full K x K linear stage could still gain.
+    linear_changes, floor_changes_bound : float or None
+        The general design: expected changes at the end of its linear stage (fewest changes),
+        and the proven lower bound on the expected changes of every design meeting C1 with every
+        diagonal entry >= gamma and the same permitted transitions.
     blocks, block_target_records, min_lambda : int, float or None
         Block designs: number of blocks, their size in records, smallest lambda_b.  Replacement
         designs: number of pools, their size in records (None: one per stratum), smallest retention.
@@ -96,6 +100,8 @@ class Reduction:
     support_mode: str | None = None
     priced_transitions: int | None = None
     linear_gap_bound: float | None = None
+    linear_changes: float | None = None
+    floor_changes_bound: float | None = None
     blocks: int | None = None
     block_target_records: float | None = None
     min_lambda: float | None = None
@@ -332,6 +338,15 @@ class DesignResult:
         return f", from the rows of {used} of {len(self.combinations)} combinations"
 
     def _tried_line(self) -> list[str]:
+        table = self.details.get("candidates") or {}
+        if len(table) > 1:
+            lines = ["  candidates (loss, expected changed records, variables per changed record):"]
+            for name, f in sorted(table.items(), key=lambda kv: kv[1]["objective"]):
+                lines.append(
+                    f"    {name:<12} {f['loss']:.4g}  {f['expected_changes']:.5g}  "
+                    f"{f['variables_per_changed_record']:.2f}"
+                )
+            return lines
         tried = self.details.get("tried") or {}
         if len(tried) < 2:
             return []

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import scipy.sparse as sp
 
+from ..loss import changed_variables, expected_changes
 from ..params import GAMMA_LADDER
 from ..result import Reduction
 from ..verify import C1Report
@@ -37,6 +39,10 @@ __all__ = [
     "BLOCKS_AUTO_MAX_CELLS",
     "BLOCKS_AUTO_MAX_ROWS",
     "MARGIN_FLOOR",
+    "COMPARABLE_OBJECTIVE",
+    "FEWER_CHANGED_VALUES",
+    "figures",
+    "pick",
 ]
 
 #: Above this many cells auto mode tries only the replacement and block designs: on large tables
@@ -54,6 +60,14 @@ BLOCKS_AUTO_MAX_ROWS = 100_000
 
 #: The margin grows from at least this when the verification fails (a margin of 0 would stay 0).
 MARGIN_FLOOR = 1e-5
+
+#: Auto mode's rule beyond the smallest objective (:func:`pick`): a candidate whose objective is
+#: within this factor of the smallest ...
+COMPARABLE_OBJECTIVE = 1.10
+#: ... and whose records change, in expectation, at most this fraction as many identifying values
+#: as the smallest objective's candidate wins: a release that keeps records plausible at a
+#: comparable loss is the one an office publishes.
+FEWER_CHANGED_VALUES = 2.0 / 3.0
 
 
 @dataclass(frozen=True)
@@ -109,6 +123,10 @@ class AutoPolicy:
                 f"No design with a diagonal floor >= {g_low:g} exists: C1 caps every floor at "
                 f"alpha * n / (largest number of groups of one combination) = {bound:.4g}."
             )
+        if problem.max_changed is not None:
+            # the structures that need no floor move records between every pair of a pool's
+            # cells: under max_changed_variables the general design is the one that honours it
+            return None
         if not self.general.admits(problem, found=False):
             return (
                 f"With {problem.K} cells (more than {self.general.max_cells}), auto mode makes "
@@ -168,3 +186,47 @@ class Candidate:
     def identity(K: int, gamma: float | None = None, reduction=None) -> Candidate:
         """P = I: what a design that found no matrix returns."""
         return Candidate("identity", sp.identity(K, format="csr"), gamma=gamma, reduction=reduction)
+
+
+def figures(c: Candidate, problem: DesignProblem, objective: float) -> dict:
+    """What the result reports for every candidate: its loss and objective, the expected changed
+    records, the expected changed identifying values and the variables changed per changed
+    record."""
+    E = expected_changes(c.P, problem.counts)
+    cv = changed_variables(c.P, problem.table.codes, problem.counts)
+    per = cv["mean"]
+    return {
+        "loss": None if c.loss is None else float(c.loss),
+        "objective": float(objective),
+        "expected_changes": float(E),
+        "changed_values": float(E * per) if np.isfinite(per) else 0.0,
+        "variables_per_changed_record": float(per),
+    }
+
+
+def pick(names: list, table: dict) -> tuple[str, str]:
+    """Auto mode's choice among verified candidates ``names`` (their :func:`figures` in
+    ``table``): the smallest objective, unless another candidate's objective is within
+    ``COMPARABLE_OBJECTIVE`` of it while it changes at most ``FEWER_CHANGED_VALUES`` as many
+    identifying values -- then the one of those that changes the fewest.  Returns the name and
+    the sentence that says why (empty when the smallest objective wins)."""
+    best = min(names, key=lambda n: table[n]["objective"])
+    b = table[best]
+    plausible = [
+        n
+        for n in names
+        if table[n]["objective"] <= COMPARABLE_OBJECTIVE * b["objective"]
+        and table[n]["changed_values"] <= FEWER_CHANGED_VALUES * b["changed_values"]
+    ]
+    if not plausible:
+        return best, ""
+    won = min(plausible, key=lambda n: table[n]["changed_values"])
+    w = table[won]
+    why = (
+        f"The {won} design is chosen over the {best} design: its objective is within "
+        f"{COMPARABLE_OBJECTIVE - 1:.0%} ({w['objective']:.4g} against {b['objective']:.4g}) "
+        f"while it changes {w['changed_values']:.4g} identifying values in expectation against "
+        f"{b['changed_values']:.4g} ({w['variables_per_changed_record']:.2f} against "
+        f"{b['variables_per_changed_record']:.2f} per changed record)."
+    )
+    return won, why

@@ -28,7 +28,7 @@ from ..params import GAMMA_LADDER, DesignParams, parameters_doc, signature
 from ..result import DesignResult, Status
 from ..verified_result import finish
 from ..verify import C1Report
-from .auto import AUTO, Candidate, margins
+from .auto import AUTO, Candidate, figures, margins, pick
 from .diagnosis import (
     check_structure,
     explain_max_changed,
@@ -269,13 +269,7 @@ class _Designer:
                 # the structures that need no floor, made in seconds, may still have the smaller
                 # loss (by loss: without the refinement the general design minimises changes)
                 others = self._candidates(AUTO.beside) if auto and self.p.refine_loss else []
-                best = min([general, *others], key=self._score)
-                why = (
-                    ""
-                    if best is general
-                    else (f"The {best.name} design has a smaller loss than the general design.")
-                )
-                return self._finish(best, why, others=[general, *others])
+                return self._finish_best([general, *others], "")
             last = (
                 f"verification failed (max risk {general.report.max_risk:.8g} > "
                 f"{pb.alpha:g}) at margin {margin:g}"
@@ -303,7 +297,7 @@ class _Designer:
         for rule in AUTO.last_resort if not found else ():
             found = found or self._candidates((rule,))
         if found:
-            return self._finish(min(found, key=self._score), reason, others=found)
+            return self._finish_best(found, reason)
         if self.problem.max_changed is not None:
             why = (
                 f"{reason} The replacement and block designs, which need no floor, move records "
@@ -381,12 +375,23 @@ class _Designer:
                 found += [c] if c is not None else []
         return found
 
-    def _finish(self, c: Candidate, reason: str, others=()) -> DesignResult:
+    def _finish_best(self, found: list, reason: str) -> DesignResult:
+        """The candidate auto mode picks (:func:`~.auto.pick`), with every candidate's figures."""
+        table = {c.name: figures(c, self.problem, self._score(c)) for c in found}
+        name, why = pick([c.name for c in found], table)
+        best = next(c for c in found if c.name == name)
+        if not why and len(found) > 1:
+            why = f"The {name} design has the smallest objective."
+        return self._finish(best, f"{reason} {why}".strip(), others=found, table=table)
+
+    def _finish(self, c: Candidate, reason: str, others=(), table=None) -> DesignResult:
         also = "; ".join(f"{o.name} loss {o.loss:.4g}" for o in others if o is not c)
         details = {
             **optimality_bounds(self.problem, self.trace, c),
             "tried": {o.name: o.loss for o in others},
         }
+        if table and len(table) > 1:
+            details["candidates"] = table
         message = (
             f"{reason} {c.describe}".strip()
             + (f" (also tried: {also})." if also else "")

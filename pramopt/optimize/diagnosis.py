@@ -252,7 +252,8 @@ def forbidden(problem: DesignProblem) -> str:
 
 def distance_rules_out(problem: DesignProblem, floor: float) -> tuple[str, int | None]:
     """Why ``max_changed_variables`` leaves no design, and the smallest value the flow relaxation
-    of C1 allows a floor >= ``floor`` with (None: none does).
+    of C1 allows a floor >= ``floor`` with (None: none does; d itself when the relaxation does not
+    rule d out, and the words then say that no design was found, not that none exists).
 
     Two arguments, both independent of the solver that failed: the counting one, C1's
     ``P_mm <= alpha D_g`` with ``D_g`` at most the records within distance d of group g (every
@@ -276,6 +277,14 @@ def distance_rules_out(problem: DesignProblem, floor: float) -> tuple[str, int |
             + (f" (< {floor:g})" if sol.t < floor - RELAXATION_TOL else "")
             + "."
         )
+        if sol.t >= floor - RELAXATION_TOL and not count:
+            # the relaxation does not rule d out: no figure here proves anything about d
+            parts.append(
+                f"That does not rule max_changed_variables = {d} out: no design was found, but "
+                "one may exist (a larger max_changed_variables or min_diagonal closer to 0.5 "
+                "gives the search more room)."
+            )
+            return " ".join(parts), d
     elif sol.status == "infeasible":
         parts.append(f"With max_changed_variables = {d} the flow relaxation of C1 has no solution.")
     free = d + 1

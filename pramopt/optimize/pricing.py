@@ -67,6 +67,35 @@ class Pricer:
             d += cost
         return d
 
+    def among(
+        self, rows, cols, cost=None, tol: float = 1e-9, max_add: int = 100_000
+    ) -> tuple[np.ndarray, np.ndarray, float]:
+        """:meth:`candidates` over the listed transitions only (``rows[i]``, ``cols[i]``, each
+        permitted, none on the diagonal), at a cost linear in their number: with
+        ``max_changed_variables`` the permitted transitions are a small part of the K x K ones.
+
+        ``cost``: the objective coefficient of each listed transition (None: zero).  The bound is
+        over the listed transitions, which are all the program may use.
+        """
+        K = self.support.K
+        rows = np.asarray(rows, dtype=np.int64)
+        cols = np.asarray(cols, dtype=np.int64)
+        d = -self.y_rows[rows] - self.counts[rows] * self.sB[cols] - _lookup(self.NT, rows, cols)
+        if cost is not None:
+            d = d + cost
+        sup_key = self.support.rows * K + self.support.cols  # sorted (see Support)
+        key = rows * K + cols
+        pos = np.minimum(np.searchsorted(sup_key, key), sup_key.size - 1)
+        neg = (d < -tol) & (sup_key[pos] != key)
+        if not neg.any():
+            return np.empty(0, np.int64), np.empty(0, np.int64), 0.0
+        rowmin = np.zeros(K)
+        np.minimum.at(rowmin, rows[neg], d[neg])
+        idx = np.flatnonzero(neg)
+        if idx.size > max_add:
+            idx = idx[np.argpartition(d[idx], max_add)[:max_add]]
+        return rows[idx], cols[idx], float(rowmin.sum())
+
     def candidates(
         self, cost_fn=None, tol: float = 1e-9, max_add: int = 100_000, chunk: int = 256
     ) -> tuple[np.ndarray, np.ndarray, float]:
@@ -117,3 +146,16 @@ class Pricer:
             top = np.argpartition(dv, max_add)[:max_add]
             r, c = r[top], c[top]
         return r, c, bound
+
+
+def _lookup(M: sp.spmatrix, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """``M[rows[i], cols[i]]`` for many pairs, by a sorted search in M's entries."""
+    C = sp.csr_matrix(M)
+    C.sum_duplicates()
+    if C.nnz == 0:
+        return np.zeros(rows.size)
+    K = C.shape[1]
+    key = np.repeat(np.arange(C.shape[0], dtype=np.int64), np.diff(C.indptr)) * K + C.indices
+    want = rows * K + cols
+    pos = np.minimum(np.searchsorted(key, want), key.size - 1)
+    return np.where(key[pos] == want, C.data[pos], 0.0)

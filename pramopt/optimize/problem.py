@@ -62,6 +62,8 @@ class DesignProblem:
     fixed_idx: tuple = ()
     keep_rows: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     objective: Objective = field(default_factory=default_objective)
+    # the permitted transitions, listed once per problem (seconds to a minute at census scale)
+    _pairs: dict = field(default_factory=dict, compare=False, repr=False)
 
     @staticmethod
     def build(
@@ -196,7 +198,14 @@ class DesignProblem:
         """Every permitted transition between two different cells, ordered by row then column;
         None when there are more than ``limit`` of them."""
         if self.max_changed is not None:
-            return self._near_pairs(limit)
+            known, known_limit = self._pairs.get("near", (None, -1))
+            if known is not None:
+                return known if known[0].size <= limit else None
+            if limit <= known_limit:  # more than a limit at least as large as this one
+                return None
+            pairs = self._near_pairs(limit)
+            self._pairs["near"] = (pairs, limit)
+            return pairs
         K = self.K
         rows, cols, total = [], [], 0
         step = max(1, (1 << 22) // max(K, 1))
@@ -220,6 +229,7 @@ class DesignProblem:
         codes, K = self.table.codes, self.K
         v, d = codes.shape[1], self.max_changed
         found = np.empty(0, dtype=np.int64)  # r * K + c, sorted and distinct
+        parts: list = []
         for S in itertools.combinations(range(v), v - d):
             key = np.unique(codes[:, list(S)], axis=0, return_inverse=True)[1].ravel()
             sizes = np.bincount(key)
@@ -235,9 +245,15 @@ class DesignProblem:
             within = np.arange(rows.size) - np.repeat(np.cumsum(s_o) - s_o, s_o)
             cols = o[first + within]
             ok = (rows != cols) & self.allowed(rows, cols)
-            found = np.union1d(found, rows[ok].astype(np.int64) * K + cols[ok])
-            if found.size > limit:
-                return None
+            parts.append(rows[ok].astype(np.int64) * K + cols[ok])
+            if sum(q.size for q in parts) > 2 * limit:  # merged in batches: one sort, not many
+                found = np.unique(np.concatenate([found, *parts]))
+                parts = []
+                if found.size > limit:
+                    return None
+        found = np.unique(np.concatenate([found, *parts]))
+        if found.size > limit:
+            return None
         return found // K, found % K
 
 

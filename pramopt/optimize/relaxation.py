@@ -57,6 +57,9 @@ LAZY_ROUNDS = 8
 #: With ``max_changed_variables`` the relaxation carries one flow per permitted transition, up to
 #: this many (beyond, it leaves them out: a weaker relaxation, still a bound).
 EDGE_LIMIT = 2_000_000
+#: ... and for the bound on expected changes reported with every design, up to this many: the
+#: changes program is solved by an interior point, minutes over a million flows.
+CHANGES_EDGE_LIMIT = 200_000
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,7 @@ def flow_relaxation(
     *,
     t_min: float = 0.0,
     objective: str = "floor",
+    edge_limit: int = EDGE_LIMIT,
 ) -> FlowSolution:
     """Maximise the common diagonal floor t of the relaxation (see the module docstring), or
     with ``objective="changes"`` minimise the records sent out, ``sum out``, at floors >= ``t_min``.
@@ -102,7 +106,7 @@ def flow_relaxation(
         Upper bound on each ``out_k`` besides ``(1 - t) U0(k)``.
     """
     alpha = problem.alpha if alpha is None else float(alpha)
-    prog = _FlowProgram.build(problem, alpha, pools, t_max, out_max, t_min, objective)
+    prog = _FlowProgram.build(problem, alpha, pools, t_max, out_max, t_min, objective, edge_limit)
     # Lazy rows on large tables: start with the rows of small groups (a group of U_g >= 1/(alpha t)
     # records meets its rows by itself once every cell keeps a share t), add the rows the solution
     # violates, and solve again; the answer is that of the full program, which it satisfies.
@@ -174,6 +178,7 @@ class _FlowProgram:
         out_max,
         t_min: float,
         objective: str,
+        edge_limit: int = EDGE_LIMIT,
     ) -> _FlowProgram:
         groups, K = problem.groups, problem.K
         U = problem.counts
@@ -185,7 +190,7 @@ class _FlowProgram:
         upos[used] = np.arange(nG)
         # columns: out (K), in (K), D (nG), t, and with max_changed_variables the flow of every
         # permitted transition (E): records may then only go where a design may send them
-        edges = problem.allowed_pairs(EDGE_LIMIT) if problem.max_changed is not None else None
+        edges = problem.allowed_pairs(edge_limit) if problem.max_changed is not None else None
         E = 0 if edges is None else edges[0].size
         o_in, o_D, o_t = K, 2 * K, 2 * K + nG
         o_f = o_t + 1
@@ -321,7 +326,7 @@ def changes_bound(problem: DesignProblem, floor: float = 0.0, combinations=None)
     if combinations is not None and len(combinations) < len(problem.combos):
         sub = tuple(problem.combos[i] for i in combinations)
         problem = dataclasses.replace(problem, combos=sub, groups=build_groups(problem.table, sub))
-    sol = flow_relaxation(problem, objective="changes", t_min=floor)
+    sol = flow_relaxation(problem, objective="changes", t_min=floor, edge_limit=CHANGES_EDGE_LIMIT)
     if sol.status != "ok":
         return None
     assert sol.out is not None  # set with status "ok"

@@ -23,7 +23,7 @@ from ...loss import expected_changes
 from ...params import DENSE_SUPPORT_MAX, GAMMA_LADDER
 from ...result import Reduction
 from ..backends import chain, supports
-from ..constraints.c1 import WorkingSet, membership, protected_groups, reduce_constraints
+from ..constraints.c1 import C1Rows, WorkingSet, membership, protected_groups, reduce_constraints
 from ..constraints.invariance import Invariance
 from ..diagnosis import ADVICE, RELAXATION_TOL, invariant_hint
 from ..objectives.l2 import SparseL2
@@ -45,6 +45,7 @@ __all__ = [
     "REFINE_CHUNK",
     "REFINE_SUPPORT_MAX",
     "REFINE_QP_MAX",
+    "REFINE_QP_MAX_AT_SCALE",
     "DENSE_SUPPORT_MAX",
     "COVER_BUDGET",
 ]
@@ -66,6 +67,12 @@ REFINE_CHUNK = 10
 #: REFINE_LINEAR_CHUNK linear steps, after which pricing drops the unused transitions; pricing adds
 #: no more than keeps the support within this.
 REFINE_QP_MAX = 25_000
+#: The same limit on the census-scale path (:mod:`.general_scale`): there the warm-started linear
+#: steps reach a smaller loss sooner than curved ones at any support size (benchmarks/README.md).
+REFINE_QP_MAX_AT_SCALE = 0
+#: On the census-scale path a chunk of linear steps that gains less than this many ``rtol``
+#: (relative) ends the refinement.
+REFINE_SCALE_GAIN = 10
 #: Linear (SLP) steps on a support too large for QPs before pricing trims it.
 REFINE_LINEAR_CHUNK = 3
 #: Curved steps between pricing rounds: one, since the QP's own multipliers price transitions
@@ -110,6 +117,8 @@ def initial_support(problem: DesignProblem, gamma: float, mode: str) -> Support:
     """
     if mode == "dense":
         return rows_into(problem, np.arange(problem.K))
+    if mode == "diagonal":  # the caller brings the rest (the census-scale path's seeds)
+        return Support.from_pairs(np.empty(0), np.empty(0), problem.K)
     need = protected_groups(problem.groups, problem.alpha, gamma)
     if mode == "targets":
         return rows_into(problem, np.flatnonzero(need[problem.groups.member].any(axis=1)))
@@ -138,6 +147,14 @@ class ColumnGeneration:
         Maximise a common floor t instead of minimising expected changes (elastic C1 rows).
     init : Support, optional
         Transitions to start from besides the initial support (phase one's).
+    elastic : bool
+        Give C1's rows a penalised slack (as phase one does), so that a restricted support is
+        never infeasible: the census-scale path starts from a small support without phase one.
+    pairs : tuple of ndarray, optional
+        Every permitted transition (rows, cols): pricing then looks at these only, instead of
+        scanning K x K candidates.
+    mode : str, optional
+        The initial support (default: the ``support`` parameter's choice).
     """
 
     def __init__(
@@ -148,8 +165,13 @@ class ColumnGeneration:
         a_solve: float,
         phase_one: bool = False,
         init: Support | None = None,
+        *,
+        elastic: bool = False,
+        pairs: tuple | None = None,
+        mode: str | None = None,
     ):
         p = problem.params
+        self.elastic, self.pairs = elastic, pairs
         self.problem, self.gamma, self.floor, self.a_solve, self.phase_one = (
             problem,
             gamma,
@@ -160,7 +182,7 @@ class ColumnGeneration:
         self.counts = problem.counts
         K = problem.K
         duals = supports(p.solver, "duals")  # column generation needs them
-        mode = (
+        mode = mode or (
             p.support
             if p.support != "auto"
             else ("dense" if K <= DENSE_SUPPORT_MAX else ("cover" if duals else "targets"))
@@ -189,11 +211,20 @@ class ColumnGeneration:
         # phase one: an upper bound on the full program's floor, from the last pricing round
         # (None until one is known; on a dense support the restricted program is the full one)
         self.floor_proof: float | None = None
+        # the linear stage's expected changes and the proven bound at its floor (once solved)
+        self.linear_changes: float | None = None
+        self.floor_bound: float | None = None
 
     # -- shared pieces ------------------------------------------------------------------------
-    def pending(self, sup: Support, x) -> list:
-        """Rows of the full C1 violated at the solve level and missing from the working set."""
-        return self.ws.missing(sup.to_matrix(x))
+    def pending(self, sup: Support, x, anticipate: bool = False) -> list:
+        """Rows of the full C1 violated at the solve level and missing from the working set;
+        with ``anticipate`` on the census-scale path, also those within ``LAZY_ANTICIPATE`` of it
+        (a round of the linear stage costs a solve from scratch: fewer rounds)."""
+        P = sup.to_matrix(x)
+        if not (anticipate and self.elastic):
+            return self.ws.missing(P)
+        near = self.ws.missing(P, self.a_solve * (1.0 - LAZY_ANTICIPATE))
+        return near if near and self.ws.missing(P) else []
 
     def bounds(self, sup: Support) -> tuple[np.ndarray, np.ndarray]:
         diag = sup.rows == sup.cols
@@ -207,16 +238,25 @@ class ColumnGeneration:
             sup,
             [self.ws.rows(sup, self.mem), *inv],
             max_floor=phase_one,
-            elastic=PHASE1_ELASTIC if phase_one else None,
+            elastic=PHASE1_ELASTIC if (phase_one or self.elastic) else None,
         )
         return chain(prog, self.problem.params.solver)
 
     def price(self, lp, duals, cost_fn=None, tol: float = 1e-7, max_add: int | None = None):
-        return Pricer(
+        pricer = Pricer(
             lp.program.support, self.counts, lp.program.constraints, duals, self.problem.allowed
-        ).candidates(
-            cost_fn=cost_fn, tol=tol, max_add=max_add or max(REFINE_MAX_ADD, 2 * self.problem.K)
         )
+        max_add = max_add or max(REFINE_MAX_ADD, 2 * self.problem.K)
+        if self.pairs is not None:
+            r, c = self.pairs
+            cost = None
+            if cost_fn == self._change_costs:
+                lin = self.problem.objective.linear_cost(r, c)
+                cost = None if lin is None else self.counts[r] * lin
+            elif cost_fn is not None:
+                cost = _at_pairs(cost_fn, r, c, self.problem.K)
+            return pricer.among(r, c, cost=cost, tol=tol, max_add=max_add)
+        return pricer.candidates(cost_fn=cost_fn, tol=tol, max_add=max_add)
 
     # -- the restricted linear programs ---------------------------------------------------------
     def linear(self, trace: Trace):
@@ -241,7 +281,7 @@ class ColumnGeneration:
             if out.x is None:
                 return out.status, out, None, lp, rounds
             x = clean(sup, out.x)
-            new = self.pending(sup, x)
+            new = self.pending(sup, x, anticipate=True)
             trace.progress(
                 "phase1" if phase_one else "linear",
                 rounds,
@@ -289,8 +329,11 @@ class ColumnGeneration:
                     self.floor_proof = -out.objective - bound
                 # ... or when a round gained less than that (the bound sums a worst case over every
                 # row and can stay loose while the objective has stalled; it is reported as is)
-                stalled = not phase_one and prev_E - E <= LP_GAP_RTOL * max(E, 1e-12)
-                prev_E = E
+                # (while elastic rows keep a slack the objective, penalty included, is what falls)
+                slack = self.elastic and float(out.slack.max(initial=0.0)) > ELASTIC_SLACK_TOL
+                now = out.objective if slack else E
+                stalled = not phase_one and abs(prev_E - now) <= LP_GAP_RTOL * max(abs(now), 1e-12)
+                prev_E = np.inf if slack else E
                 if self.lp_gap <= LP_GAP_RTOL or stalled:
                     r = r[:0]
                 # Phase one only has to bound the floor from below: once the restricted program is
@@ -339,6 +382,36 @@ class ColumnGeneration:
         lin = self.problem.objective.linear_cost(np.arange(self.problem.K)[:, None], cols[None, :])
         return None if lin is None else self.counts[:, None] * lin
 
+    def changes_floor_bound(self) -> float | None:
+        """A proven lower bound on the expected changes of every design meeting C1 at alpha with
+        every diagonal entry >= ``floor`` and only the transitions this solve permits.
+
+        The restricted program at alpha itself (no margin) over the final support and working
+        set is a relaxation of that problem's rows; the Lagrangian bound of every transition
+        outside the support (pricing: each row of P sums to one) covers its columns; the
+        solver's tolerance is allowed for by ``BOUND_RTOL`` of n.  None when there is no such
+        bound here (no pricing, or ``change_weights``: the objective is not the changes).
+        """
+        pb = self.problem
+        if self.phase_one or pb.params.change_weights or not (self.widen or self.mode == "dense"):
+            return None
+        inv = [Invariance(self.counts)] if pb.params.invariant else []
+        rows = C1Rows(self.ws.block(self.sup), pb.alpha, pb.groups, self.mem, self.ws)
+        lp = chain(build_program(self.sup, [rows, *inv]), pb.params.solver)
+        c, lo, hi = self._vectors(self.sup)
+        out = lp.solve(c, lo, hi)
+        if out.x is None or out.objective is None:
+            return None
+        bound = 0.0
+        if self.mode != "dense":
+            duals = lp.duals()
+            if duals is None:
+                return None
+            tol = 1e-9 * out.scale
+            bound = self.price(lp, duals, tol=tol, max_add=1)[2] - self.problem.K * tol
+        n = float(self.counts.sum())
+        return max(0.0, n + float(out.objective) + bound - BOUND_RTOL * n)
+
     # -- the refinement (:mod:`.general_refine`) ----------------------------------------------
     def refine(self, x, trace: Trace):
         """Trust-region steps on the exact loss from the linear stage's ``x`` (on ``self.sup``).
@@ -360,6 +433,14 @@ PHASE1_MAX_ROUNDS = 20
 PHASE1_TIEBREAK = 1e-4
 #: Cost per unit of the elastic slack of phase one's C1 rows.
 PHASE1_ELASTIC = 1e3
+#: On the census-scale path, when the full check finds C1 rows missing, the rows within this
+#: fraction of the solve level join them.
+LAZY_ANTICIPATE = 0.2
+#: A slack of an elastic C1 row above this after the linear stage means the row is unmet.
+ELASTIC_SLACK_TOL = 1e-9
+#: The proven bound on the changes of floor-respecting designs is lowered by this fraction of the
+#: records, for the solver's feasibility and optimality tolerances (1e-7).
+BOUND_RTOL = 1e-6
 
 
 def solve(problem: DesignProblem, level: float, trace: Trace) -> Attempt:
@@ -367,12 +448,18 @@ def solve(problem: DesignProblem, level: float, trace: Trace) -> Attempt:
     diagonal floor (once per design), phase one, then the rungs of the floor's ladder that phase
     one allows, from the requested gamma down, until one is feasible."""
     # phase one is built on this module's ColumnGeneration
+    from .general_scale import PHASE_ONE_MAX_CELLS, solve_at_scale
     from .phase_one import floor_bound_stage, largest_floor
 
     p = problem.params
     floor = 0.0 if p.min_diagonal is None else p.min_diagonal
     g_low = max(GAMMA_LADDER[-1], floor)
-    relax = once(trace, "floor bound", lambda: floor_bound_stage(problem, trace))
+    at_scale = problem.K > PHASE_ONE_MAX_CELLS
+    relax = None
+    if not (at_scale and problem.max_changed is not None):
+        # (with max_changed_variables the relaxation carries a flow per permitted transition:
+        # minutes at census scale, where the sparse path finds out faster)
+        relax = once(trace, "floor bound", lambda: floor_bound_stage(problem, trace))
     if relax is not None and relax < g_low - RELAXATION_TOL:
         why = (
             f"No design with every diagonal entry >= {g_low:g} satisfies C1: the flow "
@@ -384,6 +471,8 @@ def solve(problem: DesignProblem, level: float, trace: Trace) -> Attempt:
             auto_reason=why,
             detail=f"{why}{invariant_hint(p)} {ADVICE}",
         )
+    if at_scale:
+        return solve_at_scale(problem, level, trace, floor, g_low)
     ph = largest_floor(problem, g_low, floor, level, trace)
     if ph.status == "unproven":
         trace.add(
@@ -461,11 +550,13 @@ def solve_general(
     a_solve: float,
     trace: Trace,
     init: Support | None = None,
+    **options,
 ) -> Attempt:
     """Reduce at floor ``gamma``, solve the linear stage with lazy rows and column generation,
-    then refine the exact loss (unless ``refine_loss`` is off)."""
+    then refine the exact loss (unless ``refine_loss`` is off).  ``options`` go to
+    :class:`ColumnGeneration` (``elastic``, ``pairs``, ``mode``)."""
     p = problem.params
-    cg = ColumnGeneration(problem, gamma, floor, a_solve, init=init)
+    cg = ColumnGeneration(problem, gamma, floor, a_solve, init=init, **options)
     trace.add(
         f"reduce@{gamma:g}",
         cg.reduce_seconds,
@@ -478,6 +569,16 @@ def solve_general(
         trace.add(f"linear@{gamma:g}", time.perf_counter() - t_lin, rounds, status)
         kind = AttemptStatus.INFEASIBLE if status == "infeasible" else AttemptStatus.SOLVER_ERROR
         return Attempt(kind, reduction=_reduction(cg), detail=status)
+    if cg.elastic and float(out.slack.max(initial=0.0)) > ELASTIC_SLACK_TOL:
+        # pricing and the lazy rows are done, yet a C1 row keeps a slack: the penalty is not
+        # proven exact, so this says no design was found, not that none exists
+        trace.add(f"linear@{gamma:g}", time.perf_counter() - t_lin, rounds, "C1 rows left slack")
+        return Attempt(
+            AttemptStatus.UNPROVEN,
+            reduction=_reduction(cg),
+            detail=f"the linear stage at floor {floor:g} left C1 rows unmet "
+            f"(largest slack {float(out.slack.max()):.3g})",
+        )
     solver_used = out.solver
     trace.add(
         f"linear@{gamma:g}",
@@ -487,6 +588,14 @@ def solve_general(
         f"{'unknown' if cg.lp_gap is None else format(cg.lp_gap, '.1e')}), "
         f"expected changes {expected_changes(cg.sup.to_matrix(x), cg.counts):.4g}",
     )
+    cg.linear_changes = expected_changes(cg.sup.to_matrix(x), cg.counts)
+    with trace.stage(f"changes bound@{gamma:g}") as info:
+        cg.floor_bound = cg.changes_floor_bound()
+        info["detail"] = (
+            "unknown"
+            if cg.floor_bound is None
+            else f"every design with all P_mm >= {floor:g} changes >= {cg.floor_bound:.5g}"
+        )
     if p.refine_loss and p.max_iter > 0:
         t_ref = time.perf_counter()
         x, its, info, stop = cg.refine(x, trace)
@@ -504,6 +613,21 @@ def solve_general(
     )
 
 
+def _at_pairs(cost_fn, rows: np.ndarray, cols: np.ndarray, K: int) -> np.ndarray:
+    """``cost_fn(cols)[rows, cols]`` pair by pair, in blocks of columns (K x 256 at a time)."""
+    out = np.empty(rows.size)
+    order = np.argsort(cols, kind="stable")
+    uc, start = np.unique(cols[order], return_index=True)
+    bounds = np.append(start, order.size)
+    step = max(1, (1 << 21) // max(K, 1))
+    for a in range(0, uc.size, step):
+        block = uc[a : a + step]
+        vals = cost_fn(block)
+        sel = order[bounds[a] : bounds[min(a + step, uc.size)]]
+        out[sel] = vals[rows[sel], np.searchsorted(block, cols[sel])]
+    return out
+
+
 def _reduction(cg: ColumnGeneration, final: bool = False) -> Reduction:
     extra: dict[str, Any] = {}
     if final:
@@ -514,6 +638,8 @@ def _reduction(cg: ColumnGeneration, final: bool = False) -> Reduction:
             support_mode=cg.mode,
             priced_transitions=int(cg.added_cols),
             linear_gap_bound=None if cg.lp_gap is None else float(cg.lp_gap),
+            linear_changes=cg.linear_changes,
+            floor_changes_bound=cg.floor_bound,
         )
     return Reduction(structure="general", **cg.red.counts(), **extra)
 

@@ -47,7 +47,8 @@ def refine_loss(cg, x, trace: Trace):
         evaluate = problem.objective.on_support(sup, counts, sparse=cg.mode != "dense")
         # the curved model needs the objective's curvature (None: linear steps only)
         model = problem.objective.curvature_on_support(sup, counts, sparse=cg.mode != "dense")
-        curvature = model if sup.size <= G.REFINE_QP_MAX else None
+        qp_max = G.REFINE_QP_MAX_AT_SCALE if cg.elastic else G.REFINE_QP_MAX
+        curvature = model if sup.size <= qp_max else None
         chunk = _chunk_size(model, curvature)
         # in chunks, so that pricing can widen the support while the refinement runs
         x, info = G.refine(
@@ -83,6 +84,11 @@ def refine_loss(cg, x, trace: Trace):
             break
         curved = curved or info.model == "quadratic"
         stop = _converged(info, its, curved, settled, p.rtol)
+        if stop is None and cg.elastic and its > info.iterations:
+            # census scale: a chunk costs a pricing round over every permitted transition
+            gain = info.loss_start - info.loss_end
+            if gain < G.REFINE_SCALE_GAIN * p.rtol * abs(info.loss_end):
+                stop = f"converged (a chunk gained < {G.REFINE_SCALE_GAIN:g} rtol)"
         if stop is not None:
             break
         settled = info.stop_reason == "converged"

@@ -1,0 +1,104 @@
+"""The general design at census scale: sparse from the first linear program, no phase one.
+
+Phase one (:mod:`.phase_one`) looks for the largest diagonal floor over a support it widens by
+scanning every K x K candidate; on thousands of rare cells its rounds take minutes and it may
+stop without an answer.  Above ``PHASE_ONE_MAX_CELLS`` cells the general design skips it: the
+linear stage (fewest expected changes) runs at the lowest floor the user allows, with C1's rows
+elastic (a penalised slack per row) so that the restricted program is feasible from its first
+solve, starting from the diagonal and a few seeds among each cell's permitted transitions.  Lazy
+rows add every C1 row the full check finds violated; column generation prices, under
+``max_changed_variables``, only the permitted transitions (listed once, never K x K of anything);
+the refinement of the exact loss then runs as at any size.
+
+If a row keeps a slack when nothing is left to add, no design was found on this path (the
+attempt is UNPROVEN: the penalty is not proven exact); whether one can exist is the diagnosis's
+to say (:func:`pramopt.optimize.diagnosis.distance_rules_out`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..problem import DesignProblem, Trace
+from ..support import Support
+from . import Attempt, AttemptStatus
+
+__all__ = ["solve_at_scale", "seeds", "PHASE_ONE_MAX_CELLS", "PAIRS_LIMIT", "SEEDS_PER_CELL"]
+
+#: Above this many cells the general design skips phase one and starts sparse.
+PHASE_ONE_MAX_CELLS = 600
+#: Permitted transitions listed for pricing at most (beyond, pricing scans K x K candidates).
+PAIRS_LIMIT = 30_000_000
+#: Seeds of the first support: each cell's largest permitted senders and, for a rare cell, its
+#: largest permitted receivers.
+SEEDS_PER_CELL = 4
+
+
+def seeds(problem: DesignProblem, pairs, per_cell: int = SEEDS_PER_CELL) -> Support:
+    """The first support: the diagonal, each cell's ``per_cell`` largest senders among its
+    permitted transitions (inflow raises C1's denominators) and each rare cell's ``per_cell``
+    largest receivers (outflow lowers its own share of its groups)."""
+    K = problem.K
+    r, c = pairs
+    counts = problem.counts
+    # senders into each column, largest first
+    into = np.lexsort((-counts[r], c))
+    rank_in = _rank_within(c[into])
+    pick_in = into[rank_in < per_cell]
+    rare = counts[r] < 1.0 / problem.alpha
+    out_ = np.lexsort((-counts[c], r))
+    out_ = out_[rare[out_]]
+    rank_out = _rank_within(r[out_])
+    pick_out = out_[rank_out < per_cell]
+    pick = np.concatenate([pick_in, pick_out])
+    return Support.from_pairs(r[pick], c[pick], K)
+
+
+def _rank_within(sorted_keys: np.ndarray) -> np.ndarray:
+    """Position of each entry within its run of equal keys (keys sorted)."""
+    if sorted_keys.size == 0:
+        return np.empty(0, dtype=np.int64)
+    start = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
+    runs = np.diff(np.r_[start, sorted_keys.size])
+    return np.arange(sorted_keys.size) - np.repeat(start, runs)
+
+
+def solve_at_scale(
+    problem: DesignProblem, level: float, trace: Trace, floor: float, g_low: float
+) -> Attempt:
+    """The general design at floor ``g_low`` (the lowest the user allows), sparse throughout."""
+    from .general import solve_general
+
+    pairs = None
+    init = None
+    mode = None
+    if problem.max_changed is not None:
+        with trace.stage("permitted transitions") as info:
+            pairs = problem.allowed_pairs(PAIRS_LIMIT)
+            info["detail"] = (
+                f"more than {PAIRS_LIMIT:,}: pricing scans every candidate"
+                if pairs is None
+                else f"{pairs[0].size:,} within max_changed_variables = {problem.max_changed}"
+            )
+        if pairs is not None:
+            init, mode = seeds(problem, pairs), "diagonal"
+    att = solve_general(
+        problem,
+        g_low,
+        max(g_low, floor),
+        level,
+        trace,
+        init=init,
+        elastic=True,
+        pairs=pairs,
+        mode=mode,
+    )
+    if att.status is AttemptStatus.OK:
+        why = (
+            f"Diagonal floor gamma = {g_low:g}: with {problem.K} cells the general design starts "
+            "sparse at the lowest floor allowed (no search for the largest floor)."
+        )
+        return dataclasses.replace(att, gamma=g_low, describe=why)
+    return dataclasses.replace(att, gamma=g_low)

@@ -1,0 +1,212 @@
+"""The general design's census-scale path (no phase one, sparse from the first LP, pricing only
+the permitted transitions), checked on small tables against independent computations."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from test_design import brute_force_max_risk
+
+import pramopt
+import pramopt.optimize.strategies.general_scale as GS
+from pramopt.frequency.table import frequency_table
+from pramopt.spec import zipf_data
+
+
+def _hamming(codes: np.ndarray) -> np.ndarray:
+    return (codes[:, None, :] != codes[None, :, :]).sum(axis=2)
+
+
+def _min_changes_within(t, alpha: float, d: int, floor: float) -> float:
+    """Fewest expected changes of any P meeting the full C1 over every triple, with every
+    transition at most ``d`` variables apart and every P_mm >= ``floor``: one dense LP whose rows
+    are built here from the definition (tests/full_c1.py)."""
+    from full_c1 import full_c1_rows, row_sums
+    from scipy.optimize import linprog
+
+    K, U = t.n_cells, t.counts.astype(float)
+    A = full_c1_rows(t, alpha)
+    far = (_hamming(t.codes) > d).ravel()
+    lo = np.where(np.eye(K, dtype=bool).ravel(), floor, 0.0)
+    hi = np.where(far, 0.0, 1.0)
+    res = linprog(
+        -np.diag(U).ravel(),
+        A_ub=A,
+        b_ub=np.zeros(A.shape[0]),
+        A_eq=row_sums(K),
+        b_eq=np.ones(K),
+        bounds=list(zip(lo, hi, strict=True)),
+        method="highs",
+    )
+    assert res.status == 0
+    return float(U.sum() + res.fun)
+
+
+def _table(seed: int):
+    df = zipf_data(n=300, seed=seed, levels=[3, 3, 3, 2], exponent=1.0)
+    return df, ["z1", "z2", "z3", "z4"]
+
+
+@pytest.mark.parametrize("seed,d", [(2, 1), (4, 2)])
+def test_sparse_path_reaches_the_minimum_changes_within_d(seed, d, monkeypatch):
+    # Forced onto the census-scale path (no phase one, elastic rows, pricing over the listed
+    # permitted transitions), the linear stage must reach the exact optimum of the full program
+    # restricted to transitions within d, pass the full C1 check and keep every transition
+    # within d variables (both computed here from the codes).
+    monkeypatch.setattr(GS, "PHASE_ONE_MAX_CELLS", 0)
+    df, qi = _table(seed)
+    t = frequency_table(df, qi)
+    res = pramopt.design(
+        t, alpha=0.1, structure="general", max_changed_variables=d, refine_loss=False
+    )
+    assert res.success, res.message
+    assert any(s.name == "permitted transitions" for s in res.stages)
+    assert not any(s.name.startswith("phase1") for s in res.stages)
+    P = sp.csr_matrix(res.matrix)
+    assert (
+        brute_force_max_risk(P.toarray(), df, qi, list(itertools.combinations(range(4), 3))) <= 0.1
+    )
+    coo = P.tocoo()
+    off = coo.row != coo.col
+    assert (_hamming(t.codes)[coo.row[off], coo.col[off]] <= d).all()
+    best = _min_changes_within(t, 0.1, d, res.gamma)
+    assert res.expected_changes >= best * (1 - 1e-6)
+    assert res.expected_changes <= best * (1 + 2e-3)
+    # the proven bound on every design with that floor and d: below the exact optimum, and tight
+    lb = res.reduction.floor_changes_bound
+    assert lb <= best * (1 + 1e-9)
+    assert lb >= best * (1 - 2e-3)
+    assert "with all P_mm >= 0.51 changes >=" in " ".join(s.detail for s in res.stages)
+
+
+def test_pricing_among_listed_pairs_matches_the_dense_reduced_costs(example):
+    # Pricer.among over a list of transitions must give the same reduced costs as the dense
+    # K x len(cols) computation at those transitions, and the same candidates below -tol.
+    from pramopt.example import EXAMPLE_QI
+    from pramopt.frequency.combinations import resolve_combinations
+    from pramopt.optimize.backends.highs import load as load_highs
+    from pramopt.optimize.constraints.c1 import C1Rows, build_groups, c1_block, reduce_constraints
+    from pramopt.optimize.pricing import Pricer
+    from pramopt.optimize.program import build_program
+    from pramopt.optimize.support import Support
+
+    t = frequency_table(example, list(EXAMPLE_QI[:5]))
+    combos = resolve_combinations(t.qi, 3, None, "test")
+    G = build_groups(t, combos)
+    counts = t.counts.astype(float)
+    K = t.n_cells
+    red = reduce_constraints(t, G, 0.1, 0.95)
+    rng = np.random.default_rng(0)
+    keep = rng.random(K * K) < 0.3
+    sup = Support.from_pairs(np.repeat(np.arange(K), K)[keep], np.tile(np.arange(K), K)[keep], K)
+    blk = c1_block(sup, G, counts, red.m, red.g)
+    lp = load_highs(build_program(sup, [C1Rows(blk, 0.1 * (1 - 1e-5))], elastic=1e3))
+    c = np.zeros(sup.size)
+    c[sup.diag] = -counts
+    lo = np.zeros(sup.size)
+    lo[sup.diag] = 0.95
+    assert lp.solve(c, lo, np.ones(sup.size)).x is not None
+    pricer = Pricer(sup, counts, [C1Rows(blk, 0.1, G)], lp.duals())
+    dense = pricer.reduced_costs(np.arange(K))
+    r, cc = np.nonzero(~np.eye(K, dtype=bool))
+    pick = rng.random(r.size) < 0.5
+    r, cc = r[pick], cc[pick]
+    got_r, got_c, bound = pricer.among(r, cc, tol=1e-9, max_add=10**9)
+    in_sup = sup.to_matrix(np.ones(sup.size)).toarray() > 0
+    want = (dense[r, cc] < -1e-9) & ~in_sup[r, cc]
+    assert set(zip(got_r.tolist(), got_c.tolist(), strict=True)) == set(
+        zip(r[want].tolist(), cc[want].tolist(), strict=True)
+    )
+    rowmin = np.zeros(K)
+    np.minimum.at(rowmin, r[want], dense[r[want], cc[want]])
+    assert bound == pytest.approx(rowmin.sum(), rel=1e-9, abs=1e-12)
+
+
+def test_seeds_are_each_cells_largest_permitted_neighbours():
+    # The first support: for every column its largest senders, for every rare row its largest
+    # receivers, among the permitted transitions only (checked by brute force here).
+    df, qi = _table(3)
+    t = frequency_table(df, qi)
+    from pramopt.frequency.combinations import resolve_combinations
+    from pramopt.optimize.problem import DesignProblem
+    from pramopt.params import DesignParams
+
+    params = DesignParams(alpha=0.1, max_changed_variables=1)
+    prob = DesignProblem.build(t, resolve_combinations(t.qi, 3, None, "t"), params)
+    pairs = prob.allowed_pairs(10**7)
+    sup = GS.seeds(prob, pairs, per_cell=2)
+    H = _hamming(t.codes)
+    got = set(zip(sup.rows.tolist(), sup.cols.tolist(), strict=True))
+    U = t.counts
+    for k in range(t.n_cells):
+        assert (k, k) in got
+        senders = [m for m in range(t.n_cells) if m != k and H[m, k] <= 1]
+        top = sorted(senders, key=lambda m: -U[m])[:2]
+        for m in top:  # ties may pick another of the same size
+            assert (m, k) in got or any((o, k) in got for o in senders if U[o] == U[m])
+    assert all(H[a, b] <= 1 for a, b in got)
+    # nothing else: a pair is a sender seed of its column or a receiver seed of a rare row
+    for a, b in got:
+        if a == b:
+            continue
+        senders = sorted(
+            (m for m in range(t.n_cells) if m != b and H[m, b] <= 1), key=lambda m: -U[m]
+        )
+        recv = sorted((k for k in range(t.n_cells) if k != a and H[a, k] <= 1), key=lambda k: -U[k])
+        assert U[a] >= U[senders[min(1, len(senders) - 1)]] or (
+            U[a] < 10 and U[b] >= U[recv[min(1, len(recv) - 1)]]
+        )
+
+
+def test_auto_rule_prefers_fewer_changed_values_at_a_comparable_objective():
+    # The rule stated in auto.py, on hand-made figures: the smallest objective wins unless
+    # another candidate is within 10% of it and changes at most 2/3 as many values.
+    from pramopt.optimize.auto import pick
+
+    def f(obj, values, per=2.0):
+        return dict(
+            loss=obj,
+            objective=obj,
+            expected_changes=values / per,
+            changed_values=values,
+            variables_per_changed_record=per,
+        )
+
+    table = {
+        "replacement": f(1.00, 3000, 3.9),
+        "general": f(1.08, 1900, 1.9),
+        "blocks": f(1.3, 100),
+    }
+    name, why = pick(list(table), table)
+    assert name == "general" and "general design is chosen over the replacement" in why
+    table["general"] = f(1.12, 1900)  # objective beyond 10%: the smallest objective wins
+    assert pick(list(table), table) == ("replacement", "")
+    table["general"] = f(1.05, 2100)  # 0.7 of the values: not enough fewer
+    assert pick(list(table), table) == ("replacement", "")
+    table["other"] = f(1.09, 1000)  # of the plausible ones, the fewest changed values
+    table["general"] = f(1.02, 1500)
+    assert pick(list(table), table)[0] == "other"
+
+
+def test_an_unproven_search_under_d_never_contradicts_the_relaxation(monkeypatch):
+    # When the general design's search finds nothing but the flow relaxation allows the floor
+    # with d, the message must say that d is not ruled out, and never name a larger smallest d.
+    import pramopt.optimize.strategies.general as G
+    from pramopt.optimize.strategies import Attempt, AttemptStatus
+
+    monkeypatch.setattr(GS, "PHASE_ONE_MAX_CELLS", 0)
+    monkeypatch.setattr(
+        GS,
+        "solve_at_scale",
+        lambda *a, **k: Attempt(AttemptStatus.UNPROVEN, gamma=0.51, detail="x"),
+    )
+    _ = G
+    df, qi = _table(4)
+    res = pramopt.design(df, qi, alpha=0.1, structure="general", max_changed_variables=2)
+    assert not res.success
+    assert "does not rule max_changed_variables = 2 out" in res.message
+    assert "The smallest max_changed_variables" not in res.message
+    assert res.details["smallest_max_changed_variables"] == 2
