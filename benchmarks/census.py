@@ -144,8 +144,14 @@ def _outputs(res, df: pd.DataFrame) -> dict:
 
 
 def run(
-    out: Path, quick: bool = False, points=None, timeout: float | None = None, log=print
+    out: Path,
+    quick: bool = False,
+    points=None,
+    timeout: float | None = None,
+    log=print,
+    name: str = "census",
 ) -> pd.DataFrame:
+    """Every point (or ``points``) in a fresh process; the table is saved as ``name``."""
     points = points or (tuple(QUICK) if quick else tuple(POINTS))
     timeout = timeout or (120.0 if quick else 1800.0)
     rows = []
@@ -182,7 +188,7 @@ def run(
         "block design meeting C1 (pramopt.optimize.relaxation.loss_bound); loss_over_bound: the design's loss over "
         "it (the design is at most this factor from the best of those designs).",
     ]
-    write_table(df, out, "census", "Designs on data shaped like a census", notes=notes)
+    write_table(df, out, name, "Designs on data shaped like a census", notes=notes)
     return df
 
 

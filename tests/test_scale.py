@@ -252,6 +252,8 @@ def test_refine_pairs_keep_each_movers_smallest_gradients(monkeypatch):
     import importlib
 
     D = importlib.import_module("pramopt.optimize.strategies.general")
+    from pramopt.optimize.strategies.general_refine import refine_pairs
+
     rng = np.random.default_rng(4)
     K = 30
     counts = rng.integers(1, 50, K).astype(float)
@@ -267,7 +269,7 @@ def test_refine_pairs_keep_each_movers_smallest_gradients(monkeypatch):
     def allowed(r, c):
         return ~((r == banned[0]) & (c == banned[1]))
 
-    rr, cc = D._refine_pairs(Px, off, counts, allowed)
+    rr, cc = refine_pairs(Px, off, counts, allowed)
     _, G = l2_loss_and_grad(P, counts)
     for m in range(K):
         cand = [c for c in recv if c != m and (m, c) != banned]

@@ -2,13 +2,19 @@
 
 The counting bound and the flow relaxation say in seconds whether a general design (every
 diagonal entry >= 0.51) can exist; it is made only then, and only up to
-``GENERAL_AUTO_MAX_CELLS`` cells.  Beside it (with ``refine_loss``) and where there is none, the
-structures that need no floor are made: the replacement design always, the block design up to
-``BLOCKS_AUTO_MAX_CELLS`` cells and ``BLOCKS_AUTO_MAX_ROWS`` rows of the reduced C1 (and, where
-there is no general design, whenever no replacement design is found); the uniform design only
+``GENERAL_AUTO_MAX_CELLS`` cells -- at any size under ``max_changed_variables``, which the
+structures that need no floor cannot honour across a pool.  Beside it (with ``refine_loss``)
+and where there is none, the structures that need no floor are made: the replacement design
+always, the block design up to ``BLOCKS_AUTO_MAX_CELLS`` cells and ``BLOCKS_AUTO_MAX_ROWS``
+rows of the reduced C1 (and, where there is no general design, whenever no replacement design is
+found); the uniform design only
 when none of those is found.  On the package example, testdata and rare-heavy tables the better
 of the replacement and block designs comes within 1.3% of the general design's loss in a
-fraction of its time.  Every candidate is verified, and the smallest objective wins.
+fraction of its time.  Every candidate is verified, and the smallest objective wins -- unless
+another candidate's objective is within ``COMPARABLE_OBJECTIVE`` of it while its records change
+at most ``FEWER_CHANGED_VALUES`` as many identifying values (:func:`pick`): then the one of those
+that changes the fewest.  Every candidate's loss, objective, expected changes and variables
+changed per changed record are reported (``details["candidates"]``).
 
 The retries are here too: the solver works at alpha * (1 - margin) so that its feasibility
 tolerance never turns into a violation; if the verifier still finds one, the margin grows

@@ -19,7 +19,7 @@ import scipy.sparse as sp
 from .program import Duals
 from .support import Support
 
-__all__ = ["Pricer"]
+__all__ = ["Pricer", "values_at_pairs"]
 
 
 class Pricer:
@@ -146,6 +146,21 @@ class Pricer:
             top = np.argpartition(dv, max_add)[:max_add]
             r, c = r[top], c[top]
         return r, c, bound
+
+
+def values_at_pairs(cost_fn, rows: np.ndarray, cols: np.ndarray, K: int) -> np.ndarray:
+    """``cost_fn(cols)[rows, cols]`` pair by pair, in blocks of columns (K x 256 at a time)."""
+    out = np.empty(rows.size)
+    order = np.argsort(cols, kind="stable")
+    uc, start = np.unique(cols[order], return_index=True)
+    bounds = np.append(start, order.size)
+    step = max(1, (1 << 21) // max(K, 1))
+    for a in range(0, uc.size, step):
+        block = uc[a : a + step]
+        vals = cost_fn(block)
+        sel = order[bounds[a] : bounds[min(a + step, uc.size)]]
+        out[sel] = vals[rows[sel], np.searchsorted(block, cols[sel])]
+    return out
 
 
 def _lookup(M: sp.spmatrix, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:

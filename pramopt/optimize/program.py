@@ -53,7 +53,9 @@ class LinearProgram:
     (``D``, ``L``, ``t``, ``s``; ``rows``, ``B``, ``N``, ``floor``, ``inv``, ...); ``constraints``
     are the constraints whose rows it holds, in order.  ``scale_costs`` says
     whether a backend may rescale the ``x`` costs (not when fixed costs of other columns set
-    the scale, as in phase one).
+    the scale, as in phase one).  ``interior`` asks a backend that has both for an interior
+    point (with crossover, so duals and a vertex come back) instead of the simplex method: the
+    census-scale programs, rebuilt after every pricing round, are solved several times faster so.
     """
 
     A: sp.csc_matrix
@@ -68,6 +70,7 @@ class LinearProgram:
     support: Support
     constraints: tuple = ()
     scale_costs: bool = True
+    interior: bool = False
 
     @property
     def n_cols(self) -> int:
@@ -81,6 +84,7 @@ def build_program(
     max_floor: bool = False,
     elastic: float | None = None,
     param: sp.spmatrix | None = None,
+    interior: bool = False,
 ) -> LinearProgram:
     """Assemble the program over ``support`` with the rows of ``constraints``.
 
@@ -96,6 +100,8 @@ def build_program(
         restricted support is never infeasible and column generation can price what it lacks.
     param : sparse matrix, optional
         ``x = param @ z``: the columns are the parameters ``z`` (not with column ratios).
+    interior : bool
+        Ask for an interior-point solve (:class:`LinearProgram`).
     """
     K = support.K
     T = None if param is None else sp.csr_matrix(param)
@@ -170,6 +176,7 @@ def build_program(
         support=support,
         constraints=constraints,
         scale_costs=not max_floor,
+        interior=interior,
     )
 
 

@@ -76,6 +76,8 @@ class HighsProgram:
         lp.a_matrix_.index_ = A.indices.astype(np.int32)
         lp.a_matrix_.value_ = A.data.astype(float)
         self.h = _new_highs()
+        if program.interior:
+            self.h.setOptionValue("solver", "ipm")
         self.h.passModel(lp)
         self._idx = np.arange(program.n_x, dtype=np.int32)
         self.scale = 1.0

@@ -318,21 +318,17 @@ class WorkingSet:
         self.counts = table.counts.astype(float)
         self.added = 0
 
-    def violated(self, P, level: float | None = None) -> np.ndarray:
-        """Keys m * G + g of every row of the full C1 that ``P`` violates at the solve level (or
-        at ``level``)."""
-        level = self.a_solve if level is None else level
-        v = _verify.violated_rows(P, self.table.codes, self.counts, self.combos, level)
+    def violated(self, P) -> np.ndarray:
+        """Keys m * G + g of every row of the full C1 that ``P`` violates at the solve level."""
+        v = _verify.violated_rows(P, self.table.codes, self.counts, self.combos, self.a_solve)
         if not v:
             return np.empty(0, dtype=np.int64)
         a = np.asarray(v)
         G = self.groups.n_groups
         return np.unique(a[:, 0] * G + self.groups.member[a[:, 2], a[:, 1]])
 
-    def missing(self, P, level: float | None = None) -> list:
-        """The rows :meth:`violated` finds (at ``level``, default the solve level) that are not
-        imposed yet."""
-        key = self.violated(P, level)
+    def missing(self, P) -> list:
+        key = self.violated(P)
         if not key.size:
             return []
         G = self.groups.n_groups

@@ -17,17 +17,15 @@ import time
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from ...loss import expected_changes
 from ...params import DENSE_SUPPORT_MAX, GAMMA_LADDER
 from ...result import Reduction
 from ..backends import chain, supports
-from ..constraints.c1 import C1Rows, WorkingSet, membership, protected_groups, reduce_constraints
+from ..constraints.c1 import WorkingSet, membership, protected_groups, reduce_constraints
 from ..constraints.invariance import Invariance
 from ..diagnosis import ADVICE, RELAXATION_TOL, invariant_hint
-from ..objectives.l2 import SparseL2
-from ..pricing import Pricer
+from ..pricing import Pricer, values_at_pairs
 from ..problem import DesignProblem, Trace
 from ..program import build_program
 from ..support import Support, clean, greedy_cover
@@ -91,7 +89,8 @@ REFINE_PRICING_GAIN = 2
 #: transitions the QP's interior point gives a little mass each, and the loss after 14 steps was
 #: 0.7% higher than with 2,000.
 REFINE_MAX_ADD = 2000
-#: Largest initial refinement support beyond the linear stage's transitions (see _refine_pairs).
+#: Largest initial refinement support beyond the linear stage's transitions (see
+#: :func:`.general_refine.refine_pairs`).
 REFINE_SUPPORT_MAX = 100_000
 
 
@@ -216,15 +215,9 @@ class ColumnGeneration:
         self.floor_bound: float | None = None
 
     # -- shared pieces ------------------------------------------------------------------------
-    def pending(self, sup: Support, x, anticipate: bool = False) -> list:
-        """Rows of the full C1 violated at the solve level and missing from the working set;
-        with ``anticipate`` on the census-scale path, also those within ``LAZY_ANTICIPATE`` of it
-        (a round of the linear stage costs a solve from scratch: fewer rounds)."""
-        P = sup.to_matrix(x)
-        if not (anticipate and self.elastic):
-            return self.ws.missing(P)
-        near = self.ws.missing(P, self.a_solve * (1.0 - LAZY_ANTICIPATE))
-        return near if near and self.ws.missing(P) else []
+    def pending(self, sup: Support, x) -> list:
+        """Rows of the full C1 violated at the solve level and missing from the working set."""
+        return self.ws.missing(sup.to_matrix(x))
 
     def bounds(self, sup: Support) -> tuple[np.ndarray, np.ndarray]:
         diag = sup.rows == sup.cols
@@ -232,13 +225,14 @@ class ColumnGeneration:
         lo = np.where(diag, np.where(kept[sup.rows], 1.0, self.floor), 0.0)
         return lo, np.ones(sup.size)
 
-    def load(self, sup: Support, *, phase_one: bool = False):
+    def load(self, sup: Support, *, phase_one: bool = False, interior: bool = False):
         inv = [Invariance(self.counts)] if self.problem.params.invariant else []
         prog = build_program(
             sup,
             [self.ws.rows(sup, self.mem), *inv],
             max_floor=phase_one,
             elastic=PHASE1_ELASTIC if (phase_one or self.elastic) else None,
+            interior=interior,
         )
         return chain(prog, self.problem.params.solver)
 
@@ -254,7 +248,7 @@ class ColumnGeneration:
                 lin = self.problem.objective.linear_cost(r, c)
                 cost = None if lin is None else self.counts[r] * lin
             elif cost_fn is not None:
-                cost = _at_pairs(cost_fn, r, c, self.problem.K)
+                cost = values_at_pairs(cost_fn, r, c, self.problem.K)
             return pricer.among(r, c, cost=cost, tol=tol, max_add=max_add)
         return pricer.candidates(cost_fn=cost_fn, tol=tol, max_add=max_add)
 
@@ -274,14 +268,24 @@ class ColumnGeneration:
         while True:
             rounds += 1
             if lp is None:
-                lp = self.load(self.sup, phase_one=phase_one)
+                # (census scale: each round's program is solved from scratch, by an interior point)
+                lp = self.load(self.sup, phase_one=phase_one, interior=self.elastic)
             sup = self.sup
             c, lo, hi = self._vectors(sup)
             out = lp.solve(c, lo, hi)
             if out.x is None:
                 return out.status, out, None, lp, rounds
             x = clean(sup, out.x)
-            new = self.pending(sup, x, anticipate=True)
+            # Elastic rows (census scale) that keep a slack leave their groups' denominators
+            # short, which makes rows violated that C1's imposed rows imply once no slack is left
+            # (at a floor >= 1/2 the row (m', g) of any member m' gives alpha D_g >= 1/2 >= the
+            # share any other cell sends into g): price first, check the full C1 after.
+            slack_left = (
+                self.elastic
+                and not phase_one
+                and float(out.slack.max(initial=0.0)) > ELASTIC_SLACK_TOL
+            )
+            new = [] if slack_left else self.pending(sup, x)
             trace.progress(
                 "phase1" if phase_one else "linear",
                 rounds,
@@ -382,36 +386,6 @@ class ColumnGeneration:
         lin = self.problem.objective.linear_cost(np.arange(self.problem.K)[:, None], cols[None, :])
         return None if lin is None else self.counts[:, None] * lin
 
-    def changes_floor_bound(self) -> float | None:
-        """A proven lower bound on the expected changes of every design meeting C1 at alpha with
-        every diagonal entry >= ``floor`` and only the transitions this solve permits.
-
-        The restricted program at alpha itself (no margin) over the final support and working
-        set is a relaxation of that problem's rows; the Lagrangian bound of every transition
-        outside the support (pricing: each row of P sums to one) covers its columns; the
-        solver's tolerance is allowed for by ``BOUND_RTOL`` of n.  None when there is no such
-        bound here (no pricing, or ``change_weights``: the objective is not the changes).
-        """
-        pb = self.problem
-        if self.phase_one or pb.params.change_weights or not (self.widen or self.mode == "dense"):
-            return None
-        inv = [Invariance(self.counts)] if pb.params.invariant else []
-        rows = C1Rows(self.ws.block(self.sup), pb.alpha, pb.groups, self.mem, self.ws)
-        lp = chain(build_program(self.sup, [rows, *inv]), pb.params.solver)
-        c, lo, hi = self._vectors(self.sup)
-        out = lp.solve(c, lo, hi)
-        if out.x is None or out.objective is None:
-            return None
-        bound = 0.0
-        if self.mode != "dense":
-            duals = lp.duals()
-            if duals is None:
-                return None
-            tol = 1e-9 * out.scale
-            bound = self.price(lp, duals, tol=tol, max_add=1)[2] - self.problem.K * tol
-        n = float(self.counts.sum())
-        return max(0.0, n + float(out.objective) + bound - BOUND_RTOL * n)
-
     # -- the refinement (:mod:`.general_refine`) ----------------------------------------------
     def refine(self, x, trace: Trace):
         """Trust-region steps on the exact loss from the linear stage's ``x`` (on ``self.sup``).
@@ -433,14 +407,8 @@ PHASE1_MAX_ROUNDS = 20
 PHASE1_TIEBREAK = 1e-4
 #: Cost per unit of the elastic slack of phase one's C1 rows.
 PHASE1_ELASTIC = 1e3
-#: On the census-scale path, when the full check finds C1 rows missing, the rows within this
-#: fraction of the solve level join them.
-LAZY_ANTICIPATE = 0.2
 #: A slack of an elastic C1 row above this after the linear stage means the row is unmet.
 ELASTIC_SLACK_TOL = 1e-9
-#: The proven bound on the changes of floor-respecting designs is lowered by this fraction of the
-#: records, for the solver's feasibility and optimality tolerances (1e-7).
-BOUND_RTOL = 1e-6
 
 
 def solve(problem: DesignProblem, level: float, trace: Trace) -> Attempt:
@@ -589,8 +557,10 @@ def solve_general(
         f"expected changes {expected_changes(cg.sup.to_matrix(x), cg.counts):.4g}",
     )
     cg.linear_changes = expected_changes(cg.sup.to_matrix(x), cg.counts)
+    from .general_scale import floor_changes_bound
+
     with trace.stage(f"changes bound@{gamma:g}") as info:
-        cg.floor_bound = cg.changes_floor_bound()
+        cg.floor_bound = floor_changes_bound(cg)
         info["detail"] = (
             "unknown"
             if cg.floor_bound is None
@@ -613,21 +583,6 @@ def solve_general(
     )
 
 
-def _at_pairs(cost_fn, rows: np.ndarray, cols: np.ndarray, K: int) -> np.ndarray:
-    """``cost_fn(cols)[rows, cols]`` pair by pair, in blocks of columns (K x 256 at a time)."""
-    out = np.empty(rows.size)
-    order = np.argsort(cols, kind="stable")
-    uc, start = np.unique(cols[order], return_index=True)
-    bounds = np.append(start, order.size)
-    step = max(1, (1 << 21) // max(K, 1))
-    for a in range(0, uc.size, step):
-        block = uc[a : a + step]
-        vals = cost_fn(block)
-        sel = order[bounds[a] : bounds[min(a + step, uc.size)]]
-        out[sel] = vals[rows[sel], np.searchsorted(block, cols[sel])]
-    return out
-
-
 def _reduction(cg: ColumnGeneration, final: bool = False) -> Reduction:
     extra: dict[str, Any] = {}
     if final:
@@ -642,44 +597,3 @@ def _reduction(cg: ColumnGeneration, final: bool = False) -> Reduction:
             floor_changes_bound=cg.floor_bound,
         )
     return Reduction(structure="general", **cg.red.counts(), **extra)
-
-
-def _refine_pairs(Px: sp.coo_matrix, off: np.ndarray, counts: np.ndarray, allowed) -> tuple:
-    """Candidate transitions for the refinement: movers x receivers of the linear stage.
-
-    When every mover may go to every receiver within REFINE_SUPPORT_MAX entries, that is the
-    support.  Otherwise (thousands of cells, almost all of them movers) each mover keeps the
-    receivers where the exact loss's gradient at the linear-stage design is smallest -- within a
-    row, moving mass from the diagonal to column c changes the loss at rate G[m, c] - G[m, m] --
-    and the pricing between refinement chunks adds whatever else would help.
-    """
-    K = Px.shape[0]
-    recv = np.unique(Px.col[off])
-    movers = np.unique(np.concatenate([Px.row[off], recv]))
-    if movers.size * recv.size <= REFINE_SUPPORT_MAX:
-        rr, cc = np.meshgrid(movers, recv, indexing="ij")
-        rr, cc = rr.ravel(), cc.ravel()
-        ok = allowed(rr, cc)
-        return rr[ok], cc[ok]
-    k = max(1, REFINE_SUPPORT_MAX // movers.size)
-    s = SparseL2(sp.csr_matrix(Px), counts)
-    if s.singular:  # cannot happen above the 0.51 floor; keep the linear stage's own pairs
-        return np.empty(0, dtype=np.intp), np.empty(0, dtype=np.intp)
-    step = max(1, 4_000_000 // K)  # gradient blocks of at most 4M entries (32 MB)
-    best_val = np.full((movers.size, 0), np.inf)
-    best_col = np.zeros((movers.size, 0), dtype=np.intp)
-    for a in range(0, recv.size, step):
-        cols = recv[a : a + step]
-        G = s.grad_columns(cols)[movers]
-        rr, cc = np.meshgrid(movers, cols, indexing="ij")
-        G[~allowed(rr.ravel(), cc.ravel()).reshape(G.shape)] = np.inf
-        G[rr == cc] = np.inf  # the diagonal is always in the support
-        vals = np.concatenate([best_val, G], axis=1)
-        idx = np.concatenate([best_col, np.broadcast_to(cols, G.shape)], axis=1)
-        keep = np.argsort(vals, axis=1, kind="stable")[:, :k]
-        best_val = np.take_along_axis(vals, keep, axis=1)
-        best_col = np.take_along_axis(idx, keep, axis=1)
-    ok = np.isfinite(best_val)
-    out_r = np.broadcast_to(movers[:, None], best_val.shape)[ok]
-    out_c = best_col[ok]
-    return out_r, out_c

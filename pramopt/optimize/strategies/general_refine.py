@@ -10,12 +10,14 @@ time: they are documented there, and that is where they are patched.
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 
+from ..objectives.l2 import SparseL2
 from ..problem import Trace
 from ..support import Support
 from . import general as G
 
-__all__ = ["refine_loss"]
+__all__ = ["refine_loss", "refine_pairs"]
 
 
 def refine_loss(cg, x, trace: Trace):
@@ -158,7 +160,7 @@ def _refine_support(cg, x):
         # exact loss's gradient adds whatever else would help.
         Px = sup.to_matrix(x).tocoo()
         off = (Px.row != Px.col) & (Px.data > 0)
-        rr, cc = G._refine_pairs(Px, off, cg.counts, problem.allowed)
+        rr, cc = refine_pairs(Px, off, cg.counts, problem.allowed)
         small = Support.from_pairs(
             np.concatenate([rr, Px.row[off]]), np.concatenate([cc, Px.col[off]]), K
         )
@@ -202,3 +204,44 @@ def _reprice(cg, sup: Support, x, lp, info, dropped, curved: bool):
         if room > 0:
             r, cc, _ = cg.price(lp, info.duals, cost_fn=info.grad_columns, tol=tol, max_add=room)
     return r, cc, drop, keys
+
+
+def refine_pairs(Px: sp.coo_matrix, off: np.ndarray, counts: np.ndarray, allowed) -> tuple:
+    """Candidate transitions for the refinement: movers x receivers of the linear stage.
+
+    When every mover may go to every receiver within REFINE_SUPPORT_MAX entries, that is the
+    support.  Otherwise (thousands of cells, almost all of them movers) each mover keeps the
+    receivers where the exact loss's gradient G at the linear-stage design is smallest -- within
+    a row, moving mass from the diagonal to column c changes the loss at rate G[m, c] - G[m, m] --
+    and the pricing between refinement chunks adds whatever else would help.
+    """
+    K = Px.shape[0]
+    recv = np.unique(Px.col[off])
+    movers = np.unique(np.concatenate([Px.row[off], recv]))
+    if movers.size * recv.size <= G.REFINE_SUPPORT_MAX:
+        rr, cc = np.meshgrid(movers, recv, indexing="ij")
+        rr, cc = rr.ravel(), cc.ravel()
+        ok = allowed(rr, cc)
+        return rr[ok], cc[ok]
+    k = max(1, G.REFINE_SUPPORT_MAX // movers.size)
+    s = SparseL2(sp.csr_matrix(Px), counts)
+    if s.singular:  # cannot happen above the 0.51 floor; keep the linear stage's own pairs
+        return np.empty(0, dtype=np.intp), np.empty(0, dtype=np.intp)
+    step = max(1, 4_000_000 // K)  # gradient blocks of at most 4M entries (32 MB)
+    best_val = np.full((movers.size, 0), np.inf)
+    best_col = np.zeros((movers.size, 0), dtype=np.intp)
+    for a in range(0, recv.size, step):
+        cols = recv[a : a + step]
+        grad = s.grad_columns(cols)[movers]
+        rr, cc = np.meshgrid(movers, cols, indexing="ij")
+        grad[~allowed(rr.ravel(), cc.ravel()).reshape(grad.shape)] = np.inf
+        grad[rr == cc] = np.inf  # the diagonal is always in the support
+        vals = np.concatenate([best_val, grad], axis=1)
+        idx = np.concatenate([best_col, np.broadcast_to(cols, grad.shape)], axis=1)
+        keep = np.argsort(vals, axis=1, kind="stable")[:, :k]
+        best_val = np.take_along_axis(vals, keep, axis=1)
+        best_col = np.take_along_axis(idx, keep, axis=1)
+    ok = np.isfinite(best_val)
+    out_r = np.broadcast_to(movers[:, None], best_val.shape)[ok]
+    out_c = best_col[ok]
+    return out_r, out_c
