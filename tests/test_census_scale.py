@@ -210,3 +210,59 @@ def test_an_unproven_search_under_d_never_contradicts_the_relaxation(monkeypatch
     assert "does not rule max_changed_variables = 2 out" in res.message
     assert "The smallest max_changed_variables" not in res.message
     assert res.details["smallest_max_changed_variables"] == 2
+
+
+def test_auto_mode_makes_the_general_design_under_d_at_any_size(monkeypatch):
+    # Under max_changed_variables the structures that need no floor cannot honour d across a
+    # pool, so auto mode makes the general design whatever the table's size (here above a size
+    # limit lowered to 10 cells), and the result reports every candidate's figures.
+    import pramopt.optimize.auto as A
+
+    monkeypatch.setattr(
+        A,
+        "AUTO",
+        A.AutoPolicy(
+            general=A.Rule("general", max_cells=10),
+            beside=A.AUTO.beside,
+            without=A.AUTO.without,
+            last_resort=A.AUTO.last_resort,
+        ),
+    )
+    import pramopt.optimize.designer as D
+
+    monkeypatch.setattr(D, "AUTO", A.AUTO)
+    df, qi = _table(4)
+    t = frequency_table(df, qi)
+    assert t.n_cells > 10
+    res = pramopt.design(t, alpha=0.1, max_changed_variables=2)
+    assert res.success, res.message
+    assert res.reduction.structure == "general"
+    assert any(s.name.startswith("linear@") for s in res.stages)
+    cv = res.details["changed_variables"]
+    assert cv["max"] <= 2
+    # without d, the size limit holds: no general design is made
+    res = pramopt.design(t, alpha=0.1)
+    assert res.success
+    assert not any(s.name.startswith("linear@") for s in res.stages)
+    assert "skips the general design" in res.message
+
+
+def test_summary_lists_every_candidate_with_its_figures(example):
+    # Auto mode on the example makes the general, replacement and block designs: the summary
+    # and details give each one's loss, expected changes and variables per changed record, and
+    # each figure is recomputed here from the candidate's definition where the result has it.
+    from pramopt.example import EXAMPLE_QI
+
+    res = pramopt.design(example, list(EXAMPLE_QI), alpha=0.1)
+    table = res.details["candidates"]
+    assert len(table) >= 2 and res.reduction.structure in table
+    chosen = table[res.reduction.structure]
+    assert chosen["loss"] == pytest.approx(res.loss, rel=1e-9)
+    assert chosen["expected_changes"] == pytest.approx(res.expected_changes, rel=1e-9)
+    per = res.details["changed_variables"]["mean"]
+    assert chosen["variables_per_changed_record"] == pytest.approx(per, rel=1e-9)
+    assert chosen["changed_values"] == pytest.approx(per * res.expected_changes, rel=1e-9)
+    text = res.summary()
+    assert "candidates (loss, expected changed records, variables per changed record)" in text
+    for name in table:
+        assert f"    {name}" in text
