@@ -155,10 +155,10 @@ def run(
     points = points or (tuple(QUICK) if quick else tuple(POINTS))
     timeout = timeout or (120.0 if quick else 1800.0)
     rows = []
-    for name in points:
-        log(f"[census] {name}")
-        r = run_child(["benchmarks.census", "--point", name], timeout)
-        r.setdefault("case", name)
+    for case in points:
+        log(f"[census] {case}")
+        r = run_child(["benchmarks.census", "--point", case], timeout)
+        r.setdefault("case", case)
         rows.append(r)
     df = pd.DataFrame(rows)
     notes = [

@@ -70,7 +70,7 @@ REFINE_QP_MAX = 25_000
 REFINE_QP_MAX_AT_SCALE = 0
 #: On the census-scale path a chunk of linear steps that gains less than this many ``rtol``
 #: (relative) ends the refinement.
-REFINE_SCALE_GAIN = 10
+REFINE_SCALE_GAIN = 30
 #: Linear (SLP) steps on a support too large for QPs before pricing trims it.
 REFINE_LINEAR_CHUNK = 3
 #: Curved steps between pricing rounds: one, since the QP's own multipliers price transitions
@@ -329,6 +329,8 @@ class ColumnGeneration:
                 E = expected_changes(sup.to_matrix(x), counts)
                 obj = float(c @ out.x)
                 self.lp_gap = -bound / max(abs(obj) if phase_one else E, 1e-12)
+                if not phase_one:
+                    self._note_bound(out, bound - K * 1e-7 * out.scale, duals)
                 if phase_one:  # the full program's floor is at most this (see above)
                     self.floor_proof = -out.objective - bound
                 # ... or when a round gained less than that (the bound sums a worst case over every
@@ -358,7 +360,32 @@ class ColumnGeneration:
                     lp = None
                     self.added_cols += r.size
                     continue
+            if self.mode == "dense" and not phase_one:  # the full program: no pricing bound
+                d = lp.duals()
+                if d is not None:
+                    self._note_bound(out, 0.0, d)
             return "ok", out, x, lp, rounds
+
+    def _note_bound(self, out, bound: float, duals) -> None:
+        """Keep the best proven lower bound on the expected changes of every design meeting C1 at
+        alpha with all P_mm >= floor and the permitted transitions, from one round's solve.
+
+        Weak duality: with the round's row duals y, the Lagrangian over every permitted P (each
+        row sums to one) is the round's objective plus the pricing ``bound``.  The rows were
+        built at a_solve < alpha: at alpha each C1 row ``N x - a D`` loses ``(alpha - a) D`` with
+        ``D <= n``, so the Lagrangian drops by at most ``(alpha - a) n sum |y_N|``.  Rows still
+        missing, and an elastic slack (its cost bounds its dual), only make the program a
+        relaxation.  ``BOUND_RTOL`` n more is taken off for the solver's tolerances.
+        """
+        p = self.problem.params
+        if p.change_weights or out.objective is None:
+            return  # the objective is not the expected changes
+        n = float(self.counts.sum())
+        y_n = np.abs(np.asarray(duals.N, dtype=float))
+        shift = (self.problem.alpha - self.a_solve) * n * float(y_n.sum())
+        lb = n + float(out.objective) + bound - shift - BOUND_RTOL * n
+        if lb > (self.floor_bound or 0.0):
+            self.floor_bound = lb
 
     def _vectors(self, sup: Support):
         """Cost and bounds of the x columns (support order)."""
@@ -407,6 +434,9 @@ PHASE1_MAX_ROUNDS = 20
 PHASE1_TIEBREAK = 1e-4
 #: Cost per unit of the elastic slack of phase one's C1 rows.
 PHASE1_ELASTIC = 1e3
+#: The proven bound on the changes of floor-respecting designs is lowered by this fraction of the
+#: records, for the solver's feasibility and optimality tolerances (1e-7).
+BOUND_RTOL = 1e-6
 #: A slack of an elastic C1 row above this after the linear stage means the row is unmet.
 ELASTIC_SLACK_TOL = 1e-9
 
@@ -557,14 +587,12 @@ def solve_general(
         f"expected changes {expected_changes(cg.sup.to_matrix(x), cg.counts):.4g}",
     )
     cg.linear_changes = expected_changes(cg.sup.to_matrix(x), cg.counts)
-    from .general_scale import floor_changes_bound
-
-    with trace.stage(f"changes bound@{gamma:g}") as info:
-        cg.floor_bound = floor_changes_bound(cg)
-        info["detail"] = (
-            "unknown"
-            if cg.floor_bound is None
-            else f"every design with all P_mm >= {floor:g} changes >= {cg.floor_bound:.5g}"
+    if cg.floor_bound is not None:
+        trace.add(
+            f"changes bound@{gamma:g}",
+            0.0,
+            0,
+            f"every design with all P_mm >= {floor:g} changes >= {cg.floor_bound:.5g}",
         )
     if p.refine_loss and p.max_iter > 0:
         t_ref = time.perf_counter()

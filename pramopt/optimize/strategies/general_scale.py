@@ -21,19 +21,13 @@ import dataclasses
 
 import numpy as np
 
-from ..backends import chain
-from ..constraints.c1 import C1Rows
-from ..constraints.invariance import Invariance
 from ..problem import DesignProblem, Trace
-from ..program import build_program
 from ..support import Support
 from . import Attempt, AttemptStatus
 
 __all__ = [
     "solve_at_scale",
     "seeds",
-    "floor_changes_bound",
-    "BOUND_RTOL",
     "PHASE_ONE_MAX_CELLS",
     "PAIRS_LIMIT",
     "SEEDS_PER_CELL",
@@ -43,11 +37,6 @@ __all__ = [
 PHASE_ONE_MAX_CELLS = 600
 #: Permitted transitions listed for pricing at most (beyond, pricing scans K x K candidates).
 PAIRS_LIMIT = 30_000_000
-#: The proven bound on the changes of floor-respecting designs is lowered by this fraction of the
-#: records, for the solver's feasibility and optimality tolerances (1e-7).
-BOUND_RTOL = 1e-6
-#: Rounds of pricing the bound's own program may take (see :func:`floor_changes_bound`).
-BOUND_ROUNDS = 5
 #: Seeds of the first support: each cell's largest permitted senders and, for a rare cell, its
 #: largest permitted receivers.
 SEEDS_PER_CELL = 4
@@ -119,45 +108,3 @@ def solve_at_scale(
         )
         return dataclasses.replace(att, gamma=g_low, describe=why)
     return dataclasses.replace(att, gamma=g_low)
-
-
-def floor_changes_bound(cg) -> float | None:
-    """A proven lower bound on the expected changes of every design meeting C1 at alpha with
-    every diagonal entry >= ``cg.floor`` and only the transitions the solve ``cg`` (a
-    :class:`~.general.ColumnGeneration` after its linear stage) permits.
-
-    The restricted program at alpha itself (no margin) over the final support and working
-    set is a relaxation of that problem's rows; the Lagrangian bound of every transition
-    outside the support (pricing: each row of P sums to one) covers its columns; the
-    solver's tolerance is allowed for by ``BOUND_RTOL`` of n.  None when there is no such
-    bound here (no pricing, or ``change_weights``: the objective is not the changes).
-    """
-    pb = cg.problem
-    if cg.phase_one or pb.params.change_weights or not (cg.widen or cg.mode == "dense"):
-        return None
-    inv = [Invariance(cg.counts)] if pb.params.invariant else []
-    n = float(cg.counts.sum())
-    sup = cg.sup
-    best = 0.0
-    # the duals of a degenerate optimum may price transitions the stage's own duals did not:
-    # those join the support and the program is solved again (the bound only grows)
-    for _ in range(BOUND_ROUNDS):
-        rows = C1Rows(cg.ws.block(sup), pb.alpha, pb.groups, cg.mem, cg.ws)
-        lp = chain(build_program(sup, [rows, *inv]), pb.params.solver)
-        c, lo, hi = cg._vectors(sup)
-        out = lp.solve(c, lo, hi)
-        if out.x is None or out.objective is None:
-            break
-        bound, r = 0.0, np.empty(0)
-        if cg.mode != "dense":
-            duals = lp.duals()
-            if duals is None:
-                break
-            tol = 1e-9 * out.scale
-            r, cc, bound = cg.price(lp, duals, tol=tol)
-            bound -= cg.problem.K * tol
-        best = max(best, n + float(out.objective) + bound - BOUND_RTOL * n)
-        if not r.size or -bound <= BOUND_RTOL * n:
-            break
-        sup = sup.union(r, cc)
-    return best if best > 0 else None
