@@ -266,3 +266,25 @@ def test_summary_lists_every_candidate_with_its_figures(example):
     assert "candidates (loss, expected changed records, variables per changed record)" in text
     for name in table:
         assert f"    {name}" in text
+
+
+@pytest.mark.parametrize("rounds", [2, 3])
+def test_floor_bound_from_an_unfinished_column_generation_is_still_below_the_optimum(
+    rounds, monkeypatch
+):
+    # Cut column generation short: the bound then comes from a round whose support lacks
+    # transitions the optimum uses (the Lagrangian part does the work), and must stay below the
+    # exact minimum of the dense program (and above the flow relaxation's weaker bound is not
+    # required: only validity is).
+    import pramopt.optimize.strategies.general as G
+
+    monkeypatch.setattr(GS, "PHASE_ONE_MAX_CELLS", 0)
+    monkeypatch.setattr(G, "MAX_PRICING_ROUNDS", rounds)
+    df, qi = _table(4)
+    t = frequency_table(df, qi)
+    res = pramopt.design(
+        t, alpha=0.1, structure="general", max_changed_variables=2, refine_loss=False
+    )
+    lb = res.reduction.floor_changes_bound
+    best = _min_changes_within(t, 0.1, 2, 0.51)
+    assert lb is not None and 0 < lb <= best * (1 + 1e-9)

@@ -68,14 +68,15 @@ class Pricer:
         return d
 
     def among(
-        self, rows, cols, cost=None, tol: float = 1e-9, max_add: int = 100_000
+        self, rows, cols, cost=None, tol: float = 1e-9, max_add: int = 100_000, room=None
     ) -> tuple[np.ndarray, np.ndarray, float]:
         """:meth:`candidates` over the listed transitions only (``rows[i]``, ``cols[i]``, each
         permitted, none on the diagonal), at a cost linear in their number: with
         ``max_changed_variables`` the permitted transitions are a small part of the K x K ones.
 
         ``cost``: the objective coefficient of each listed transition (None: zero).  The bound is
-        over the listed transitions, which are all the program may use.
+        over the listed transitions, which are all the program may use; ``room`` (per row, the
+        most mass it may put off the diagonal: one minus its diagonal floor) tightens it.
         """
         K = self.support.K
         rows = np.asarray(rows, dtype=np.int64)
@@ -91,13 +92,20 @@ class Pricer:
             return np.empty(0, np.int64), np.empty(0, np.int64), 0.0
         rowmin = np.zeros(K)
         np.minimum.at(rowmin, rows[neg], d[neg])
+        if room is not None:
+            rowmin *= room
         idx = np.flatnonzero(neg)
         if idx.size > max_add:
             idx = idx[np.argpartition(d[idx], max_add)[:max_add]]
         return rows[idx], cols[idx], float(rowmin.sum())
 
     def candidates(
-        self, cost_fn=None, tol: float = 1e-9, max_add: int = 100_000, chunk: int = 256
+        self,
+        cost_fn=None,
+        tol: float = 1e-9,
+        max_add: int = 100_000,
+        chunk: int = 256,
+        room=None,
     ) -> tuple[np.ndarray, np.ndarray, float]:
         """Transitions outside the support with reduced cost below ``-tol``, most negative first.
 
@@ -111,7 +119,9 @@ class Pricer:
         bound : float
             The Lagrangian bound (<= 0) on what the whole K x K program can still gain: each row
             of P sums to one, so no feasible point beats the current objective by more than
-            the sum over rows of the row's most negative reduced cost.
+            the sum over rows of the row's most negative reduced cost (times ``room[m]``, the
+            most mass row m may put off its diagonal, when given: a diagonal at its floor has a
+            non-negative reduced cost, and the other entries can take at most that much).
         """
         K = self.support.K
         in_sup = self.support.to_matrix(np.ones(self.support.size)).tocsc()
@@ -140,7 +150,7 @@ class Pricer:
             keep_d.append(dv)
         if not keep_r:
             return np.empty(0, np.int64), np.empty(0, np.int64), 0.0
-        bound = float(rowmin.sum())
+        bound = float((rowmin if room is None else rowmin * room).sum())
         r, c, dv = np.concatenate(keep_r), np.concatenate(keep_c), np.concatenate(keep_d)
         if dv.size > max_add:
             top = np.argpartition(dv, max_add)[:max_add]

@@ -213,6 +213,7 @@ class ColumnGeneration:
         # the linear stage's expected changes and the proven bound at its floor (once solved)
         self.linear_changes: float | None = None
         self.floor_bound: float | None = None
+        self._caps: np.ndarray | None = None
 
     # -- shared pieces ------------------------------------------------------------------------
     def pending(self, sup: Support, x) -> list:
@@ -236,7 +237,9 @@ class ColumnGeneration:
         )
         return chain(prog, self.problem.params.solver)
 
-    def price(self, lp, duals, cost_fn=None, tol: float = 1e-7, max_add: int | None = None):
+    def price(
+        self, lp, duals, cost_fn=None, tol: float = 1e-7, max_add: int | None = None, room=None
+    ):
         pricer = Pricer(
             lp.program.support, self.counts, lp.program.constraints, duals, self.problem.allowed
         )
@@ -249,8 +252,8 @@ class ColumnGeneration:
                 cost = None if lin is None else self.counts[r] * lin
             elif cost_fn is not None:
                 cost = values_at_pairs(cost_fn, r, c, self.problem.K)
-            return pricer.among(r, c, cost=cost, tol=tol, max_add=max_add)
-        return pricer.candidates(cost_fn=cost_fn, tol=tol, max_add=max_add)
+            return pricer.among(r, c, cost=cost, tol=tol, max_add=max_add, room=room)
+        return pricer.candidates(cost_fn=cost_fn, tol=tol, max_add=max_add, room=room)
 
     # -- the restricted linear programs ---------------------------------------------------------
     def linear(self, trace: Trace):
@@ -329,8 +332,11 @@ class ColumnGeneration:
                 E = expected_changes(sup.to_matrix(x), counts)
                 obj = float(c @ out.x)
                 self.lp_gap = -bound / max(abs(obj) if phase_one else E, 1e-12)
-                if not phase_one:
-                    self._note_bound(out, bound - K * 1e-7 * out.scale, duals)
+                if not phase_one and not self.problem.params.change_weights:
+                    # the proven bound: each row moves at most 1 - its floor off the diagonal
+                    room = 1.0 - self.bounds(sup)[0][sup.diag]
+                    tight = self.price(lp, duals, tol=1e-7 * out.scale, max_add=1, room=room)[2]
+                    self._note_bound(out, tight - K * 1e-7 * out.scale, duals, lp.program)
                 if phase_one:  # the full program's floor is at most this (see above)
                     self.floor_proof = -out.objective - bound
                 # ... or when a round gained less than that (the bound sums a worst case over every
@@ -363,17 +369,18 @@ class ColumnGeneration:
             if self.mode == "dense" and not phase_one:  # the full program: no pricing bound
                 d = lp.duals()
                 if d is not None:
-                    self._note_bound(out, 0.0, d)
+                    self._note_bound(out, 0.0, d, lp.program)
             return "ok", out, x, lp, rounds
 
-    def _note_bound(self, out, bound: float, duals) -> None:
+    def _note_bound(self, out, bound: float, duals, program) -> None:
         """Keep the best proven lower bound on the expected changes of every design meeting C1 at
         alpha with all P_mm >= floor and the permitted transitions, from one round's solve.
 
         Weak duality: with the round's row duals y, the Lagrangian over every permitted P (each
         row sums to one) is the round's objective plus the pricing ``bound``.  The rows were
-        built at a_solve < alpha: at alpha each C1 row ``N x - a D`` loses ``(alpha - a) D`` with
-        ``D <= n``, so the Lagrangian drops by at most ``(alpha - a) n sum |y_N|``.  Rows still
+        built at a_solve < alpha: at alpha each C1 row ``N x - a D_g`` loses ``(alpha - a) D_g``,
+        so the Lagrangian drops by at most ``(alpha - a) sum |y_N| cap_g`` with ``cap_g`` a bound
+        on D_g over every permitted P (:meth:`_denominator_caps`).  Rows still
         missing, and an elastic slack (its cost bounds its dual), only make the program a
         relaxation.  ``BOUND_RTOL`` n more is taken off for the solver's tolerances.
         """
@@ -382,10 +389,32 @@ class ColumnGeneration:
             return  # the objective is not the expected changes
         n = float(self.counts.sum())
         y_n = np.abs(np.asarray(duals.N, dtype=float))
-        shift = (self.problem.alpha - self.a_solve) * n * float(y_n.sum())
+        rows = next(c for c in program.constraints if c.name == "c1")
+        d_max = self._denominator_caps()[rows.block.g]
+        shift = (self.problem.alpha - self.a_solve) * float(y_n @ d_max)
         lb = n + float(out.objective) + bound - shift - BOUND_RTOL * n
         if lb > (self.floor_bound or 0.0):
             self.floor_bound = lb
+
+    def _denominator_caps(self) -> np.ndarray:
+        """An upper bound on every group's C1 denominator D_g over all permitted P: its own
+        records plus the records of every cell with a permitted transition into it (counted once
+        per transition, so never too few), at most n."""
+        if self._caps is not None:
+            return self._caps
+        G, counts = self.problem.groups, self.counts
+        n = float(counts.sum())
+        own = G.size.astype(float)
+        if self.pairs is None:
+            caps = np.full(G.n_groups, n)
+        else:
+            r, c = self.pairs
+            caps = own.copy()
+            for j in range(G.member.shape[1]):
+                caps += np.bincount(G.member[c, j], weights=counts[r], minlength=G.n_groups)
+            caps = np.minimum(caps, n)
+        self._caps = caps
+        return caps
 
     def _vectors(self, sup: Support):
         """Cost and bounds of the x columns (support order)."""
