@@ -181,7 +181,7 @@ def run(
         "record has altered, in expectation.  linear_changes: the general design's expected changes at the end of "
         "its linear stage (fewest changes); floor_changes_bound: the proven lower bound on the expected changes of "
         "every design meeting C1 with every diagonal entry >= its floor (0.51) and the same permitted transitions "
-        "(the restricted program at alpha plus the Lagrangian bound of every transition outside its support); "
+        "(the best Lagrangian bound of the linear stage's rounds, shifted from the solve level to alpha); "
         "linear_over_floor_bound: their ratio.  candidates: every structure auto mode made, as loss / expected "
         "changes / variables per changed record.",
         "loss_lower_bound: changes_lower_bound / n^2, below the exact L2 loss of every general, replacement or "

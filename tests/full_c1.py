@@ -36,9 +36,10 @@ def row_sums(K: int) -> np.ndarray:
     return np.kron(np.eye(K), np.ones(K))
 
 
-def min_changes(t, alpha: float, combos=None) -> float:
+def min_changes(t, alpha: float, combos=None, lo=None, hi=None) -> float:
     """The smallest expected number of changed records, sum U0(m) (1 - P_mm), of any P meeting the
-    full C1 (over ``combos``, or every triple), by one dense LP over these rows."""
+    full C1 (over ``combos``, or every triple), by one dense LP over these rows; ``lo`` and ``hi``
+    (K * K, row-major) bound the entries of P (default 0 and 1)."""
     from scipy.optimize import linprog
 
     K, U = t.n_cells, t.counts.astype(float)
@@ -49,7 +50,11 @@ def min_changes(t, alpha: float, combos=None) -> float:
         b_ub=np.zeros(A.shape[0]),
         A_eq=row_sums(K),
         b_eq=np.ones(K),
-        bounds=(0, 1),
+        bounds=(0, 1)
+        if lo is None and hi is None
+        else np.column_stack(
+            [np.zeros(K * K) if lo is None else lo, np.ones(K * K) if hi is None else hi]
+        ),
         method="highs",
     )
     assert res.status == 0

@@ -24,25 +24,12 @@ def _min_changes_within(t, alpha: float, d: int, floor: float) -> float:
     """Fewest expected changes of any P meeting the full C1 over every triple, with every
     transition at most ``d`` variables apart and every P_mm >= ``floor``: one dense LP whose rows
     are built here from the definition (tests/full_c1.py)."""
-    from full_c1 import full_c1_rows, row_sums
-    from scipy.optimize import linprog
+    from full_c1 import min_changes
 
-    K, U = t.n_cells, t.counts.astype(float)
-    A = full_c1_rows(t, alpha)
+    K = t.n_cells
     far = (_hamming(t.codes) > d).ravel()
     lo = np.where(np.eye(K, dtype=bool).ravel(), floor, 0.0)
-    hi = np.where(far, 0.0, 1.0)
-    res = linprog(
-        -np.diag(U).ravel(),
-        A_ub=A,
-        b_ub=np.zeros(A.shape[0]),
-        A_eq=row_sums(K),
-        b_eq=np.ones(K),
-        bounds=list(zip(lo, hi, strict=True)),
-        method="highs",
-    )
-    assert res.status == 0
-    return float(U.sum() + res.fun)
+    return min_changes(t, alpha, lo=lo, hi=np.where(far, 0.0, 1.0))
 
 
 def _table(seed: int):

@@ -301,8 +301,7 @@ def test_changes_bound_under_max_changed_is_below_the_exact_restricted_minimum(s
     design meeting the full C1 within distance 1: the exact minimum over P (full C1 rows from the
     definition, P_mk = 0 beyond distance 1) is at least the bound, which is itself above the
     unrestricted bound (the restriction is felt)."""
-    from full_c1 import row_sums
-    from scipy.optimize import linprog
+    from full_c1 import min_changes
 
     from pramopt.frequency.combinations import resolve_combinations
     from pramopt.optimize.problem import DesignProblem
@@ -326,25 +325,14 @@ def test_changes_bound_under_max_changed_is_below_the_exact_restricted_minimum(s
             )
         )
 
-    K, U = t.n_cells, t.counts.astype(float)
+    K = t.n_cells
     far = np.array(
         [
             [sum(a != b for a, b in zip(t.codes[k], t.codes[m])) > 1 for m in range(K)]
             for k in range(K)
         ]
     )
-    A = full_c1_rows(t, 0.1)
-    res = linprog(
-        -np.diag(U).ravel(),
-        A_ub=A,
-        b_ub=np.zeros(A.shape[0]),
-        A_eq=row_sums(K),
-        b_eq=np.ones(K),
-        bounds=np.column_stack([np.zeros(K * K), np.where(far.ravel(), 0.0, 1.0)]),
-        method="highs",
-    )
-    assert res.status == 0
-    exact = U.sum() + res.fun
+    exact = min_changes(t, 0.1, hi=np.where(far.ravel(), 0.0, 1.0))
     assert bound(None) < bound(1) <= exact + 1e-6
 
 
