@@ -337,6 +337,16 @@ class DesignResult:
             return ""
         return f", from the rows of {used} of {len(self.combinations)} combinations"
 
+    def _floor_bound_line(self) -> list[str]:
+        red = self.reduction
+        if red is None or red.floor_changes_bound is None or red.linear_changes is None:
+            return []
+        return [
+            f"  fewest changes   = {red.linear_changes:.5g} at floor {red.gamma or 0:g} (linear "
+            f"stage; every design with all P_mm >= {red.gamma or 0:g} meeting C1 with these "
+            f"options: >= {red.floor_changes_bound:.5g})"
+        ]
+
     def _tried_line(self) -> list[str]:
         table = self.details.get("candidates") or {}
         if len(table) > 1:
@@ -384,6 +394,7 @@ class DesignResult:
                 if self.details.get("expected_changes_lower_bound") is not None
                 else ""
             ),
+            *self._floor_bound_line(),
             *self._tried_line(),
             f"  min diagonal     = {self.min_diagonal:.6g}"
             + (f"  (floor gamma = {self.gamma:g})" if self.gamma else ""),

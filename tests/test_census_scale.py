@@ -67,6 +67,7 @@ def test_sparse_path_reaches_the_minimum_changes_within_d(seed, d, monkeypatch):
     assert lb <= best * (1 + 1e-9)
     assert lb >= best * (1 - 2e-3)
     assert "with all P_mm >= 0.51 changes >=" in " ".join(s.detail for s in res.stages)
+    assert f">= {lb:.5g})" in res.summary()  # reported with the design
 
 
 def test_pricing_among_listed_pairs_matches_the_dense_reduced_costs(example):
