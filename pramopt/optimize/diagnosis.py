@@ -17,7 +17,6 @@ import dataclasses
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from .._plain import plain
 from ..errors import InvalidParameterError
@@ -319,22 +318,10 @@ def reach_argument(problem: DesignProblem, floor: float) -> str:
     pairs = pb.allowed_pairs(10_000_000)
     if pairs is None:
         return ""
-    K, G = pb.K, pb.groups.n_groups
-    A = sp.csr_matrix(
-        (
-            np.ones(pairs[0].size + K),
-            (np.concatenate([pairs[0], np.arange(K)]), np.concatenate([pairs[1], np.arange(K)])),
-        ),
-        shape=(K, K),
-    )
-    nP = pb.groups.member.shape[1]
-    M = sp.csr_matrix(
-        (np.ones(K * nP), (np.repeat(np.arange(K), nP), pb.groups.member.ravel())), shape=(K, G)
-    )
-    # records that can end in g
-    reach = np.asarray(((A @ M) > 0).astype(float).T @ pb.counts).ravel()
+    reach = pb.group_reach(pairs)  # records that can end in each group
     rare = pb.counts < 1.0 / pb.alpha
-    has_rare = np.asarray(M[rare].sum(axis=0)).ravel() > 0
+    has_rare = np.zeros(pb.groups.n_groups, dtype=bool)
+    has_rare[pb.groups.member[rare].ravel()] = True
     short = np.flatnonzero(has_rare & (reach * pb.alpha < floor - 1e-12))
     if short.size == 0:
         return ""

@@ -57,6 +57,8 @@ class Pricer:
         self.sB = np.zeros(K) if sB is None else sB
         self.NT = sp.csc_matrix((K, K)) if NT is None else sp.csc_matrix(NT)
         self.allowed = allowed
+        # per row, the most negative reduced cost the last call found (0: none)
+        self.rowmin = np.zeros(K)
 
     def reduced_costs(self, cols: np.ndarray, cost: np.ndarray | None = None) -> np.ndarray:
         """K x len(cols) reduced costs of P[:, cols] (``cost``: their objective coefficients)."""
@@ -68,44 +70,41 @@ class Pricer:
         return d
 
     def among(
-        self, rows, cols, cost=None, tol: float = 1e-9, max_add: int = 100_000, room=None
+        self, rows, cols, cost=None, tol: float = 1e-9, max_add: int = 100_000
     ) -> tuple[np.ndarray, np.ndarray, float]:
         """:meth:`candidates` over the listed transitions only (``rows[i]``, ``cols[i]``, each
         permitted, none on the diagonal), at a cost linear in their number: with
         ``max_changed_variables`` the permitted transitions are a small part of the K x K ones.
 
         ``cost``: the objective coefficient of each listed transition (None: zero).  The bound is
-        over the listed transitions, which are all the program may use; ``room`` (per row, the
-        most mass it may put off the diagonal: one minus its diagonal floor) tightens it.
+        over the listed transitions, which are all the program may use.
         """
         K = self.support.K
         rows = np.asarray(rows, dtype=np.int64)
         cols = np.asarray(cols, dtype=np.int64)
-        d = -self.y_rows[rows] - self.counts[rows] * self.sB[cols] - _lookup(self.NT, rows, cols)
+        NT = self.NT.tocsr()
+        d = (
+            -self.y_rows[rows]
+            - self.counts[rows] * self.sB[cols]
+            - np.asarray(NT[rows, cols]).ravel()
+        )
         if cost is not None:
             d = d + cost
         sup_key = self.support.rows * K + self.support.cols  # sorted (see Support)
         key = rows * K + cols
         pos = np.minimum(np.searchsorted(sup_key, key), sup_key.size - 1)
         neg = (d < -tol) & (sup_key[pos] != key)
+        self.rowmin = np.zeros(K)
         if not neg.any():
             return np.empty(0, np.int64), np.empty(0, np.int64), 0.0
-        rowmin = np.zeros(K)
-        np.minimum.at(rowmin, rows[neg], d[neg])
-        if room is not None:
-            rowmin *= room
+        np.minimum.at(self.rowmin, rows[neg], d[neg])
         idx = np.flatnonzero(neg)
         if idx.size > max_add:
             idx = idx[np.argpartition(d[idx], max_add)[:max_add]]
-        return rows[idx], cols[idx], float(rowmin.sum())
+        return rows[idx], cols[idx], float(self.rowmin.sum())
 
     def candidates(
-        self,
-        cost_fn=None,
-        tol: float = 1e-9,
-        max_add: int = 100_000,
-        chunk: int = 256,
-        room=None,
+        self, cost_fn=None, tol: float = 1e-9, max_add: int = 100_000, chunk: int = 256
     ) -> tuple[np.ndarray, np.ndarray, float]:
         """Transitions outside the support with reduced cost below ``-tol``, most negative first.
 
@@ -119,14 +118,13 @@ class Pricer:
         bound : float
             The Lagrangian bound (<= 0) on what the whole K x K program can still gain: each row
             of P sums to one, so no feasible point beats the current objective by more than
-            the sum over rows of the row's most negative reduced cost (times ``room[m]``, the
-            most mass row m may put off its diagonal, when given: a diagonal at its floor has a
-            non-negative reduced cost, and the other entries can take at most that much).
+            the sum over rows of the row's most negative reduced cost (kept per row in
+            ``rowmin`` for a tighter bound where rows can move less than all their mass).
         """
         K = self.support.K
         in_sup = self.support.to_matrix(np.ones(self.support.size)).tocsc()
         keep_r, keep_c, keep_d = [], [], []
-        rowmin = np.zeros(K)
+        self.rowmin = rowmin = np.zeros(K)
         for start in range(0, K, chunk):
             cols = np.arange(start, min(K, start + chunk))
             d = self.reduced_costs(cols, None if cost_fn is None else cost_fn(cols))
@@ -150,7 +148,7 @@ class Pricer:
             keep_d.append(dv)
         if not keep_r:
             return np.empty(0, np.int64), np.empty(0, np.int64), 0.0
-        bound = float((rowmin if room is None else rowmin * room).sum())
+        bound = float(rowmin.sum())
         r, c, dv = np.concatenate(keep_r), np.concatenate(keep_c), np.concatenate(keep_d)
         if dv.size > max_add:
             top = np.argpartition(dv, max_add)[:max_add]
@@ -171,16 +169,3 @@ def values_at_pairs(cost_fn, rows: np.ndarray, cols: np.ndarray, K: int) -> np.n
         sel = order[bounds[a] : bounds[min(a + step, uc.size)]]
         out[sel] = vals[rows[sel], np.searchsorted(block, cols[sel])]
     return out
-
-
-def _lookup(M: sp.spmatrix, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    """``M[rows[i], cols[i]]`` for many pairs, by a sorted search in M's entries."""
-    C = sp.csr_matrix(M)
-    C.sum_duplicates()
-    if C.nnz == 0:
-        return np.zeros(rows.size)
-    K = C.shape[1]
-    key = np.repeat(np.arange(C.shape[0], dtype=np.int64), np.diff(C.indptr)) * K + C.indices
-    want = rows * K + cols
-    pos = np.minimum(np.searchsorted(key, want), key.size - 1)
-    return np.where(key[pos] == want, C.data[pos], 0.0)

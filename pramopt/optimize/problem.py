@@ -222,6 +222,20 @@ class DesignProblem:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
         return np.concatenate(rows), np.concatenate(cols)
 
+    def group_reach(self, pairs) -> np.ndarray:
+        """Per (π, k0) group, the records a design using only the transitions ``pairs`` (rows,
+        cols; :meth:`allowed_pairs`) can release into it: those of its own cells and of every
+        cell with a transition into one of them, each cell counted once."""
+        K, G = self.K, self.groups.n_groups
+        r = np.concatenate([np.asarray(pairs[0], dtype=np.int64), np.arange(K)])
+        c = np.concatenate([np.asarray(pairs[1], dtype=np.int64), np.arange(K)])
+        reach = np.zeros(G)
+        # a group belongs to one combination: the distinct (cell, group) pairs of each add up
+        for j in range(self.groups.member.shape[1]):
+            key = np.unique(r * G + self.groups.member[c, j])
+            reach += np.bincount(key % G, weights=self.counts[key // G], minlength=G)
+        return reach
+
     def _near_pairs(self, limit: int) -> tuple[np.ndarray, np.ndarray] | None:
         """:meth:`allowed_pairs` under ``max_changed_variables = d`` without the K x K scan (minutes
         at 20,000 cells): two cells at most d variables apart agree on some v - d of the v

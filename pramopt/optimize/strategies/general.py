@@ -237,12 +237,19 @@ class ColumnGeneration:
         )
         return chain(prog, self.problem.params.solver)
 
-    def price(
-        self, lp, duals, cost_fn=None, tol: float = 1e-7, max_add: int | None = None, room=None
-    ):
-        pricer = Pricer(
+    def pricer(self, lp, duals) -> Pricer:
+        """The reduced costs of one solve (``lp`` and its ``duals``)."""
+        return Pricer(
             lp.program.support, self.counts, lp.program.constraints, duals, self.problem.allowed
         )
+
+    def price(
+        self, lp, duals, cost_fn=None, tol: float = 1e-7, max_add: int | None = None, pricer=None
+    ):
+        """Transitions to add and the Lagrangian bound (:meth:`Pricer.candidates`), over the
+        permitted transitions when they are listed; ``pricer`` (default: a new one) keeps the
+        per-row minima."""
+        pricer = pricer or self.pricer(lp, duals)
         max_add = max_add or max(REFINE_MAX_ADD, 2 * self.problem.K)
         if self.pairs is not None:
             r, c = self.pairs
@@ -252,8 +259,8 @@ class ColumnGeneration:
                 cost = None if lin is None else self.counts[r] * lin
             elif cost_fn is not None:
                 cost = values_at_pairs(cost_fn, r, c, self.problem.K)
-            return pricer.among(r, c, cost=cost, tol=tol, max_add=max_add, room=room)
-        return pricer.candidates(cost_fn=cost_fn, tol=tol, max_add=max_add, room=room)
+            return pricer.among(r, c, cost=cost, tol=tol, max_add=max_add)
+        return pricer.candidates(cost_fn=cost_fn, tol=tol, max_add=max_add)
 
     # -- the restricted linear programs ---------------------------------------------------------
     def linear(self, trace: Trace):
@@ -283,11 +290,7 @@ class ColumnGeneration:
             # short, which makes rows violated that C1's imposed rows imply once no slack is left
             # (at a floor >= 1/2 the row (m', g) of any member m' gives alpha D_g >= 1/2 >= the
             # share any other cell sends into g): price first, check the full C1 after.
-            slack_left = (
-                self.elastic
-                and not phase_one
-                and float(out.slack.max(initial=0.0)) > ELASTIC_SLACK_TOL
-            )
+            slack_left = self.elastic and not phase_one and _unmet(out)
             new = [] if slack_left else self.pending(sup, x)
             trace.progress(
                 "phase1" if phase_one else "linear",
@@ -321,11 +324,13 @@ class ColumnGeneration:
             cap = PHASE1_MAX_ROUNDS if phase_one else MAX_PRICING_ROUNDS
             duals = lp.duals() if (self.widen and rounds < cap) else None
             if duals is not None:
+                pricer = self.pricer(lp, duals)
                 r, cc, bound = self.price(
                     lp,
                     duals,
                     cost_fn=None if phase_one else self._change_costs,
                     tol=1e-7 * out.scale,
+                    pricer=pricer,
                 )
                 # stop when the Lagrangian bound certifies the restricted optimum to be within
                 # LP_GAP_RTOL of the full program's (degenerate tails add columns for nothing)
@@ -334,18 +339,18 @@ class ColumnGeneration:
                 self.lp_gap = -bound / max(abs(obj) if phase_one else E, 1e-12)
                 if not phase_one and not self.problem.params.change_weights:
                     # the proven bound: each row moves at most 1 - its floor off the diagonal
+                    # (the same reduced costs: without change_weights no transition has a cost)
                     room = 1.0 - self.bounds(sup)[0][sup.diag]
-                    tight = self.price(lp, duals, tol=1e-7 * out.scale, max_add=1, room=room)[2]
+                    tight = float(pricer.rowmin @ room)
                     self._note_bound(out, tight - K * 1e-7 * out.scale, duals, lp.program)
                 if phase_one:  # the full program's floor is at most this (see above)
                     self.floor_proof = -out.objective - bound
                 # ... or when a round gained less than that (the bound sums a worst case over every
                 # row and can stay loose while the objective has stalled; it is reported as is)
                 # (while elastic rows keep a slack the objective, penalty included, is what falls)
-                slack = self.elastic and float(out.slack.max(initial=0.0)) > ELASTIC_SLACK_TOL
-                now = out.objective if slack else E
+                now = out.objective if slack_left else E
                 stalled = not phase_one and abs(prev_E - now) <= LP_GAP_RTOL * max(abs(now), 1e-12)
-                prev_E = np.inf if slack else E
+                prev_E = np.inf if slack_left else E
                 if self.lp_gap <= LP_GAP_RTOL or stalled:
                     r = r[:0]
                 # Phase one only has to bound the floor from below: once the restricted program is
@@ -397,24 +402,14 @@ class ColumnGeneration:
             self.floor_bound = lb
 
     def _denominator_caps(self) -> np.ndarray:
-        """An upper bound on every group's C1 denominator D_g over all permitted P: its own
-        records plus the records of every cell with a permitted transition into it (counted once
-        per transition, so never too few), at most n."""
-        if self._caps is not None:
-            return self._caps
-        G, counts = self.problem.groups, self.counts
-        n = float(counts.sum())
-        own = G.size.astype(float)
-        if self.pairs is None:
-            caps = np.full(G.n_groups, n)
-        else:
-            r, c = self.pairs
-            caps = own.copy()
-            for j in range(G.member.shape[1]):
-                caps += np.bincount(G.member[c, j], weights=counts[r], minlength=G.n_groups)
-            caps = np.minimum(caps, n)
-        self._caps = caps
-        return caps
+        """An upper bound on every group's C1 denominator D_g over all permitted P: the records
+        that can be released into it (:meth:`DesignProblem.group_reach`; n without a list)."""
+        if self._caps is None:
+            G, n = self.problem.groups.n_groups, float(self.counts.sum())
+            self._caps = (
+                np.full(G, n) if self.pairs is None else self.problem.group_reach(self.pairs)
+            )
+        return self._caps
 
     def _vectors(self, sup: Support):
         """Cost and bounds of the x columns (support order)."""
@@ -468,6 +463,11 @@ PHASE1_ELASTIC = 1e3
 BOUND_RTOL = 1e-6
 #: A slack of an elastic C1 row above this after the linear stage means the row is unmet.
 ELASTIC_SLACK_TOL = 1e-9
+
+
+def _unmet(out) -> bool:
+    """Whether a solve left an elastic C1 row with a slack."""
+    return float(out.slack.max(initial=0.0)) > ELASTIC_SLACK_TOL
 
 
 def solve(problem: DesignProblem, level: float, trace: Trace) -> Attempt:
@@ -596,7 +596,7 @@ def solve_general(
         trace.add(f"linear@{gamma:g}", time.perf_counter() - t_lin, rounds, status)
         kind = AttemptStatus.INFEASIBLE if status == "infeasible" else AttemptStatus.SOLVER_ERROR
         return Attempt(kind, reduction=_reduction(cg), detail=status)
-    if cg.elastic and float(out.slack.max(initial=0.0)) > ELASTIC_SLACK_TOL:
+    if cg.elastic and _unmet(out):
         # pricing and the lazy rows are done, yet a C1 row keeps a slack: the penalty is not
         # proven exact, so this says no design was found, not that none exists
         trace.add(f"linear@{gamma:g}", time.perf_counter() - t_lin, rounds, "C1 rows left slack")
