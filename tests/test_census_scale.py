@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pandas as pd
 import pytest
 import scipy.sparse as sp
 from test_design import brute_force_max_risk
@@ -265,9 +266,12 @@ def test_floor_bound_from_an_unfinished_column_generation_is_still_below_the_opt
     # exact minimum of the dense program (and above the flow relaxation's weaker bound is not
     # required: only validity is).
     import pramopt.optimize.strategies.general as G
+    from pramopt.optimize.relaxation import EdgeFlows
 
     monkeypatch.setattr(GS, "PHASE_ONE_MAX_CELLS", 0)
     monkeypatch.setattr(G, "MAX_PRICING_ROUNDS", rounds)
+    # without the flow relaxation's seeds and bound, which would otherwise give the bound
+    monkeypatch.setattr(GS, "_relaxed_flows", lambda *a: EdgeFlows("skipped"))
     df, qi = _table(4)
     t = frequency_table(df, qi)
     res = pramopt.design(
@@ -276,3 +280,75 @@ def test_floor_bound_from_an_unfinished_column_generation_is_still_below_the_opt
     lb = res.reduction.floor_changes_bound
     best = _min_changes_within(t, 0.1, 2, 0.51)
     assert lb is not None and 0 < lb <= best * (1 + 1e-9)
+
+
+def _problem(t, alpha: float, d: int):
+    """The design problem the designer builds for ``t`` (general structure, at most ``d``)."""
+    from pramopt.frequency.combinations import resolve_combinations
+    from pramopt.optimize.problem import DesignProblem
+    from pramopt.params import DesignParams
+
+    params = DesignParams(alpha=alpha, structure="general", max_changed_variables=d)
+    return DesignProblem.build(t, resolve_combinations(t.qi, 3, None, "t"), params)
+
+
+@pytest.mark.parametrize("seed,d,rounds", [(2, 1, 40), (4, 2, 40), (4, 2, 2)])
+def test_flow_relaxation_over_permitted_transitions_bounds_the_fewest_changes(
+    seed, d, rounds, monkeypatch
+):
+    # The flow relaxation's fewest changes over the permitted transitions, by column generation
+    # from a few seeds: its bound must lie below the exact fewest changes of the dense program
+    # (rows built here from the definition), also when pricing is cut short after two rounds;
+    # run to the end it is the optimum of the relaxation with every permitted flow at once.
+    import pramopt.optimize.relaxation as R
+
+    monkeypatch.setattr(R, "EDGE_ROUNDS", rounds)
+    df, qi = _table(seed)
+    t = frequency_table(df, qi)
+    problem = _problem(t, 0.1, d)
+    pairs = problem.allowed_pairs(10**9)
+    flows = R.edge_flows(problem, 0.51, pairs, seeds=np.arange(min(3, pairs[0].size)))
+    best = _min_changes_within(t, 0.1, d, 0.51)
+    assert flows.status == "ok"
+    assert 0 < flows.bound <= best * (1 + 1e-9)
+    if flows.rounds < rounds:  # pricing ended by itself: nothing left to add
+        full = R.flow_relaxation(problem, objective="changes", t_min=0.51, edge_limit=10**9)
+        assert flows.slack == 0.0
+        assert flows.changes == pytest.approx(float(full.out.sum()), rel=1e-6)
+        assert flows.bound == pytest.approx(flows.changes, rel=1e-5)
+        # the flows carry exactly the records sent out, along permitted transitions only
+        assert flows.flows.sum() == pytest.approx(flows.changes, rel=1e-6)
+        assert (_hamming(t.codes)[flows.rows, flows.cols] <= d).all()
+
+
+def test_flow_relaxation_proves_no_design_within_d(monkeypatch):
+    # A single record whose nearest other cell is three variables away: within one changed
+    # variable nothing can be released into its triples' groups, so no design meets C1.  The
+    # dense program over every transition within d (built here) must be infeasible too, and the
+    # design must say INFEASIBLE with the flow relaxation as its proof, not UNPROVEN.
+    from full_c1 import full_c1_rows, row_sums
+    from scipy.optimize import linprog
+
+    monkeypatch.setattr(GS, "PHASE_ONE_MAX_CELLS", 0)
+    rows = [(1, 1, 1, 1)] * 40 + [(1, 1, 1, 0)] * 20 + [(1, 1, 0, 1)] * 20 + [(0, 1, 1, 1)] * 20
+    rows += [(1, 0, 1, 1)] * 20 + [(0, 0, 0, 0)]
+    df = pd.DataFrame(rows, columns=["a", "b", "c", "d"])
+    t = frequency_table(df, ["a", "b", "c", "d"])
+    K = t.n_cells
+    far = (_hamming(t.codes) > 1).ravel()
+    lo = np.where(np.eye(K, dtype=bool).ravel(), 0.51, 0.0)
+    A = full_c1_rows(t, 0.1)
+    dense = linprog(
+        np.zeros(K * K),
+        A_ub=A,
+        b_ub=np.zeros(A.shape[0]),
+        A_eq=row_sums(K),
+        b_eq=np.ones(K),
+        bounds=np.column_stack([lo, np.where(far, 0.0, 1.0)]),
+        method="highs",
+    )
+    assert dense.status == 2  # infeasible
+    res = pramopt.design(t, alpha=0.1, structure="general", max_changed_variables=1)
+    assert not res.success
+    assert res.status is pramopt.Status.INFEASIBLE, res.message
+    assert "flow relaxation of C1 over the 8 permitted transitions has no solution" in res.message

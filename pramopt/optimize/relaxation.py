@@ -47,6 +47,8 @@ __all__ = [
     "changes_bound",
     "bound_combinations",
     "loss_bound",
+    "EdgeFlows",
+    "edge_flows",
 ]
 
 #: Above this many C1 rows the floor relaxation imposes them lazily, starting with those of groups
@@ -60,6 +62,16 @@ EDGE_LIMIT = 2_000_000
 #: ... and for the bound on expected changes reported with every design, up to this many: the
 #: changes program is solved by an interior point, minutes over a million flows.
 CHANGES_EDGE_LIMIT = 200_000
+#: :func:`edge_flows` starts from each cell's this many largest permitted senders and receivers,
+#: adds up to this many of the most negatively priced transitions of each cell per round, and
+#: gives up pricing after EDGE_ROUNDS rounds (its bound still holds).
+EDGE_SEEDS = 4
+EDGE_ADD_PER_CELL = 8
+EDGE_ROUNDS = 40
+#: Cost of a unit of slack of a C1 row in :func:`edge_flows`, per record of the table: a unit
+#: costs more than changing every record, so no optimum keeps a slack it can avoid.
+EDGE_ELASTIC = 10.0
+EDGE_METHOD = "highs-ipm"
 
 
 @dataclass(frozen=True)
@@ -179,22 +191,35 @@ class _FlowProgram:
         t_min: float,
         objective: str,
         edge_limit: int = EDGE_LIMIT,
+        edges=None,
+        elastic: float | None = None,
     ) -> _FlowProgram:
+        """The program; ``edges`` (rows, cols) replaces the permitted transitions' list, and
+        ``elastic`` gives every C1 row a slack at that cost per unit (columns after the flows)."""
         groups, K = problem.groups, problem.K
         U = problem.counts
         rare = np.flatnonzero(U < 1.0 / alpha)
         nP = groups.member.shape[1]
-        used, gpos = np.unique(groups.member[rare].ravel(), return_inverse=True)
+        rm = np.repeat(rare, nP)
+        g_rows = groups.member[rare].ravel()
+        if t_min > 0:
+            # a group of U_g >= 1 / (alpha t_min) records meets its rows by itself: each of its
+            # cells keeps a share t_min of its records, so alpha D_g >= alpha t_min U_g >= 1
+            small = groups.size[g_rows] < 1.0 / (alpha * t_min)
+            rm, g_rows = rm[small], g_rows[small]
+        used, gpos = np.unique(g_rows, return_inverse=True)
         nG = used.size
         upos = np.full(groups.n_groups, -1, dtype=np.int64)
         upos[used] = np.arange(nG)
         # columns: out (K), in (K), D (nG), t, and with max_changed_variables the flow of every
         # permitted transition (E): records may then only go where a design may send them
-        edges = problem.allowed_pairs(edge_limit) if problem.max_changed is not None else None
+        if edges is None and problem.max_changed is not None:
+            edges = problem.allowed_pairs(edge_limit)
         E = 0 if edges is None else edges[0].size
         o_in, o_D, o_t = K, 2 * K, 2 * K + nG
         o_f = o_t + 1
-        nv = o_f + E
+        W = rm.size
+        nv = o_f + E + (W if elastic is not None else 0)
         kk = np.repeat(np.arange(K), nP)
         gg = upos[groups.member.ravel()]
         ok = gg >= 0
@@ -228,14 +253,15 @@ class _FlowProgram:
             ),
             shape=(S, nv),
         )
-        # -alpha D_g - out_m / U0(m) <= -1 for every rare m and group g of m
-        W = rare.size * nP
-        rm = np.repeat(rare, nP)
+        # -alpha D_g - out_m / U0(m) (- slack) <= -1 for every rare m and group g of m
+        w = np.arange(W)
+        vals = [np.full(W, -alpha), -1.0 / U[rm]]
+        cols = [o_D + gpos.ravel(), rm]
+        if elastic is not None:
+            vals.append(-np.ones(W))
+            cols.append(o_f + E + w)
         A_C = sp.csr_matrix(
-            (
-                np.concatenate([np.full(W, -alpha), -1.0 / U[rm]]),
-                (np.tile(np.arange(W), 2), np.concatenate([o_D + gpos.ravel(), rm])),
-            ),
+            (np.concatenate(vals), (np.tile(w, len(vals)), np.concatenate(cols))),
             shape=(W, nv),
         )
         # out_k + U0(k) t <= U0(k)
@@ -247,6 +273,8 @@ class _FlowProgram:
             shape=(K, nv),
         )
         lo, hi, c = _bounds_and_cost(problem, nv, o_t, out_max, t_max, t_min, objective)
+        if elastic is not None:
+            c[o_f + E :] = elastic
         A_eq = sp.vstack([A_D, A_S], format="csr")
         b_eq = np.concatenate([b_D, np.zeros(S)])
         if edges is not None:
@@ -351,3 +379,132 @@ def loss_bound(changes: float | None, counts) -> float | None:
         return None
     n = float(np.sum(counts))
     return changes / n**2
+
+
+@dataclass(frozen=True)
+class EdgeFlows:
+    """The changes program of the relaxation over the permitted transitions, by column generation.
+
+    ``changes`` is the restricted program's optimum (records sent out, plus the cost of any slack
+    left), ``bound`` a proven lower bound on the expected changes of every design meeting C1
+    with every diagonal entry at least the floor and only permitted transitions, and ``rows``,
+    ``cols``, ``flows`` the transitions that carry records at the optimum (``flows`` records each).
+    ``slack`` is the largest slack of a C1 row left (zero when the flows meet every row).
+    """
+
+    status: str
+    changes: float | None = None
+    bound: float | None = None
+    slack: float = 0.0
+    rows: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    cols: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    flows: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    rounds: int = 0
+
+
+def edge_flows(problem: DesignProblem, floor: float, pairs, seeds=None) -> EdgeFlows:
+    """Minimise the records sent out (the relaxation's ``sum out``) at floors >= ``floor`` with a
+    flow per permitted transition, pricing the transitions ``pairs`` (rows, cols; every
+    permitted one, :meth:`DesignProblem.allowed_pairs`) into the program as they are needed.
+
+    The restricted programs carry a slack on every C1 row (cost :data:`EDGE_ELASTIC` n per
+    unit), so the first is feasible whatever ``seeds`` (rows, cols) it starts from.  A flow's
+    reduced cost is ``y_out(k) + y_in(l)`` with the duals of the rows that sum the flows leaving
+    k and entering l.  **The bound** is weak duality for the full program (every permitted flow,
+    slacks allowed, so a relaxation of C1): the restricted optimum plus, per cell k, the records
+    it may send, ``(1 - floor) U0(k)``, times its most negative reduced cost.  It is lowered by
+    ``1e-7`` relative for the solver's tolerances.  Slacks only enlarge the program, so the
+    bound holds for the designs whether or not a slack is left.
+    """
+    K, U = problem.K, problem.counts
+    n = float(U.sum())
+    pr, pc = (np.asarray(a, dtype=np.int64) for a in pairs)
+    cap = (1.0 - floor) * U.astype(float)
+    cap[problem.keep_rows] = 0.0
+    if seeds is None:
+        seeds = _edge_seeds(U, pr, pc, EDGE_SEEDS)
+    active = np.zeros(pr.size, dtype=bool)
+    active[seeds] = True
+    best = -np.inf
+    res = None
+    for rounds in range(1, EDGE_ROUNDS + 1):
+        idx = np.flatnonzero(active)
+        prog = _FlowProgram.build(
+            problem,
+            problem.alpha,
+            None,
+            1.0,
+            None,
+            floor,
+            "changes",
+            edges=(pr[idx], pc[idx]),
+            elastic=EDGE_ELASTIC * n,
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = solve_lp(
+                prog.c,
+                A_ub=sp.vstack([prog.A_C, prog.A_T], format="csr"),
+                b_ub=np.concatenate([-np.ones(prog.A_C.shape[0]), prog.U]),
+                A_eq=prog.A_eq,
+                b_eq=prog.b_eq,
+                bounds=prog.bounds,
+                solver=problem.params.solver,
+                method=EDGE_METHOD,
+            )
+        if (
+            res.outcome is not Outcome.OPTIMAL
+            or res.marginals is None
+            or res.x is None
+            or res.objective is None
+        ):
+            return EdgeFlows(f"solver failed: {res.detail}", rounds=rounds)
+        obj = float(res.objective)
+        y = np.asarray(res.marginals.eqlin, dtype=float)[-2 * K :]
+        rc = y[pr] + y[K + pc]
+        per_row = np.full(K, np.inf)
+        np.minimum.at(per_row, pr, rc)
+        low = float(cap @ np.minimum(per_row, 0.0))
+        best = max(best, obj + low)
+        neg = np.flatnonzero((rc < -1e-9) & ~active)
+        if neg.size == 0:
+            break
+        active[neg[_first_per_row(pr[neg], rc[neg], EDGE_ADD_PER_CELL)]] = True
+    assert res is not None and res.x is not None
+    x = res.x
+    f = x[prog.o_t + 1 : prog.o_t + 1 + idx.size]
+    slack = x[prog.o_t + 1 + idx.size :]
+    carry = f > 1e-9
+    return EdgeFlows(
+        "ok",
+        changes=obj,
+        bound=max(0.0, best - 1e-7 * n),
+        slack=float(slack.max(initial=0.0)),
+        rows=pr[idx][carry],
+        cols=pc[idx][carry],
+        flows=f[carry],
+        rounds=rounds,
+    )
+
+
+def _edge_seeds(U, pr, pc, per_cell: int) -> np.ndarray:
+    """Indices into the pairs: each cell's ``per_cell`` largest senders and receivers."""
+    into = np.lexsort((-U[pr], pc))
+    out = np.lexsort((-U[pc], pr))
+    return np.concatenate(
+        [into[rank_in_runs(pc[into]) < per_cell], out[rank_in_runs(pr[out]) < per_cell]]
+    )
+
+
+def _first_per_row(rows, vals, per_row: int) -> np.ndarray:
+    """Positions of the ``per_row`` smallest ``vals`` of each row."""
+    order = np.lexsort((vals, rows))
+    return order[rank_in_runs(rows[order]) < per_row]
+
+
+def rank_in_runs(keys: np.ndarray) -> np.ndarray:
+    """Position of each entry within its run of equal (sorted) keys."""
+    if keys.size == 0:
+        return np.empty(0, dtype=np.int64)
+    start = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    return np.arange(keys.size) - np.repeat(start, np.diff(np.r_[start, keys.size]))

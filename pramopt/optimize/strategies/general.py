@@ -168,6 +168,7 @@ class ColumnGeneration:
         elastic: bool = False,
         pairs: tuple | None = None,
         mode: str | None = None,
+        floor_bound: float | None = None,
     ):
         p = problem.params
         self.elastic, self.pairs = elastic, pairs
@@ -211,8 +212,9 @@ class ColumnGeneration:
         # (None until one is known; on a dense support the restricted program is the full one)
         self.floor_proof: float | None = None
         # the linear stage's expected changes and the proven bound at its floor (once solved)
+        # (a bound known beforehand, from the flow relaxation, is kept unless a round's is higher)
         self.linear_changes: float | None = None
-        self.floor_bound: float | None = None
+        self.floor_bound = floor_bound
         self._caps: np.ndarray | None = None
 
     # -- shared pieces ------------------------------------------------------------------------
@@ -337,6 +339,13 @@ class ColumnGeneration:
                 E = expected_changes(sup.to_matrix(x), counts)
                 obj = float(c @ out.x)
                 self.lp_gap = -bound / max(abs(obj) if phase_one else E, 1e-12)
+                if self.floor_bound is not None and not (phase_one or slack_left):
+                    # a bound known beforehand (the flow relaxation's) is below the full program's
+                    # optimum too, which is solved at a_solve < alpha
+                    if not self.problem.params.change_weights:
+                        self.lp_gap = min(
+                            self.lp_gap, max(0.0, E - self.floor_bound) / max(E, 1e-12)
+                        )
                 if not phase_one and not self.problem.params.change_weights:
                     # the proven bound: each row moves at most 1 - its floor off the diagonal
                     # (the same reduced costs: without change_weights no transition has a cost)
@@ -581,7 +590,7 @@ def solve_general(
 ) -> Attempt:
     """Reduce at floor ``gamma``, solve the linear stage with lazy rows and column generation,
     then refine the exact loss (unless ``refine_loss`` is off).  ``options`` go to
-    :class:`ColumnGeneration` (``elastic``, ``pairs``, ``mode``)."""
+    :class:`ColumnGeneration` (``elastic``, ``pairs``, ``mode``, ``floor_bound``)."""
     p = problem.params
     cg = ColumnGeneration(problem, gamma, floor, a_solve, init=init, **options)
     trace.add(

@@ -22,6 +22,7 @@ import dataclasses
 import numpy as np
 
 from ..problem import DesignProblem, Trace
+from ..relaxation import EdgeFlows, edge_flows, rank_in_runs
 from ..support import Support
 from . import Attempt, AttemptStatus
 
@@ -51,24 +52,50 @@ def seeds(problem: DesignProblem, pairs, per_cell: int = SEEDS_PER_CELL) -> Supp
     counts = problem.counts
     # senders into each column, largest first
     into = np.lexsort((-counts[r], c))
-    rank_in = _rank_within(c[into])
+    rank_in = rank_in_runs(c[into])
     pick_in = into[rank_in < per_cell]
     rare = counts[r] < 1.0 / problem.alpha
     out_ = np.lexsort((-counts[c], r))
     out_ = out_[rare[out_]]
-    rank_out = _rank_within(r[out_])
+    rank_out = rank_in_runs(r[out_])
     pick_out = out_[rank_out < per_cell]
     pick = np.concatenate([pick_in, pick_out])
     return Support.from_pairs(r[pick], c[pick], K)
 
 
-def _rank_within(sorted_keys: np.ndarray) -> np.ndarray:
-    """Position of each entry within its run of equal keys (keys sorted)."""
-    if sorted_keys.size == 0:
-        return np.empty(0, dtype=np.int64)
-    start = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
-    runs = np.diff(np.r_[start, sorted_keys.size])
-    return np.arange(sorted_keys.size) - np.repeat(start, runs)
+def _relaxed_flows(problem: DesignProblem, floor: float, pairs, trace: Trace) -> EdgeFlows:
+    """The flow relaxation's fewest changes over the permitted transitions (its flows seed the
+    support: they already meet every C1 denominator, and the exact rows differ from them only
+    by each rare cell's own transitions within its groups)."""
+    with trace.stage(f"flows@{floor:g}") as info:
+        flows = edge_flows(problem, floor, pairs)
+        if flows.status != "ok":
+            info["detail"] = flows.status
+        elif flows.bound is not None and flows.bound > problem.counts.sum():
+            info["detail"] = f"no solution: a C1 row keeps a slack of {flows.slack:.3g}"
+        else:
+            info["detail"] = (
+                f"{flows.rows.size:,} transitions carry records, changes >= {flows.bound:.5g} "
+                f"({flows.rounds} pricing rounds)"
+            )
+    return flows
+
+
+def _no_flows(problem: DesignProblem, gamma: float, floor: float, pairs, flows) -> Attempt:
+    """INFEASIBLE, proven by the flow relaxation: even with every C1 row allowed a slack at a cost
+    of more than every record per unit, its optimum costs more than changing every record, so no
+    design meets C1 with these transitions and this floor (every such design is a point of the
+    relaxation with no slack and at most n changes)."""
+    d = problem.max_changed
+    return Attempt(
+        AttemptStatus.INFEASIBLE,
+        gamma=gamma,
+        detail=f"No design that changes at most {d} variables per record and keeps every "
+        f"diagonal entry >= {floor:g} satisfies C1: the flow relaxation of C1 over the "
+        f"{pairs[0].size:,} permitted transitions has no solution (a C1 row keeps a slack of "
+        f"{flows.slack:.3g} at its optimum). Allow more changed variables or a lower "
+        "min_diagonal, or coarsen the keys.",
+    )
 
 
 def solve_at_scale(
@@ -88,8 +115,16 @@ def solve_at_scale(
                 if pairs is None
                 else f"{pairs[0].size:,} within max_changed_variables = {problem.max_changed}"
             )
-        if pairs is not None:
-            init, mode = seeds(problem, pairs), "diagonal"
+    bound = None
+    if pairs is not None:
+        init, mode = seeds(problem, pairs), "diagonal"
+        flows = _relaxed_flows(problem, max(g_low, floor), pairs, trace)
+        if flows.status == "ok":
+            n = float(problem.counts.sum())
+            if flows.bound is not None and flows.bound > n:
+                return _no_flows(problem, g_low, max(g_low, floor), pairs, flows)
+            init = init.union(flows.rows, flows.cols)
+            bound = flows.bound
     att = solve_general(
         problem,
         g_low,
@@ -100,6 +135,7 @@ def solve_at_scale(
         elastic=True,
         pairs=pairs,
         mode=mode,
+        floor_bound=bound,
     )
     if att.status is AttemptStatus.OK:
         why = (
