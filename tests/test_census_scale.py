@@ -352,3 +352,37 @@ def test_flow_relaxation_proves_no_design_within_d(monkeypatch):
     assert not res.success
     assert res.status is pramopt.Status.INFEASIBLE, res.message
     assert "flow relaxation of C1 over the 8 permitted transitions has no solution" in res.message
+
+
+def test_floor_bound_proves_no_general_design_before_any_search(monkeypatch):
+    # Thirty records in thirty cells, every triple of keys unique: each C1 group needs about
+    # 1/alpha records released into it, more than a floor of 0.51 leaves to go round.  The
+    # dense program over every K x K transition (built here) is infeasible at that floor, and the
+    # census-scale path under d must say so from the flow relaxation's floor bound (without the
+    # transitions' flows), before its search.
+    from scipy.optimize import linprog
+
+    from full_c1 import full_c1_rows, row_sums
+
+    monkeypatch.setattr(GS, "PHASE_ONE_MAX_CELLS", 0)
+    rng = np.random.default_rng(3)
+    codes = rng.permutation(np.array(list(itertools.product(range(4), repeat=4))))[:30]
+    df = pd.DataFrame(codes, columns=["a", "b", "c", "d"])
+    t = frequency_table(df, ["a", "b", "c", "d"])
+    K = t.n_cells
+    lo = np.where(np.eye(K, dtype=bool).ravel(), 0.51, 0.0)
+    A = full_c1_rows(t, 0.1)
+    dense = linprog(
+        np.zeros(K * K),
+        A_ub=A,
+        b_ub=np.zeros(A.shape[0]),
+        A_eq=row_sums(K),
+        b_eq=np.ones(K),
+        bounds=np.column_stack([lo, np.ones(K * K)]),
+        method="highs",
+    )
+    assert dense.status == 2  # infeasible
+    res = pramopt.design(t, alpha=0.1, structure="general", max_changed_variables=2)
+    assert res.status is pramopt.Status.INFEASIBLE, res.message
+    assert "the flow relaxation of C1 bounds every diagonal floor by" in res.message
+    assert not any(s.name.startswith(("linear", "flows@")) for s in res.stages)

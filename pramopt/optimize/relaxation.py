@@ -275,6 +275,12 @@ class _FlowProgram:
         lo, hi, c = _bounds_and_cost(problem, nv, o_t, out_max, t_max, t_min, objective)
         if elastic is not None:
             c[o_f + E :] = elastic
+        b_T = U
+        if t_min >= t_max:
+            # t fixed: its rows are bounds on out (t's column, in every row, would fill the
+            # interior point's normal equations)
+            hi[:K] = np.minimum(hi[:K], (1.0 - t_min) * U)
+            A_T, b_T = A_T[:0], U[:0]
         A_eq = sp.vstack([A_D, A_S], format="csr")
         b_eq = np.concatenate([b_D, np.zeros(S)])
         if edges is not None:
@@ -292,7 +298,7 @@ class _FlowProgram:
             )
             A_eq = sp.vstack([A_eq, A_F], format="csr")
             b_eq = np.concatenate([b_eq, np.zeros(2 * K)])
-        return cls(c, A_C, A_T.tocsr(), U, A_eq, b_eq, np.column_stack([lo, hi]), o_t, used, gpos)
+        return cls(c, A_C, A_T.tocsr(), b_T, A_eq, b_eq, np.column_stack([lo, hi]), o_t, used, gpos)
 
 
 def _bounds_and_cost(problem, nv: int, o_t: int, out_max, t_max, t_min, objective: str) -> tuple:
@@ -313,9 +319,10 @@ def _bounds_and_cost(problem, nv: int, o_t: int, out_max, t_max, t_min, objectiv
     return lo, hi, c
 
 
-def floor_bound(problem: DesignProblem) -> float | None:
-    """An upper bound on the diagonal floor of every design satisfying C1 (None if unknown)."""
-    sol = flow_relaxation(problem)
+def floor_bound(problem: DesignProblem, edge_limit: int | None = None) -> float | None:
+    """An upper bound on the diagonal floor of every design satisfying C1 (None if unknown);
+    ``edge_limit`` as for :func:`flow_relaxation` (0: no flows of permitted transitions)."""
+    sol = flow_relaxation(problem, edge_limit=EDGE_LIMIT if edge_limit is None else edge_limit)
     if sol.status == "infeasible":
         return 0.0
     return sol.t if sol.status == "ok" else None
@@ -433,7 +440,7 @@ def edge_flows(problem: DesignProblem, floor: float, pairs, seeds=None) -> EdgeF
             problem,
             problem.alpha,
             None,
-            1.0,
+            floor,  # t fixed at the floor (fewer changes never need a higher one)
             None,
             floor,
             "changes",

@@ -491,11 +491,10 @@ def solve(problem: DesignProblem, level: float, trace: Trace) -> Attempt:
     floor = 0.0 if p.min_diagonal is None else p.min_diagonal
     g_low = max(GAMMA_LADDER[-1], floor)
     at_scale = problem.K > PHASE_ONE_MAX_CELLS
-    relax = None
-    if not (at_scale and problem.max_changed is not None):
-        # (with max_changed_variables the relaxation carries a flow per permitted transition:
-        # minutes at census scale, where the sparse path finds out faster)
-        relax = once(trace, "floor bound", lambda: floor_bound_stage(problem, trace))
+    # (at census scale without a flow per permitted transition: with them, minutes; the sparse
+    # path prices the flows, and this weaker bound takes seconds)
+    flows = not (at_scale and problem.max_changed is not None)
+    relax = once(trace, "floor bound", lambda: floor_bound_stage(problem, trace, flows=flows))
     if relax is not None and relax < g_low - RELAXATION_TOL:
         why = (
             f"No design with every diagonal entry >= {g_low:g} satisfies C1: the flow "

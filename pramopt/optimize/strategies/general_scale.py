@@ -115,20 +115,21 @@ def solve_at_scale(
                 if pairs is None
                 else f"{pairs[0].size:,} within max_changed_variables = {problem.max_changed}"
             )
+    low = max(g_low, floor)
     bound = None
     if pairs is not None:
         init, mode = seeds(problem, pairs), "diagonal"
-        flows = _relaxed_flows(problem, max(g_low, floor), pairs, trace)
+        flows = _relaxed_flows(problem, low, pairs, trace)
         if flows.status == "ok":
             n = float(problem.counts.sum())
             if flows.bound is not None and flows.bound > n:
-                return _no_flows(problem, g_low, max(g_low, floor), pairs, flows)
+                return _no_flows(problem, g_low, low, pairs, flows)
             init = init.union(flows.rows, flows.cols)
             bound = flows.bound
     att = solve_general(
         problem,
         g_low,
-        max(g_low, floor),
+        low,
         level,
         trace,
         init=init,

@@ -72,10 +72,11 @@ def gamma_ladder(gamma: float, floor: float) -> list[float]:
     return [g for g in ladder if g >= floor] or [max(gamma, floor)]
 
 
-def floor_bound_stage(problem: DesignProblem, trace: Trace) -> float | None:
-    """The flow relaxation's bound on every diagonal floor (None: its solver failed), a stage."""
+def floor_bound_stage(problem: DesignProblem, trace: Trace, flows: bool = True) -> float | None:
+    """The flow relaxation's bound on every diagonal floor (None: its solver failed), a stage;
+    without ``flows``, without a flow per permitted transition (a weaker bound, still valid)."""
     with trace.stage("floor bound") as info:
         # seconds, where phase one on rare-heavy data takes minutes to reach the same conclusion
-        relax = floor_bound(problem)
+        relax = floor_bound(problem, edge_limit=None if flows else 0)
         info["detail"] = "solver failed" if relax is None else f"every floor <= {relax:.4g}"
     return relax
