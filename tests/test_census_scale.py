@@ -360,9 +360,8 @@ def test_floor_bound_proves_no_general_design_before_any_search(monkeypatch):
     # dense program over every K x K transition (built here) is infeasible at that floor, and the
     # census-scale path under d must say so from the flow relaxation's floor bound (without the
     # transitions' flows), before its search.
-    from scipy.optimize import linprog
-
     from full_c1 import full_c1_rows, row_sums
+    from scipy.optimize import linprog
 
     monkeypatch.setattr(GS, "PHASE_ONE_MAX_CELLS", 0)
     rng = np.random.default_rng(3)
