@@ -73,7 +73,7 @@ def point(name: str) -> dict:
     t_design = time.perf_counter() - t0
     red = res.reduction.as_dict() if res.reduction is not None else {}
     rss_design = max_rss_mb()
-    outputs = _outputs(res, df)
+    outputs = _outputs(res, df) if res.success else {}  # nothing to release without a design
     lb = res.details.get("expected_changes_lower_bound")
     floor_lb = red.get("floor_changes_bound")
     linear = red.get("linear_changes")
