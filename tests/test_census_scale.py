@@ -33,6 +33,29 @@ def _min_changes_within(t, alpha: float, d: int, floor: float) -> float:
     return min_changes(t, alpha, lo=lo, hi=np.where(far, 0.0, 1.0))
 
 
+def _dense_feasible(t, alpha: float, d: int, floor: float) -> bool:
+    """Whether any P meets the full C1 over every triple with every transition at most ``d``
+    variables apart and every P_mm >= ``floor``: one dense LP (rows from tests/full_c1.py)."""
+    from full_c1 import full_c1_rows, row_sums
+    from scipy.optimize import linprog
+
+    K = t.n_cells
+    far = (_hamming(t.codes) > d).ravel()
+    lo = np.where(np.eye(K, dtype=bool).ravel(), floor, 0.0)
+    A = full_c1_rows(t, alpha)
+    res = linprog(
+        np.zeros(K * K),
+        A_ub=A,
+        b_ub=np.zeros(A.shape[0]),
+        A_eq=row_sums(K),
+        b_eq=np.ones(K),
+        bounds=np.column_stack([lo, np.where(far, 0.0, 1.0)]),
+        method="highs",
+    )
+    assert res.status in (0, 2)  # solved, or proven infeasible
+    return res.status == 0
+
+
 def _table(seed: int):
     df = zipf_data(n=300, seed=seed, levels=[3, 3, 3, 2], exponent=1.0)
     return df, ["z1", "z2", "z3", "z4"]
@@ -326,28 +349,12 @@ def test_flow_relaxation_proves_no_design_within_d(monkeypatch):
     # variable nothing can be released into its triples' groups, so no design meets C1.  The
     # dense program over every transition within d (built here) must be infeasible too, and the
     # design must say INFEASIBLE with the flow relaxation as its proof, not UNPROVEN.
-    from full_c1 import full_c1_rows, row_sums
-    from scipy.optimize import linprog
-
     monkeypatch.setattr(GS, "PHASE_ONE_MAX_CELLS", 0)
     rows = [(1, 1, 1, 1)] * 40 + [(1, 1, 1, 0)] * 20 + [(1, 1, 0, 1)] * 20 + [(0, 1, 1, 1)] * 20
     rows += [(1, 0, 1, 1)] * 20 + [(0, 0, 0, 0)]
     df = pd.DataFrame(rows, columns=["a", "b", "c", "d"])
     t = frequency_table(df, ["a", "b", "c", "d"])
-    K = t.n_cells
-    far = (_hamming(t.codes) > 1).ravel()
-    lo = np.where(np.eye(K, dtype=bool).ravel(), 0.51, 0.0)
-    A = full_c1_rows(t, 0.1)
-    dense = linprog(
-        np.zeros(K * K),
-        A_ub=A,
-        b_ub=np.zeros(A.shape[0]),
-        A_eq=row_sums(K),
-        b_eq=np.ones(K),
-        bounds=np.column_stack([lo, np.where(far, 0.0, 1.0)]),
-        method="highs",
-    )
-    assert dense.status == 2  # infeasible
+    assert not _dense_feasible(t, 0.1, 1, 0.51)
     res = pramopt.design(t, alpha=0.1, structure="general", max_changed_variables=1)
     assert not res.success
     assert res.status is pramopt.Status.INFEASIBLE, res.message
@@ -360,27 +367,12 @@ def test_floor_bound_proves_no_general_design_before_any_search(monkeypatch):
     # dense program over every K x K transition (built here) is infeasible at that floor, and the
     # census-scale path under d must say so from the flow relaxation's floor bound (without the
     # transitions' flows), before its search.
-    from full_c1 import full_c1_rows, row_sums
-    from scipy.optimize import linprog
-
     monkeypatch.setattr(GS, "PHASE_ONE_MAX_CELLS", 0)
     rng = np.random.default_rng(3)
     codes = rng.permutation(np.array(list(itertools.product(range(4), repeat=4))))[:30]
     df = pd.DataFrame(codes, columns=["a", "b", "c", "d"])
     t = frequency_table(df, ["a", "b", "c", "d"])
-    K = t.n_cells
-    lo = np.where(np.eye(K, dtype=bool).ravel(), 0.51, 0.0)
-    A = full_c1_rows(t, 0.1)
-    dense = linprog(
-        np.zeros(K * K),
-        A_ub=A,
-        b_ub=np.zeros(A.shape[0]),
-        A_eq=row_sums(K),
-        b_eq=np.ones(K),
-        bounds=np.column_stack([lo, np.ones(K * K)]),
-        method="highs",
-    )
-    assert dense.status == 2  # infeasible
+    assert not _dense_feasible(t, 0.1, 4, 0.51)  # any transition
     res = pramopt.design(t, alpha=0.1, structure="general", max_changed_variables=2)
     assert res.status is pramopt.Status.INFEASIBLE, res.message
     assert "the flow relaxation of C1 bounds every diagonal floor by" in res.message
