@@ -125,7 +125,9 @@ def solve_at_scale(
             if flows.bound is not None and flows.bound > n:
                 return _no_flows(problem, g_low, low, pairs, flows)
             init = init.union(flows.rows, flows.cols)
-            bound = flows.bound
+            # (with change_weights the linear stage minimises another cost: no fewest changes
+            # to set a bound beside)
+            bound = None if problem.params.change_weights else flows.bound
     att = solve_general(
         problem,
         g_low,
