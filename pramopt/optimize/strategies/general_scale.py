@@ -5,7 +5,10 @@ scanning every K x K candidate; on thousands of rare cells its rounds take minut
 stop without an answer.  Above ``PHASE_ONE_MAX_CELLS`` cells the general design skips it: the
 linear stage (fewest expected changes) runs at the lowest floor the user allows, with C1's rows
 elastic (a penalised slack per row) so that the restricted program is feasible from its first
-solve, starting from the diagonal and a few seeds among each cell's permitted transitions.  Lazy
+solve, starting from the diagonal and a few seeds among each cell's permitted transitions and,
+under ``max_changed_variables``, the flows of the flow relaxation's fewest changes over the
+permitted transitions (:func:`~pramopt.optimize.relaxation.edge_flows`: its bound is the floor
+bound reported with the design, and a bound above n proves that no design exists).  Lazy
 rows add every C1 row the full check finds violated; column generation prices, under
 ``max_changed_variables``, only the permitted transitions (listed once, never K x K of anything);
 the refinement of the exact loss then runs as at any size.
