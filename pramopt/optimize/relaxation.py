@@ -480,7 +480,7 @@ def edge_flows(problem: DesignProblem, floor: float, pairs, seeds=None) -> EdgeF
         neg = np.flatnonzero((rc < -1e-9) & ~active)
         if neg.size == 0:
             break
-        active[neg[_first_per_row(pr[neg], rc[neg], EDGE_ADD_PER_CELL)]] = True
+        active[neg[smallest_per_key(pr[neg], rc[neg], EDGE_ADD_PER_CELL)]] = True
     assert res is not None and res.x is not None
     x = res.x
     f = x[prog.o_t + 1 : prog.o_t + 1 + idx.size]
@@ -500,22 +500,17 @@ def edge_flows(problem: DesignProblem, floor: float, pairs, seeds=None) -> EdgeF
 
 def _edge_seeds(U, pr, pc, per_cell: int) -> np.ndarray:
     """Indices into the pairs: each cell's ``per_cell`` largest senders and receivers."""
-    into = np.lexsort((-U[pr], pc))
-    out = np.lexsort((-U[pc], pr))
     return np.concatenate(
-        [into[rank_in_runs(pc[into]) < per_cell], out[rank_in_runs(pr[out]) < per_cell]]
+        [smallest_per_key(pc, -U[pr], per_cell), smallest_per_key(pr, -U[pc], per_cell)]
     )
 
 
-def _first_per_row(rows, vals, per_row: int) -> np.ndarray:
-    """Positions of the ``per_row`` smallest ``vals`` of each row."""
-    order = np.lexsort((vals, rows))
-    return order[rank_in_runs(rows[order]) < per_row]
-
-
-def rank_in_runs(keys: np.ndarray) -> np.ndarray:
-    """Position of each entry within its run of equal (sorted) keys."""
-    if keys.size == 0:
-        return np.empty(0, dtype=np.int64)
-    start = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
-    return np.arange(keys.size) - np.repeat(start, np.diff(np.r_[start, keys.size]))
+def smallest_per_key(keys: np.ndarray, vals: np.ndarray, per_key: int) -> np.ndarray:
+    """Positions of the ``per_key`` smallest ``vals`` of each key (ties: the earlier first)."""
+    order = np.lexsort((vals, keys))
+    k = keys[order]
+    if k.size == 0:
+        return order
+    start = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    rank = np.arange(k.size) - np.repeat(start, np.diff(np.r_[start, k.size]))
+    return order[rank < per_key]

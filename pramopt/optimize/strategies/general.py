@@ -339,14 +339,12 @@ class ColumnGeneration:
                 E = expected_changes(sup.to_matrix(x), counts)
                 obj = float(c @ out.x)
                 self.lp_gap = -bound / max(abs(obj) if phase_one else E, 1e-12)
-                if self.floor_bound is not None and not (phase_one or slack_left):
-                    # a bound known beforehand (the flow relaxation's) is below the full program's
-                    # optimum too, which is solved at a_solve < alpha
-                    if not self.problem.params.change_weights:
-                        self.lp_gap = min(
-                            self.lp_gap, max(0.0, E - self.floor_bound) / max(E, 1e-12)
-                        )
                 if not phase_one and not self.problem.params.change_weights:
+                    if self.floor_bound is not None and not slack_left:
+                        # a bound known beforehand (the flow relaxation's) is below the full
+                        # program's optimum too, which is solved at a_solve < alpha
+                        gap = max(0.0, E - self.floor_bound) / max(E, 1e-12)
+                        self.lp_gap = min(self.lp_gap, gap)
                     # the proven bound: each row moves at most 1 - its floor off the diagonal
                     # (the same reduced costs: without change_weights no transition has a cost)
                     room = 1.0 - self.bounds(sup)[0][sup.diag]

@@ -25,7 +25,7 @@ import dataclasses
 import numpy as np
 
 from ..problem import DesignProblem, Trace
-from ..relaxation import EdgeFlows, edge_flows, rank_in_runs
+from ..relaxation import EdgeFlows, edge_flows, smallest_per_key
 from ..support import Support
 from . import Attempt, AttemptStatus
 
@@ -53,15 +53,9 @@ def seeds(problem: DesignProblem, pairs, per_cell: int = SEEDS_PER_CELL) -> Supp
     K = problem.K
     r, c = pairs
     counts = problem.counts
-    # senders into each column, largest first
-    into = np.lexsort((-counts[r], c))
-    rank_in = rank_in_runs(c[into])
-    pick_in = into[rank_in < per_cell]
-    rare = counts[r] < 1.0 / problem.alpha
-    out_ = np.lexsort((-counts[c], r))
-    out_ = out_[rare[out_]]
-    rank_out = rank_in_runs(r[out_])
-    pick_out = out_[rank_out < per_cell]
+    pick_in = smallest_per_key(c, -counts[r], per_cell)  # senders into each cell, largest first
+    rare = np.flatnonzero(counts[r] < 1.0 / problem.alpha)
+    pick_out = rare[smallest_per_key(r[rare], -counts[c[rare]], per_cell)]
     pick = np.concatenate([pick_in, pick_out])
     return Support.from_pairs(r[pick], c[pick], K)
 
