@@ -56,7 +56,15 @@ from .optimize.constraints.c1 import floor_upper_bound
 from .optimize.designer import design
 from .optimize.objectives.l2 import SparseL2, l2_loss_and_grad, l2_loss_sparse
 from .params import DesignParams
-from .publish import FileRelease, estimate, release, release_dask, release_file
+from .publish import (
+    FileRelease,
+    ReleasePolicy,
+    estimate,
+    release,
+    release_dask,
+    release_file,
+    release_policy,
+)
 from .result import DesignResult, Reduction, Stage, Status
 from .risk import (
     Assessment,
@@ -135,6 +143,8 @@ __all__ = [
     "release",
     "estimate",
     "release_file",
+    "ReleasePolicy",
+    "release_policy",
     "FileRelease",
     "release_dask",
     # baselines

@@ -12,17 +12,19 @@ from dataclasses import dataclass
 
 from .errors import InvalidParameterError
 
-__all__ = ["CsvDialect", "DEFAULT_DIALECT", "csv_dialect", "line_end"]
+__all__ = ["CsvDialect", "DEFAULT_DIALECT", "csv_dialect", "has_bom", "line_end"]
 
 
 @dataclass(frozen=True)
 class CsvDialect:
     """``sep``: one character between fields; ``encoding``: a Python codec name; ``decimal``: the
-    decimal mark of numbers ('.' or ',')."""
+    decimal mark of numbers ('.' or ','); ``na_values``: texts of an identifying value read as
+    text that mean "missing" besides the empty field (``NA`` is Namibia unless listed)."""
 
     sep: str = ","
     encoding: str = "utf-8"
     decimal: str = "."
+    na_values: tuple[str, ...] = ()
 
     @property
     def is_default(self) -> bool:
@@ -37,6 +39,7 @@ def csv_dialect(
     encoding: str | None = None,
     decimal: str | None = None,
     owner: str = "read",
+    na_values=None,
 ) -> CsvDialect:
     """A checked dialect (None: the default of that part)."""
     d = DEFAULT_DIALECT
@@ -66,7 +69,26 @@ def csv_dialect(
             f"The 'encoding' parameter of {owner} must name a text encoding (utf-8, latin-1, "
             f"cp1252, ...); got {encoding!r}."
         ) from None
-    return CsvDialect(sep=sep, encoding=encoding, decimal=decimal)
+    if na_values is None:
+        na_values = ()
+    elif isinstance(na_values, str):
+        na_values = (na_values,)
+    try:
+        na = tuple(na_values)
+    except TypeError:
+        na = (na_values,)
+    if not all(isinstance(v, str) for v in na):
+        raise InvalidParameterError(
+            f"The 'na_values' parameter of {owner} must be a list of texts that mean a missing "
+            f"value; got {na_values!r}."
+        )
+    return CsvDialect(sep=sep, encoding=encoding, decimal=decimal, na_values=tuple(sorted(set(na))))
+
+
+def has_bom(path) -> bool:
+    """Whether a file starts with the UTF-8 byte order mark (a release keeps it)."""
+    with open(path, "rb") as fh:
+        return fh.read(3) == codecs.BOM_UTF8
 
 
 def line_end(path) -> str:

@@ -102,13 +102,23 @@ def add_csv_options(p):
     g.add_argument(
         "--decimal", default=None, choices=[".", ","], help="decimal mark of numbers (default '.')"
     )
+    g.add_argument(
+        "--na-values",
+        type=csv_list,
+        default=None,
+        metavar="A,B",
+        help="texts of an identifying value that mean 'missing' (default: only an empty field; "
+        "NA, None and NaN are values). Give the same list to every command on the same data",
+    )
 
 
 def dialect_of(args):
     """The checked CSV dialect of the command line's data file (errors name the flags)."""
     from .._csv import csv_dialect
 
-    return csv_dialect(args.sep, args.encoding, args.decimal, owner=args.command)
+    return csv_dialect(
+        args.sep, args.encoding, args.decimal, owner=args.command, na_values=args.na_values
+    )
 
 
 def add_data_options(p, *, required: bool, combos: bool = True, alpha: bool = True):

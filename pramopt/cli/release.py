@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import InvalidParameterError
 from ..io import load_design, read_table, table_for_design, write_table
 from ..io.atomic import check_out_file
 from ..kinds import kind_of
-from ._common import add_csv_options, add_quiet, dialect_of, formatter, say, text_keys
+from ._common import add_csv_options, add_quiet, csv_list, dialect_of, formatter, say, text_keys
 
 HELP = "perturb the identifying columns with a design"
 
@@ -40,9 +41,63 @@ def add_parser(sub):
         default=None,
         help="seed for a reproducible draw (default: from the OS's secure source)",
     )
+    g = p.add_argument_group(
+        "the office's policy",
+        "refuse a design weaker than these (--alpha is required; the combinations default to "
+        "every subset of 3 variables). Every release prints the alpha and combinations it "
+        "checked",
+    )
+    g.add_argument("--alpha", type=float, default=None, metavar="A", help="largest risk allowed")
+    g.add_argument(
+        "--combination-size",
+        "--combinations",
+        dest="combination_size",
+        type=int,
+        default=None,
+        metavar="SIZE",
+        help="every subset of SIZE identifying variables is a combination",
+    )
+    g.add_argument(
+        "--combination",
+        dest="combinations",
+        type=csv_list,
+        action="append",
+        default=None,
+        metavar="A,B",
+        help="one combination (repeat the flag for more)",
+    )
+    g.add_argument(
+        "--policy",
+        default=None,
+        metavar="FILE",
+        help='a JSON policy file, e.g. {"alpha": 0.1, "combination_size": 3}',
+    )
     add_quiet(p)
     p.set_defaults(func=run)
     return p
+
+
+def _policy(args):
+    """The policy of the flags or the file (not both), checked before any data is read."""
+    from ..publish.policy import read_policy, release_policy
+
+    flags = (args.alpha, args.combination_size, args.combinations)
+    if args.policy is not None:
+        if any(f is not None for f in flags):
+            raise InvalidParameterError(
+                "Give the policy either as --policy FILE or as --alpha, --combination-size and "
+                "--combination, not both."
+            )
+        return read_policy(args.policy, owner="--policy")
+    return release_policy(*flags, owner="release")
+
+
+def _checked(args, res, policy) -> None:
+    """Refuse a design weaker than the policy; print what was checked."""
+    from ..publish.policy import describe_checked, enforce_policy
+
+    verdict = enforce_policy(res, policy)
+    say(args, describe_checked(res) + (f"; {verdict}" if verdict else "") + ".")
 
 
 def _same_format(src, dst) -> bool:
@@ -56,11 +111,13 @@ def run(args) -> int:
     from ..publish.file_release import records_changed
     from ..publish.frame import check_same_table, releasable_table, release
 
+    policy = _policy(args)
     res = load_design(args.design)
     kind = kind_of(res)
     if kind is not None:
-        return _kind_release(args, res, kind)
+        return _kind_release(args, res, kind, policy)
     releasable_table(res, "release")  # refuse an unsafe design before reading any data
+    _checked(args, res, policy)
     check_out_file(args.out, flag="--out")
     if _same_format(args.data, args.out):
         # stream the file in record batches: checked against the design in the same pass
@@ -75,6 +132,7 @@ def run(args) -> int:
             sep=d.sep,
             encoding=d.encoding,
             decimal=d.decimal,
+            na_values=d.na_values,
         )
         say(
             args,
@@ -96,12 +154,13 @@ def run(args) -> int:
     return 0
 
 
-def _kind_release(args, res, kind) -> int:
+def _kind_release(args, res, kind, policy) -> int:
     """A design of another kind (households: household-level values once per household), in
     memory."""
     from ..publish.file_release import records_changed, release_file
 
     kind.check_releasable(res)  # refuse an unsafe design before reading any data
+    _checked(args, res, policy)
     check_out_file(args.out, flag="--out")
     d = dialect_of(args)
     if _same_format(args.data, args.out):  # every non-identifying field written back as read
@@ -113,6 +172,7 @@ def _kind_release(args, res, kind) -> int:
             sep=d.sep,
             encoding=d.encoding,
             decimal=d.decimal,
+            na_values=d.na_values,
         )
         n, changed = rel.n, rel.changed
     else:  # CSV to Parquet or back: with pandas' types

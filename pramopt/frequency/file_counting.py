@@ -72,19 +72,26 @@ def _arrow_to_pandas(table: pa.Table) -> pd.DataFrame:
     return arrow_table_to_pandas(table)
 
 
-def _parse_csv_texts(texts: Sequence[str], as_str: bool = False, decimal: str = ".") -> pd.Series:
+def _parse_csv_texts(
+    texts: Sequence[str], as_str: bool = False, decimal: str = ".", na_values: Sequence[str] = ()
+) -> pd.Series:
     """Values of a CSV column holding exactly ``texts``, typed as ``pd.read_csv`` types a column.
 
     The texts are written, quoted, into a small CSV that pandas reads with its defaults (missing
     value markers, number and boolean inference over all the values at once; ``decimal`` the
-    decimal mark); ``as_str`` keeps the texts as strings (missing value markers still become NaN).
+    decimal mark); ``as_str`` keeps the texts as strings, and then only the empty text and
+    ``na_values`` are missing (``NA`` may be Namibia; ``None`` may be an answer).
     """
     buf = io.StringIO()
     w = csv.writer(buf, quoting=csv.QUOTE_ALL, lineterminator="\n", delimiter="\t")
     w.writerow(["v", "w"])
     w.writerows([t, "0"] for t in texts)
     buf.seek(0)
-    kw = {"dtype": {"v": str}} if as_str else {}
+    kw: dict = (
+        {"dtype": {"v": str}, "keep_default_na": False, "na_values": {"v": ["", *na_values]}}
+        if as_str
+        else {"na_values": {"v": list(na_values)}}
+    )
     return pd.read_csv(buf, low_memory=False, sep="\t", decimal=decimal, **kw)["v"]
 
 
@@ -189,11 +196,17 @@ class _Source:
         except (pa.ArrowInvalid, pa.ArrowIOError) as e:
             raise InvalidParameterError(f"Cannot read {str(self.path)!r}: {e}") from None
 
-    def to_pandas(self, name: str, values: pa.Array, *, as_str: bool = False) -> pd.Series:
-        """The distinct raw ``values`` of column ``name`` as pandas would have read them."""
+    def to_pandas(
+        self, name: str, values: pa.Array, *, as_str: bool = False, na_values=None
+    ) -> pd.Series:
+        """The distinct raw ``values`` of column ``name`` as pandas would have read them
+        (``na_values``: the column's missing-value texts, if not the dialect's)."""
         if self.format == "csv":
             return _parse_csv_texts(
-                values.to_pylist(), as_str=as_str, decimal=self.dialect.decimal
+                values.to_pylist(),
+                as_str=as_str,
+                decimal=self.dialect.decimal,
+                na_values=self.dialect.na_values if na_values is None else na_values,
             ).reset_index(drop=True)
         field = self.schema.field(name)
         if pa.types.is_dictionary(field.type):
@@ -301,11 +314,13 @@ class _Cells:
 class _Counter:
     """Everything :func:`count_file` accumulates: distinct values per column and cell counts."""
 
-    def __init__(self, src: _Source, qi: tuple, owner: str, as_text=False):
+    def __init__(self, src: _Source, qi: tuple, owner: str, as_text=False, na_values=None):
         self.src, self.qi, self.owner = src, qi, owner
         # keys kept as the text written ('03' stays '03'): one flag, or one per column
         flags = as_text if isinstance(as_text, (list, tuple)) else [as_text] * len(qi)
         self.as_text = [bool(f) and src.format == "csv" for f in flags]
+        # each column's missing-value texts (None: the dialect's)
+        self.na = list(na_values) if na_values is not None else [None] * len(qi)
         self.cols = [_Distinct(q, owner) for q in qi]
         self.cells = _Cells(len(qi))
         self.n = 0
@@ -326,9 +341,9 @@ class _Counter:
     def check_categories(self, j: int, max_categories: int) -> None:
         """Raise early (as encode_column would at the end) when column j has too many categories."""
         obs = self.observed(j)
-        vals = self.src.to_pandas(self.qi[j], self.cols[j].values(), as_str=self.as_text[j]).take(
-            obs
-        )
+        vals = self.src.to_pandas(
+            self.qi[j], self.cols[j].values(), as_str=self.as_text[j], na_values=self.na[j]
+        ).take(obs)
         k = vals.nunique(dropna=True) + int(vals.isna().any())
         if k > max_categories:
             encode_column(vals.reset_index(drop=True), self.qi[j], None, max_categories, self.owner)
@@ -343,7 +358,9 @@ class _Counter:
         for j, q in enumerate(self.qi):
             obs = np.unique(rows[:, j])
             vals = (
-                self.src.to_pandas(q, self.cols[j].values(), as_str=self.as_text[j])
+                self.src.to_pandas(
+                    q, self.cols[j].values(), as_str=self.as_text[j], na_values=self.na[j]
+                )
                 .take(obs)
                 .reset_index(drop=True)
             )
@@ -442,6 +459,7 @@ def count_file(
     sep: str = ",",
     encoding: str = "utf-8",
     decimal: str = ".",
+    na_values: Sequence[str] = (),
 ) -> FrequencyTable:
     """Frequency table of a CSV or Parquet file, read in record batches.
 
@@ -465,10 +483,14 @@ def count_file(
         The file's format; by default from its extension.
     keys_as_text : bool, default False
         CSV only: keep each identifying value as the text written in the file (``03`` stays
-        ``03``, ``1.0`` stays ``1.0``; an empty field is missing), so that a release writes it back
-        exactly; text that writes numbers is ordered by the numbers.  The command line does this.
+        ``03``, ``1.0`` stays ``1.0``, ``NA`` stays ``NA``; only an empty field and ``na_values``
+        are missing), so that a release writes it back exactly; text that writes numbers is
+        ordered by the numbers.  The command line does this.
     sep, encoding, decimal : str
         CSV only: the field separator, the text encoding and the decimal mark of the file.
+    na_values : list of str, optional
+        CSV only: texts that mean a missing value, besides the empty field for keys read as text
+        (besides pandas' markers otherwise).  Release the file with the same ``na_values``.
 
     Returns
     -------
@@ -493,5 +515,5 @@ def count_file(
         format,
         "count_file",
         keys_as_text,
-        csv_dialect(sep, encoding, decimal, "count_file"),
+        csv_dialect(sep, encoding, decimal, "count_file", na_values),
     )

@@ -25,7 +25,7 @@ from .._plain import plain as _plain
 from ..errors import DesignFileError
 from ..frequency.table import FrequencyTable
 from ..io.atomic import DESIGN_FILE, write_text
-from ..io.design_file import design_from_record, design_record
+from ..io.design_file import check_guarantee, design_from_record, design_record
 from ..io.tables import write_table
 from ..result import Stage, Status, entries, matrix_long
 from .result import HouseholdDesign, rebuild_layout
@@ -161,6 +161,8 @@ def load_household_design(rec: dict, path) -> HouseholdDesign:
         raise DesignFileError(
             f"The design {str(path)!r} was modified: it does not match its checksum."
         )
+    if isinstance(rec.get("table"), dict):
+        check_guarantee(rec, list(rec["table"].get("qi") or []), path)
     try:
         rh = design_from_record(rec["household_design"], path)
         table, person = _table(rec["table"]), _table(rec["person_table"])

@@ -371,6 +371,7 @@ def design_from_record(rec: dict, p) -> DesignResult:
         raise DesignFileError(
             f"The design {str(p)!r} is malformed: matrix {P.shape} for {table.n_cells} cells."
         )
+    check_guarantee(rec, qi, p)
     red = rec.get("reduction")
     return DesignResult(
         matrix=P,
@@ -397,6 +398,29 @@ def design_from_record(rec: dict, p) -> DesignResult:
         params=dict(rec.get("params") or {}),
         details=dict(rec.get("details") or {}),
     )
+
+
+def check_guarantee(rec: dict, qi, p) -> None:
+    """Refuse a record whose α is not in (0, 1) or whose Π is empty or names other variables:
+    no design pramopt makes has them, and a release checks C1 at the file's own α and Π."""
+    alpha = rec.get("alpha")
+    if not (
+        isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and 0.0 < alpha < 1.0
+    ):
+        raise DesignFileError(
+            f"The design {str(p)!r} states alpha {alpha!r}; a risk bound must be in (0, 1). "
+            "Refusing the file (was it edited?)."
+        )
+    combos = rec.get("combinations")
+    if (
+        not isinstance(combos, list)
+        or not combos
+        or not all(isinstance(c, list) and c and all(v in qi for v in c) for c in combos)
+    ):
+        raise DesignFileError(
+            f"The design {str(p)!r} states the combinations {combos!r}; they must be a non-empty "
+            f"list of non-empty subsets of {list(qi)!r}. Refusing the file (was it edited?)."
+        )
 
 
 def table_for_design(df: pd.DataFrame, result: DesignResult) -> FrequencyTable:

@@ -22,9 +22,10 @@ def read_table(
 ) -> pd.DataFrame:
     """Read microdata from ``.csv`` or ``.parquet``/``.pq`` (by extension).
 
-    ``text`` names CSV columns read as the text written (``03`` stays ``03``; an empty field or
-    pandas' missing markers are still missing), as the command line reads identifying variables;
-    ``dialect`` gives a CSV's separator, encoding and decimal mark.
+    ``text`` names CSV columns read as the text written (``03`` stays ``03``, ``NA`` stays ``NA``;
+    only an empty field and the dialect's ``na_values`` are missing), as the command line reads
+    identifying variables; ``dialect`` gives a CSV's separator, encoding, decimal mark and
+    missing-value markers.
 
     Raises
     ------
@@ -42,13 +43,27 @@ def read_table(
     try:
         if suffix in PARQUET_SUFFIXES:
             return pd.read_parquet(p)
-        return pd.read_csv(
+        df = pd.read_csv(
             p,
             dtype={str(c): str for c in text} or None,
             sep=dialect.sep,
             encoding=dialect.encoding,
             decimal=dialect.decimal,
         )
+        if len(text):
+            # text columns again, where only an empty field (and the dialect's markers) is missing
+            as_text = pd.read_csv(
+                p,
+                usecols=[str(c) for c in text],
+                dtype=str,
+                keep_default_na=False,
+                na_values=["", *dialect.na_values],
+                sep=dialect.sep,
+                encoding=dialect.encoding,
+            )
+            for c in as_text.columns:
+                df[c] = as_text[c]
+        return df
     except (OSError, ValueError, ImportError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise InvalidParameterError(f"Cannot read {str(p)!r}: {first}") from None

@@ -32,8 +32,10 @@ Memory
 
 from __future__ import annotations
 
+import codecs
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,8 +44,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pandas._libs.parsers import STR_NA_VALUES  # pandas' missing markers
 
-from .._csv import DEFAULT_DIALECT, CsvDialect, csv_dialect, line_end
+from .._csv import DEFAULT_DIALECT, CsvDialect, csv_dialect, has_bom, line_end
 from .._validation import InvalidParameterError, check_int
 from ..errors import DesignMismatchError
 from ..frequency.file_counting import (
@@ -64,6 +67,7 @@ from ..frequency.table import (
 from ..io.atomic import atomic_write, check_out_file
 from ..kinds import kind_of
 from .frame import check_same_table, releasable_table
+from .policy import enforce_policy
 from .sampling import Sampler, UniformStream, seed_entropy
 
 __all__ = ["release_file", "FileRelease", "ROW_GROUP_SIZE", "release_in_memory"]
@@ -156,10 +160,18 @@ class _CsvSink:
     its line ends."""
 
     def __init__(
-        self, fh, names: list[str], dialect: CsvDialect = DEFAULT_DIALECT, newline: str = "\n"
+        self,
+        fh,
+        names: list[str],
+        dialect: CsvDialect = DEFAULT_DIALECT,
+        newline: str = "\n",
+        bom: bool = False,
     ):
         self.fh, self.sep, self.newline = fh, dialect.sep, newline
-        self.encoding = None if dialect.encoding == "utf-8" else dialect.encoding
+        # utf-8-sig would write a mark before every block: the mark is written once, below
+        self.encoding = None if dialect.encoding in ("utf-8", "utf-8-sig") else dialect.encoding
+        if bom and dialect.encoding in ("utf-8", "utf-8-sig"):
+            fh.write(codecs.BOM_UTF8)
         header = _quote(
             pa.array(names, type=pa.large_string()), quote_empty=len(names) == 1, sep=self.sep
         )
@@ -261,13 +273,20 @@ class _Releaser:
         """Design codes of the raw values with ids >= start of column j (-1: not a category)."""
         q, cats = self.table.qi[j], self.table.categories[j]
         raw = self.counter.cols[j].values(start)
-        codes = category_codes(self.src.to_pandas(q, raw, as_str=self.as_str[j]), cats)
+        codes = category_codes(
+            self.src.to_pandas(q, raw, as_str=self.as_str[j], na_values=self.counter.na[j]), cats
+        )
         if self.src.format == "csv" and not self.as_str[j] and (codes < 0).any():
             # typed one value at a time where typing them together failed (mixed-type categories)
             texts = raw.to_pylist()
             for i in np.flatnonzero(codes < 0)[:100]:
                 codes[i] = category_codes(
-                    _parse_csv_texts([texts[i]], decimal=self.src.dialect.decimal), cats
+                    _parse_csv_texts(
+                        [texts[i]],
+                        decimal=self.src.dialect.decimal,
+                        na_values=self.counter.na[j] or (),
+                    ),
+                    cats,
                 )[0]
         if self.src.format == "csv" and not self.as_str[j]:
             # a design on typed values (1, 1.0) writes its categories back as typed: refuse a file
@@ -313,6 +332,8 @@ def release_file(
     sep: str = ",",
     encoding: str = "utf-8",
     decimal: str = ".",
+    na_values: Sequence[str] = (),
+    policy=None,
 ) -> FileRelease:
     """Release a CSV or Parquet file with a design, streaming it in record batches.
 
@@ -342,7 +363,13 @@ def release_file(
         Release even with a design that failed verification (never do this for publication).
     sep, encoding, decimal : str
         CSV only: the source's field separator, text encoding and decimal mark; the released
-        file is written in the same.
+        file is written in the same (and with the source's byte order mark, if it has one).
+    na_values : list of str, optional
+        CSV only: texts that mean a missing value, as given to :func:`pramopt.count_file` for
+        the design.  Every value a record keeps is written back as the text it was read as.
+    policy : ReleasePolicy, optional
+        The office's α and Π (:func:`pramopt.release_policy`): a design weaker than it is
+        refused before any record is read.
 
     Returns
     -------
@@ -363,18 +390,27 @@ def release_file(
     if kind is not None:
         # e.g. households: household-level values once per household, in memory, verified only
         _refuse_streaming(kind, owner, batch_size, format, allow_unverified)
-        dialect = csv_dialect(sep, encoding, decimal, owner)
+        enforce_policy(result, policy, owner)
+        dialect = csv_dialect(sep, encoding, decimal, owner, na_values)
         return kind.release_file(src, dst, result, seed, dialect, owner)
     table = releasable_table(result, owner, allow_unverified)
+    if not allow_unverified:
+        enforce_policy(result, policy, owner)
     batch_size = check_int(batch_size, "batch_size", owner, low=1)
     entropy = seed_entropy(seed, owner)
     source = _Source(
-        src, format, owner, param="src", dialect=csv_dialect(sep, encoding, decimal, owner)
+        src,
+        format,
+        owner,
+        param="src",
+        dialect=csv_dialect(sep, encoding, decimal, owner, na_values),
     )
     out = _check_dst(dst, source, owner)
     qi = check_qi_names(source.names, table.qi, owner)
     # identifying values of a design made on text keys are read as the text written
-    counter = _Counter(source, qi, owner, as_text=[text_categories(c) for c in table.categories])
+    as_text = [text_categories(c) for c in table.categories]
+    na = [_missing_texts(c, t, source.dialect) for c, t in zip(table.categories, as_text)]
+    counter = _Counter(source, qi, owner, as_text=as_text, na_values=na)
     releaser = _Releaser(source, table, counter)
     sampler = Sampler(result.matrix)
     lookup = CellLookup(table)
@@ -383,7 +419,7 @@ def release_file(
     offset = changed = batches = 0
     with atomic_write(out) as fh:
         sink = (
-            _CsvSink(fh, source.names, source.dialect, line_end(source.path))
+            _CsvSink(fh, source.names, source.dialect, line_end(source.path), has_bom(source.path))
             if source.format == "csv"
             else _ParquetSink(fh, source.schema, source.compression, ROW_GROUP_SIZE)
         )
@@ -392,12 +428,23 @@ def release_file(
             cells = _batch_cells(batch, releaser.codes(counter.add(batch)), lookup, qi)
             new = sampler.draw(cells, uniforms(offset, offset + m))
             changed += int((new != cells).sum())
-            sink.write(_released(batch, new, source, table, releaser, positions))
+            sink.write(_released(batch, cells, new, source, table, releaser, positions))
             offset += m
             batches += 1
         _check_counts(counter, table, releaser, source, qi)
         sink.close()
     return FileRelease(path=out, n=offset, changed=changed, batches=batches, format=source.format)
+
+
+def _missing_texts(cats: pd.Index, as_text: bool, dialect: CsvDialect) -> tuple[str, ...]:
+    """The texts read as missing in a column of text categories: the dialect's and, when the
+    design has a missing category and no category of that text, pandas' markers (a design
+    made from ``pd.read_csv`` or ``count_file`` without ``keys_as_text``, where 'NA' is missing;
+    a design on text keys that keeps 'NA' as a value has it as a category)."""
+    if not as_text or not pd.isna(cats).any():
+        return dialect.na_values
+    have = {c for c in cats if isinstance(c, str)}
+    return tuple(dialect.na_values) + tuple(sorted(m for m in STR_NA_VALUES if m not in have))
 
 
 def _refuse_streaming(kind, owner: str, batch_size, format, allow_unverified) -> None:
@@ -478,12 +525,17 @@ def release_in_memory(
                         "identifying values as the text written; in Python, count_file(..., "
                         "keys_as_text=True))."
                     )
-            col = pa.array([_csv_text(x) for x in out[name]], type=pa.large_string())
+            a, b = df[name], out[name]
+            kept = ((a == b).fillna(False) | (a.isna() & b.isna())).to_numpy(dtype=bool)
+            col = pa.array(
+                np.where(kept, raw[name].to_numpy(dtype=object), [_csv_text(x) for x in b]),
+                type=pa.large_string(),
+            )
         else:
             col = pa.array(raw[name].tolist(), type=pa.large_string())
         columns.append(_quote(col, quote_empty=len(source.names) == 1, sep=dialect.sep))
     with atomic_write(out_path) as fh:
-        sink = _CsvSink(fh, source.names, dialect, line_end(source.path))
+        sink = _CsvSink(fh, source.names, dialect, line_end(source.path), has_bom(source.path))
         sink.write(columns)
         sink.close()
     return FileRelease(out_path, len(out), changed, 1, "csv")
@@ -496,7 +548,8 @@ def _batch_cells(batch: pa.RecordBatch, codes: np.ndarray, lookup: CellLookup, q
         raise DesignMismatchError(
             f"The data do not match the design: {int(unknown.sum())} records of this batch have "
             "values the design does not know (for example "
-            f"{_describe_bad(batch, qi, np.flatnonzero(unknown))})."
+            f"{_describe_bad(batch, qi, np.flatnonzero(unknown))}). If some of these texts "
+            "mean a missing value, give the same na_values (--na-values) as the design."
         )
     cells = lookup(codes)
     if (cells < 0).any():
@@ -510,19 +563,29 @@ def _batch_cells(batch: pa.RecordBatch, codes: np.ndarray, lookup: CellLookup, q
 
 def _released(
     batch: pa.RecordBatch,
+    cells: np.ndarray,
     new: np.ndarray,
     source: _Source,
     table: FrequencyTable,
     releaser: _Releaser,
     positions: list[int],
 ):
-    """The batch with its identifying columns replaced by the released cells' labels."""
+    """The batch with its identifying columns replaced by the released cells' labels (a CSV
+    value that keeps its category keeps the text it was written as: '01', 'N/A')."""
     qi = table.qi
     columns = list(batch.columns)
     for j, p in enumerate(positions):
         rel = releaser.labels[j].take(pa.array(table.codes[new, j]))
         if source.format == "parquet" and pa.types.is_dictionary(source.schema.field(qi[j]).type):
             rel = _as_dictionary(rel, batch.column(p), source.schema.field(qi[j]).type)
+        if source.format == "csv":
+            kept = pa.array(table.codes[new, j] == table.codes[cells, j])
+            written = _quote(
+                batch.column(p).cast(pa.large_string()),
+                quote_empty=len(columns) == 1,
+                sep=source.dialect.sep,
+            )
+            rel = pc.if_else(kept, written, rel)
         columns[p] = rel
     if source.format == "parquet":
         return pa.RecordBatch.from_arrays(columns, schema=source.schema)

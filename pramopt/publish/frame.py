@@ -167,7 +167,9 @@ def release_frame(
     return out
 
 
-def release(df: pd.DataFrame, result, seed=None, *, allow_unverified: bool = False) -> pd.DataFrame:
+def release(
+    df: pd.DataFrame, result, seed=None, *, allow_unverified: bool = False, policy=None
+) -> pd.DataFrame:
     """Perturb the identifying columns of ``df`` with the design's matrix.
 
     Each record's identifying values are drawn from its cell's row of P, independently; every
@@ -185,11 +187,19 @@ def release(df: pd.DataFrame, result, seed=None, *, allow_unverified: bool = Fal
         :func:`pramopt.release_file` (any batch size) and with the Dask release.
     allow_unverified : bool
         Release even with a design that failed verification (never do this for publication).
+    policy : ReleasePolicy, optional
+        The office's α and Π (:func:`pramopt.release_policy`): a design weaker than it is
+        refused.
     """
+    from .policy import enforce_policy
+
     kind = kind_of(result)
     if kind is not None:  # e.g. a household design: household-level values once per household
+        enforce_policy(result, policy)
         return kind.release(df, result, seed)
     table = releasable_table(result, "release", allow_unverified)
+    if not allow_unverified:
+        enforce_policy(result, policy)
     cells = record_cells(df, table, "release")
     if not np.array_equal(np.bincount(cells, minlength=table.n_cells), table.counts):
         raise DesignMismatchError(
