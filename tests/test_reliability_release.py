@@ -6,6 +6,7 @@ from __future__ import annotations
 import codecs
 import csv
 import io
+import os
 from contextlib import redirect_stderr, redirect_stdout
 
 import numpy as np
@@ -273,3 +274,128 @@ def test_policy_flags_are_checked_before_any_work(made):
             *flags,
         )  # fmt: skip
         assert code == 2 and word in err, err
+
+
+def test_values_of_different_types_are_not_merged():
+    """1, 1.0 and True compare equal in Python; as identifying values they are refused rather
+    than merged into one category (the command line reads them as three texts)."""
+    import pandas as pd
+
+    import pramopt
+    from pramopt.errors import InvalidParameterError
+
+    df = pd.DataFrame({"a": [1, 1.0, True, 2] * 10, "b": list("xyxy") * 10})
+    with pytest.raises(InvalidParameterError, match="'a'.*1.0 \\(float\\)"):
+        pramopt.frequency_table(df, ["a", "b"])
+    same = pd.DataFrame({"a": [1, np.int64(1), 2, None] * 10, "b": list("xyxy") * 10})
+    t = pramopt.frequency_table(same.astype({"a": object}), ["a", "b"])
+    assert t.n_cells == 4  # (1, x), (1, y), (2, x), (missing, y): one kind of number
+
+
+def test_too_many_categories_is_not_miscounted(tmp_path):
+    """A file read in batches stops at the first batch over the limit: the message gives that as
+    a floor, not as the column's number of categories (here 5,000)."""
+    import re
+
+    import pandas as pd
+
+    from pramopt import count_file
+    from pramopt.errors import InvalidParameterError
+
+    src = tmp_path / "many.csv"
+    pd.DataFrame({"id": [f"p{i}" for i in range(5000)], "sex": ["m", "f"] * 2500}).to_csv(
+        src, index=False
+    )
+    with pytest.raises(InvalidParameterError) as e:
+        count_file(src, ["id", "sex"], max_categories=100, batch_size=1000)
+    msg = str(e.value)
+    assert "'id' has more than 100 categories" in msg
+    assert not re.search(r"has \d+ categories", msg)
+
+
+# -- interrupted runs leave nothing behind --------------------------------------------------------
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_temporaries_of_a_killed_run_are_removed_by_the_next(tmp_path):
+    from pramopt.io.atomic import atomic_dir, atomic_write
+
+    out = tmp_path / "r.csv"
+    dead, alive = _dead_pid(), os.getppid()
+    stale = tmp_path / f".r.csv.{dead}-0123456789ab.tmp"
+    stale.write_bytes(b"x" * 1000)
+    busy = tmp_path / f".r.csv.{alive}-0123456789ab.tmp"  # a running writer's: kept
+    busy.write_bytes(b"y")
+    other = tmp_path / f".s.csv.{dead}-0123456789ab.tmp"  # another target's: not this write's
+    other.write_bytes(b"z")
+    with atomic_write(out) as fh:
+        fh.write(b"a\n")
+    assert out.read_bytes() == b"a\n"
+    assert not stale.exists() and busy.exists() and other.exists()
+    # a design folder moved aside by a killed run comes back when nothing took its place
+    moved = tmp_path / f".d.{dead}-0123456789ab.old"
+    moved.mkdir()
+    (moved / "design.json").write_text("{}")
+    left = tmp_path / f".d.{dead}-0123456789ab.tmp"
+    left.mkdir()
+    with atomic_dir(tmp_path / "d") as tmp:
+        (tmp / "design.json").write_text('{"new": 1}')
+    assert (tmp_path / "d" / "design.json").read_text() == '{"new": 1}'
+    assert not left.exists() and not moved.exists()
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == sorted(["r.csv", busy.name, other.name, "d"])
+
+
+def test_sigterm_removes_the_temporary_file(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    script = (
+        "import time, sys\n"
+        "from pramopt.cli import _on_terminate\n"
+        "from pramopt.io.atomic import atomic_write\n"
+        "_on_terminate()\n"
+        f"with atomic_write({str(tmp_path / 'out.csv')!r}) as fh:\n"
+        "    fh.write(b'x' * 100000)\n"
+        "    print('ready', flush=True)\n"
+        "    time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    assert any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_command_line_exits_143_on_sigterm(tmp_path):
+    """A long design, terminated: exit code 143, a message, and nothing written."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import pandas as pd
+
+    rng = np.random.default_rng(1)
+    src = tmp_path / "slow.csv"
+    pd.DataFrame({f"k{i}": rng.integers(0, 9, 3000) for i in range(4)}).to_csv(src, index=False)
+    argv = ["design", "--data", src, "--qi", "k0,k1,k2,k3", "--out", tmp_path / "d", "-q"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pramopt", *map(str, argv)], stderr=subprocess.PIPE, text=True
+    )
+    time.sleep(3)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    assert "terminated" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["slow.csv"]

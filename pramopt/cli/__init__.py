@@ -5,18 +5,21 @@ is one new module and one entry in :data:`COMMANDS`.
 
 Exit codes: 0 on success, 1 for a design that failed (its status is not ``success``, or a
 spec's expected figures were missed under ``--check``), 2 for bad input (the reason on stderr,
-no traceback), 130 when interrupted (Ctrl-C); nothing partial is ever written, because every
-file is written to a temporary name and renamed (a design folder is built next to its target).
+no traceback), 3 when a design folder was written but its report failed (the design is whole;
+the reason on stderr), 130 when interrupted (Ctrl-C), 143 when terminated (SIGTERM); nothing
+partial is ever written, because every file is written to a temporary name and renamed (a
+design folder is built next to its target, its reports are written into it after).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 
 from ..errors import PramoptError
-from ._common import PROG, formatter
+from ._common import PROG, REPORT_FAILED, ReportFailedError, formatter
 
 __all__ = ["main", "build_parser", "COMMANDS"]
 
@@ -34,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Optimal PRAM matrices under the C1 disclosure-risk bound of Cator, "
         "Hensbergen & Rozenholc.",
         epilog="Run 'pramopt COMMAND --help' for the options and an example of each command.\n"
-        "Exit codes: 0 success, 1 failed design, 2 bad input, 130 interrupted.",
+        "Exit codes: 0 success, 1 failed design, 2 bad input, 3 design saved but its report "
+        "failed,\n130 interrupted, 143 terminated.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -53,17 +57,43 @@ def main(argv=None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
+    previous = _on_terminate()
     try:
         return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted; nothing was written.", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        done = "; ".join(getattr(e, "__notes__", ())) or "nothing was written"
+        how = "terminated" if isinstance(e, _Terminated) else "interrupted"
+        print(f"{PROG}: {how}; {done}.", file=sys.stderr)
+        return 143 if isinstance(e, _Terminated) else 130
+    except ReportFailedError as e:
+        print(f"{PROG} {args.command}: error: {e}", file=sys.stderr)
+        return REPORT_FAILED
     except (PramoptError, OSError) as e:
         msg, hint = _in_flags(str(e), parser, args), _dialect_hint(str(e), args)
         if hint:
             msg = msg.rstrip() + ("" if msg.rstrip().endswith((".", "?", ")")) else ".") + hint
         print(f"{PROG} {args.command}: error: {msg}", file=sys.stderr)
         return 2
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the program is, so that temporary files are removed as on Ctrl-C."""
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated()
+
+
+def _on_terminate():
+    """Handle SIGTERM as an interrupt (the default would stop the process and leave temporary
+    files behind); the previous handler, to put back (None: not the main thread)."""
+    try:
+        return signal.signal(signal.SIGTERM, _raise_terminated)
+    except ValueError:  # signals are only handled in the main thread
+        return None
 
 
 #: Library parameters that the command line spells otherwise.

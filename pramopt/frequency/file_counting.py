@@ -346,7 +346,12 @@ class _Counter:
         ).take(obs)
         k = vals.nunique(dropna=True) + int(vals.isna().any())
         if k > max_categories:
-            encode_column(vals.reset_index(drop=True), self.qi[j], None, max_categories, self.owner)
+            # counted part way through the file: a floor, not the column's number of categories
+            raise InvalidParameterError(
+                f"The identifying variable {self.qi[j]!r} has more than {max_categories} "
+                f"categories (already {k} in the first {self.n} records), more than "
+                f"max_categories={max_categories}; bin it into fewer categories or raise the limit."
+            )
 
     def table(
         self, domains: Mapping, max_categories, owner: str

@@ -210,6 +210,8 @@ def encode_column(
         except TypeError:
             raise InvalidParameterError(_unsortable(col, name)) from None
         cats = pd.Index(uniques)
+        if col.dtype == object:
+            _refuse_merged(col, cats, name, owner)
         if (codes < 0).any():
             # Missing values are a category of their own, after the observed ones.
             codes = np.where(codes < 0, len(cats), codes)
@@ -220,6 +222,35 @@ def encode_column(
             f"max_categories={max_categories}; bin it into fewer categories or raise the limit."
         )
     return np.asarray(codes, dtype=np.int64), cats
+
+
+def _kind(v) -> str:
+    """The kind of a value as a reader would write it (numpy's scalars as Python's)."""
+    if isinstance(v, (bool, np.bool_)):
+        return "bool"
+    if isinstance(v, (int, np.integer)):
+        return "int"
+    if isinstance(v, (float, np.floating)):
+        return "float"
+    return type(v).__name__
+
+
+def _refuse_merged(col: pd.Series, cats: pd.Index, name: str, owner: str) -> None:
+    """Refuse an object column whose values of different types compare equal (1, 1.0, True):
+    pandas would merge them into one category, and a release would rewrite them."""
+    pairs = {(_kind(v), v) for v in col.dropna()}
+    if len(pairs) <= len(cats):
+        return
+    seen: dict = {}
+    for t, v in pairs:
+        seen.setdefault(v, []).append(f"{v!r} ({t})")
+    merged = next(sorted(x) for x in seen.values() if len(x) > 1)
+    raise InvalidParameterError(
+        f"The identifying variable {name!r} of {owner} holds values of different types that "
+        f"compare equal ({', '.join(merged)}), which would be merged into "
+        f"one category. Convert the column to one type first, e.g. df[{name!r}].astype(str) to "
+        "keep them apart as the command line does."
+    )
 
 
 def record_codes(

@@ -4,13 +4,15 @@ A reader never sees half a file, and an interrupted run leaves the old file (or 
 behind.  The temporary file and folder are created with the modes a plain ``open()`` or
 ``mkdir()`` would give (0o666 and 0o777 less the process's umask, which the operating system
 applies), so outputs are not made private and the umask is never changed -- changing it and
-restoring it would be unsafe with threads.
+restoring it would be unsafe with threads.  A temporary name carries the writer's process id,
+so that the next write of the same target removes what a killed run (SIGKILL) left behind.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import shutil
 from pathlib import Path
@@ -23,6 +25,7 @@ __all__ = [
     "write_text",
     "check_out_file",
     "check_out_dir",
+    "clean_stale",
     "PARQUET_SUFFIXES",
 ]
 
@@ -36,7 +39,49 @@ def _parent(p: Path) -> Path:
 
 
 def _temp_name(p: Path, suffix: str) -> Path:
-    return _parent(p) / f".{p.name}.{secrets.token_hex(6)}{suffix}"
+    # the writer's process id in the name tells a later run whether the writer is gone
+    return _parent(p) / f".{p.name}.{os.getpid()}-{secrets.token_hex(6)}{suffix}"
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True  # another user's process: leave its files alone
+    return True
+
+
+def clean_stale(path) -> list[Path]:
+    """Remove the temporary files and folders that a killed run left next to ``path`` (named
+    as :func:`_temp_name` names them, by a process that no longer exists); a design folder
+    that such a run had moved aside is put back if nothing took its place.  Returns what was
+    removed."""
+    p = Path(path)
+    folder = _parent(p)
+    pattern = re.compile(rf"^\.{re.escape(p.name)}\.(\d+)-[0-9a-f]{{12}}\.(tmp|old)$")
+    gone = []
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return gone
+    for e in entries:
+        m = pattern.match(e.name)
+        if m is None or _alive(int(m.group(1))):
+            continue
+        with contextlib.suppress(OSError):
+            if m.group(2) == "old" and not p.exists():
+                os.replace(e, p)
+                continue
+            if e.is_dir() and not e.is_symlink():
+                shutil.rmtree(e)
+            else:
+                os.unlink(e)
+            gone.append(e)
+    return gone
 
 
 def _not_writable(folder: Path) -> str | None:
@@ -127,6 +172,7 @@ def atomic_write(path, mode: str = "wb"):
     is left as it was.
     """
     p = Path(path)
+    clean_stale(p)
     while True:
         tmp = _temp_name(p, ".tmp")
         try:
@@ -161,6 +207,7 @@ def atomic_dir(path, marker: str = DESIGN_FILE):
     new one is in place.
     """
     p = check_out_dir(path, marker)
+    clean_stale(p)
     tmp = _temp_name(p, ".tmp")
     os.mkdir(tmp, 0o777)
     old = None
