@@ -172,6 +172,41 @@ def weaker(options: dict) -> list[tuple[str, dict]]:
     return out
 
 
+def release_problems(res, df: pd.DataFrame, seed: int) -> list[str]:
+    """Save and load the design, release the data written as CSV, and compare the two files'
+    texts: the file's alpha and combinations are in (0, 1) and non-empty, every record the
+    release did not change is written as it was read, and the release reports exactly the
+    records whose text it changed (never fewer)."""
+    import csv
+    import tempfile
+    from pathlib import Path
+
+    import pramopt
+
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        (d / "design").mkdir()
+        pramopt.save_design(res, d / "design")
+        loaded = pramopt.load_design(d / "design")
+        if not (0 < loaded.alpha < 1) or not loaded.combinations or not all(loaded.combinations):
+            out.append(f"design file: alpha {loaded.alpha}, combinations {loaded.combinations}")
+        df.to_csv(d / "data.csv", index=False)
+        rel = pramopt.release_file(d / "data.csv", d / "rel.csv", loaded, seed=seed)
+        with open(d / "data.csv", newline="") as a, open(d / "rel.csv", newline="") as b:
+            src, dst = list(csv.reader(a)), list(csv.reader(b))
+    if src[0] != dst[0] or len(src) != len(dst):
+        return out + ["release: header or number of lines differ"]
+    qi = set(res.qi)
+    keep = [j for j, name in enumerate(src[0]) if name not in qi]
+    if any([r[j] for j in keep] != [s[j] for j in keep] for r, s in zip(src[1:], dst[1:])):
+        out.append("release: a non-identifying field was rewritten")
+    differ = sum(r != s for r, s in zip(src[1:], dst[1:]))
+    if rel.changed != differ:
+        out.append(f"release: reported {rel.changed} changed, {differ} records written otherwise")
+    return out
+
+
 def campaign(seeds, log=None) -> dict:
     """Run pramopt.design on every case and count what the property tests assert."""
     import pramopt
@@ -185,6 +220,7 @@ def campaign(seeds, log=None) -> dict:
         "false infeasible": 0,
         "weaker option failed": 0,
         "other status": 0,
+        "release problems": 0,
         "seconds": 0.0,
     }
     problems = []
@@ -200,6 +236,9 @@ def campaign(seeds, log=None) -> dict:
             if not risk <= alpha:
                 figures["unsafe"] += 1
                 problems.append((seed, f"unsafe: risk {risk} > {alpha}"))
+            for p in release_problems(res, df, seed):
+                figures["release problems"] += 1
+                problems.append((seed, p))
             broken = option_violations(res, df, qi, opts)
             if broken:
                 figures["options broken"] += 1

@@ -287,12 +287,15 @@ def _assert_campaign(figures):
     assert figures["false infeasible"] == 0, problems
     assert figures["weaker option failed"] == 0, problems
     assert figures["other status"] == 0, problems
+    assert figures["release problems"] == 0, problems
 
 
 def test_random_designs_are_safe_honest_and_monotone():
     """Over random data: (a) every success passes the brute-force C1, (b) no INFEASIBLE for
     n > 1/alpha unless an option forbids every design, (c) a weaker option never turns a success
-    into a failure, (d) every option holds in the result."""
+    into a failure, (d) every option holds in the result, (e) its design file states an alpha
+    in (0, 1) and combinations, and a release of the data as CSV writes every record it did not
+    change as it was read and reports exactly the records it changed."""
     _assert_campaign(campaign(range(1000, 1012)))
 
 
