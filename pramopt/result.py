@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from ._labels import short_labels
 from .frequency.table import FrequencyTable
 
 __all__ = [
@@ -373,7 +374,7 @@ class DesignResult:
             f"{self.status.value}" + ("" if self.success else " (NOT SAFE TO RELEASE)"),
             f"  {self.message}",
             f"  records n = {self.n}, cells K = {self.table.n_cells}, identifying variables = "
-            f"{', '.join(map(str, self.qi))}",
+            f"{', '.join(short_labels(map(str, self.qi)))}",
             f"  combinations |Pi| = {len(self.combinations)}, alpha = {self.alpha:g}"
             + (" (None: C1 not required)" if self.params.get("alpha", 0) is None else ""),
             *self._missing_line(),

@@ -383,15 +383,17 @@ def test_interrupt_exits_130_and_writes_nothing(example, tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
     monkeypatch.undo()
 
-    # interrupted while writing the reports: an earlier design in the folder stays untouched
+    # interrupted while writing the reports: the new design was saved first, whole (a report
+    # cannot lose it), and the message says so; no report and no temporary file is left
     import shutil
 
     shutil.copytree(example["dir"], tmp_path / "d")
-    before = {p.name: p.read_bytes() for p in (tmp_path / "d").iterdir()}
     monkeypatch.setattr(cli, "render_markdown", boom)
     code, _, err = run_main("design", "--out", tmp_path / "d", "--alpha", 0.2)
     assert code == 130
-    assert {p.name: p.read_bytes() for p in (tmp_path / "d").iterdir()} == before
+    assert f"the design was saved at {tmp_path / 'd'}" in err
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["design.json", "matrix.csv"]
+    assert pramopt.load_design(tmp_path / "d").alpha == 0.2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
 
 

@@ -174,7 +174,7 @@ def test_save_load_round_trip(case, designed, spy, tmp_path):
 
 
 def test_commands_dispatch(case, spy, tmp_path):
-    """``pramopt design`` designs, reports and saves through the kind; ``pramopt release`` loads,
+    """``pramopt design`` designs, saves and reports through the kind; ``pramopt release`` loads,
     checks, releases (a file, or in memory into another format) and summarises through it."""
     kind, data, qi, options = case
     src, out = tmp_path / "data.csv", tmp_path / "design"
@@ -184,7 +184,7 @@ def test_commands_dispatch(case, spy, tmp_path):
         main(["design", "--data", str(src), "--qi", ",".join(qi), *flags, "--out", str(out), "-q"])
         == 0
     )
-    assert spy == ["design", "report", "save"]
+    assert spy == ["design", "save", "report"]  # the design is saved before its report is made
     assert {p.name for p in out.iterdir()} == set(kind.files) | {"report.html", "report.md"}
     del spy[:]
     released = tmp_path / "released.csv"

@@ -9,14 +9,23 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import InvalidParameterError
+from ..errors import InvalidParameterError, PramoptError
 from ..io import atomic_dir, save_design, write_text
 from ..params import DesignParams
 from ..report import ReportData, from_result, render_html, render_markdown
 
 PROG = "pramopt"
+
+#: Exit code of a command whose design folder was written but whose report failed.
+REPORT_FAILED = 3
+
+
+class ReportFailedError(PramoptError):
+    """The design folder was written, then its report failed (exit code :data:`REPORT_FAILED`;
+    the cause is chained as ``__cause__``)."""
 
 
 class Progress:
@@ -170,15 +179,56 @@ def write_outputs(
     title: str,
     kind: str = "design",
     extra: dict | None = None,
-    report: ReportData | None = None,
+    report: ReportData | Callable[[], ReportData] | None = None,
 ) -> Path:
-    """design.json, matrix.csv and the reports, built in a temporary folder then renamed."""
-    rd = report if report is not None else from_result(result, title)
+    """Write the design folder, then its report.
+
+    ``design.json`` and ``matrix.csv`` are built in a temporary folder then renamed; the reports
+    are written into the folder after, so that no failure of a report (a drawing out of memory)
+    can lose a design.
+
+    Parameters
+    ----------
+    out : str or Path
+    result : DesignResult or a result of another kind
+    title : str
+    kind : str
+        The ``kind`` written in ``design.json``.
+    extra : dict, optional
+        More fields of ``design.json``.
+    report : ReportData or callable, optional
+        The report's data, or a function that makes it (called once the design is saved);
+        default :func:`pramopt.report.from_result`.
+
+    Raises
+    ------
+    ReportFailedError
+        When the report failed after the design was saved.
+    """
+    out = Path(out)
     with atomic_dir(out) as tmp:
         save_design(result, tmp, kind=kind, extra=extra)
-        write_text(render_html(rd), tmp / "report.html")
-        write_text(render_markdown(rd), tmp / "report.md")
-    return Path(out)
+    missing = ["report.md", "report.html"]
+    try:
+        if report is None:
+            rd = from_result(result, title)
+        else:
+            rd = report() if callable(report) else report
+        # the Markdown first: it needs no drawing, so it is there even when a drawing fails
+        write_text(render_markdown(rd), out / "report.md")
+        missing.remove("report.md")
+        write_text(render_html(rd), out / "report.html")
+    except KeyboardInterrupt as e:
+        e.add_note(f"the design was saved at {out}; {' and '.join(missing)} not written")
+        raise
+    except Exception as e:  # MemoryError included: the design is saved whatever the report does
+        cause = (str(e).splitlines() or [""])[0][:200]
+        raise ReportFailedError(
+            f"the design was saved at {out}, but its report failed "
+            f"({type(e).__name__}{': ' + cause if cause else ''}): {' and '.join(missing)} not "
+            "written. The design itself is complete: release, assess and estimate read it."
+        ) from e
+    return out
 
 
 def _cells_file(s: str):

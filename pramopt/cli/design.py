@@ -157,7 +157,7 @@ def _kind_design(args, params, spec, data, qi, name, out, kind) -> int:
     title = f"pramopt {kind.name} design: {name}"
     extra = {"spec": str(spec.path), "name": spec.name} if spec is not None else {"name": name}
     # save_design hands the result to its kind's save
-    write_outputs(out, result, title, extra=extra, report=kind.report(result, title))
+    write_outputs(out, result, title, extra=extra, report=lambda: kind.report(result, title))
     say(
         args,
         result.summary(),

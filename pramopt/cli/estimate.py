@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import sys
 
+from .._labels import formula_safe_frame
 from ..io import load_design, read_table, write_table
-from ..io.atomic import check_out_file
+from ..io.atomic import PARQUET_SUFFIXES, check_out_file
 from ._common import add_csv_options, csv_list, dialect_of, formatter, text_keys
 
 HELP = "unbiased frequency estimates from released data"
@@ -46,7 +47,8 @@ def add_parser(sub):
         metavar="FILE",
         default=None,
         help=".csv (in the data's --sep, --encoding, --decimal), .parquet or .pq (default: CSV on "
-        "stdout)",
+        "stdout); in a CSV a label that starts with =, +, -, @, a tab or a carriage return is "
+        "written after a single quote, so that a spreadsheet shows it as text",
     )
     p.set_defaults(func=run)
     return p
@@ -61,6 +63,9 @@ def run(args) -> int:
     dialect = dialect_of(args)
     df = read_table(args.data, text=text_keys(res), dialect=dialect)
     est = estimate(df, res, by=args.by, nonnegative=args.nonnegative)
+    if args.out is None or not args.out.lower().endswith(PARQUET_SUFFIXES):
+        # a CSV is opened in spreadsheets: no label may start a formula (Parquet keeps them)
+        est = formula_safe_frame(est)
     # a CSV in the data's dialect, so that it opens with the same settings as the data
     if args.out is None:
         sys.stdout.write(est.to_csv(index=False, sep=dialect.sep, decimal=dialect.decimal))

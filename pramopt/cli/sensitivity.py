@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .._labels import formula_safe_frame
 from ..io.atomic import PARQUET_SUFFIXES, atomic_write, check_out_file
 from ..magnitude.rules import (
     DEFAULT_CELL,
@@ -151,7 +152,7 @@ def _write(df: pd.DataFrame, out: Path, owner: str) -> None:
         with atomic_write(out) as fh:
             if out.suffix.lower() in PARQUET_SUFFIXES:
                 df.to_parquet(fh, index=False)
-            else:
-                fh.write(df.to_csv(index=False).encode())
+            else:  # cell ids are the data's text: none may start a spreadsheet formula
+                fh.write(formula_safe_frame(df).to_csv(index=False).encode())
     except (OSError, ValueError, ImportError) as exc:
         _raise("out", owner, "a writable file", f"{str(out)!r} ({type(exc).__name__})")

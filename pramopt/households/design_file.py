@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from .._labels import formula_safe_frame
 from .._plain import number as _num
 from .._plain import plain as _plain
 from ..errors import DesignFileError
@@ -144,11 +145,13 @@ def save_household_design(result: HouseholdDesign, folder, extra: dict | None = 
     """Write ``design.json``, ``household_matrix.csv`` and ``person_matrix.csv`` into ``folder``."""
     folder = Path(folder)
     lay = result.layout
+    # files for people to open: no label may start a spreadsheet formula (design.json keeps them)
     write_table(
-        matrix_long(result.household_matrix, lay.household_table), folder / "household_matrix.csv"
+        formula_safe_frame(matrix_long(result.household_matrix, lay.household_table)),
+        folder / "household_matrix.csv",
     )
     if lay.ppos:
-        write_table(_person_long(result), folder / "person_matrix.csv")
+        write_table(formula_safe_frame(_person_long(result)), folder / "person_matrix.csv")
     write_text(
         json.dumps(household_record(result, extra), indent=1, allow_nan=False), folder / DESIGN_FILE
     )

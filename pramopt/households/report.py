@@ -3,6 +3,7 @@ households."""
 
 from __future__ import annotations
 
+from .._labels import short_labels
 from ..report import ReportData
 from .model import person_diagonal
 from .result import HouseholdDesign
@@ -26,10 +27,9 @@ def from_household(result: HouseholdDesign, title: str = "pramopt household desi
         "households": (
             f"{result.details.get('households')} (column {result.household!r}); household-level "
             "keys "
-            f"{', '.join(map(str, lay.household_keys))} drawn once per household and copied to "
-            "every "
-            f"member; person-level keys {', '.join(map(str, lay.person_keys)) or '-'} per person, "
-            "from "
+            f"{', '.join(short_labels(map(str, lay.household_keys)))} drawn once per household "
+            "and copied to every member; person-level keys "
+            f"{', '.join(short_labels(map(str, lay.person_keys))) or '-'} per person, from "
             + (
                 "the person matrix of the household's original household cell"
                 if result.person_matrix.shape[0] != result.person_matrix.shape[1]
@@ -38,7 +38,7 @@ def from_household(result: HouseholdDesign, title: str = "pramopt household desi
         ),
         "present cells K": result.table.n_cells,
         "released cells (household cell x person cell)": R.shape[1],
-        "identifying variables": ", ".join(map(str, result.qi)),
+        "identifying variables": ", ".join(short_labels(map(str, result.qi))),
         "combinations |Π|": len(result.combinations),
         "α": result.alpha,
         "α of the household part": result.alpha_household,

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from .._labels import formula_safe_frame
 from .._plain import number as _num
 from .._plain import plain as _plain
 from ..errors import DesignFileError, DesignMismatchError, InvalidParameterError
@@ -257,7 +258,8 @@ def _read_entries(m: dict, p: Path, rec: dict):
 
 def write_matrix(P, table: FrequencyTable, path) -> Path:
     """``matrix.csv``: the long form of ``P`` (:func:`pramopt.result.matrix_long`), written
-    atomically in pieces of ``MATRIX_CHUNK`` entries (the same bytes as in one piece)."""
+    atomically in pieces of ``MATRIX_CHUNK`` entries (the same bytes as in one piece), its
+    labels safe to open in a spreadsheet (:func:`pramopt._labels.formula_safe`)."""
     p = check_out_file(path)
     n = P.nnz if sp.issparse(P) else np.count_nonzero(np.asarray(P))
     csr = sp.csr_matrix(P)
@@ -265,7 +267,7 @@ def write_matrix(P, table: FrequencyTable, path) -> Path:
         # whole rows at a time, so that every piece holds the entries of its rows in order
         step = max(1, int(MATRIX_CHUNK * csr.shape[0] / max(n, 1)))
         for s in range(0, max(csr.shape[0], 1), step):
-            part = matrix_long(csr[s : s + step], table, row_offset=s)
+            part = formula_safe_frame(matrix_long(csr[s : s + step], table, row_offset=s))
             fh.write(part.to_csv(index=False, header=s == 0).encode("utf-8"))
     return p
 
@@ -404,9 +406,7 @@ def check_guarantee(rec: dict, qi, p) -> None:
     """Refuse a record whose α is not in (0, 1) or whose Π is empty or names other variables:
     no design pramopt makes has them, and a release checks C1 at the file's own α and Π."""
     alpha = rec.get("alpha")
-    if not (
-        isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and 0.0 < alpha < 1.0
-    ):
+    if not (isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and 0.0 < alpha < 1.0):
         raise DesignFileError(
             f"The design {str(p)!r} states alpha {alpha!r}; a risk bound must be in (0, 1). "
             "Refusing the file (was it edited?)."

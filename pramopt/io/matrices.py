@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .._labels import formula_unescaped
 from ..errors import InvalidParameterError
 from .atomic import DESIGN_FILE
 from .design_file import load_design
@@ -117,6 +118,10 @@ def read_matrix(path, qi, data: pd.DataFrame | None = None) -> tuple[np.ndarray,
         + (["Unnamed: 0"] if len(qi) == 1 and text else []),
     )
     fcols, tcols = [f"from_{q}" for q in qi], [f"to_{q}" for q in qi]
+    for c in df.columns:  # labels a spreadsheet would read as formulas are written escaped
+        if not pd.api.types.is_numeric_dtype(df[c].dtype):
+            df[c] = df[c].map(formula_unescaped)
+    df.columns = [formula_unescaped(c) for c in df.columns]
     if all(c in df.columns for c in fcols + tcols) and "probability" in df.columns:
         return _read_long(df, qi, fcols, tcols, data)
     renamed = {}

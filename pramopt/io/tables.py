@@ -50,11 +50,12 @@ def read_table(
             encoding=dialect.encoding,
             decimal=dialect.decimal,
         )
-        if len(text):
+        cols = [str(c) for c in text if str(c) in df.columns]
+        if cols:
             # text columns again, where only an empty field (and the dialect's markers) is missing
             as_text = pd.read_csv(
                 p,
-                usecols=[str(c) for c in text],
+                usecols=cols,
                 dtype=str,
                 keep_default_na=False,
                 na_values=["", *dialect.na_values],

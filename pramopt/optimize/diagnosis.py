@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .._labels import short_label, short_repr
 from .._plain import plain
 from ..errors import InvalidParameterError
 from ..params import GAMMA_LADDER, DesignParams
@@ -163,10 +164,12 @@ def small_stratum(problem: DesignProblem) -> str:
         if sizes[i] * pb.alpha > 1 - 1e-12 and not singular:
             continue  # 1/alpha records exactly: C1 can hold, with every record released alike
         where = [
-            f"{t.qi[j]} = {plain(t.categories[j][keys[i][a]])!r}" for a, j in enumerate(shared)
+            f"{short_label(str(t.qi[j]))} = {short_repr(plain(t.categories[j][keys[i][a]]))}"
+            for a, j in enumerate(shared)
         ]
         where += [
-            f"{t.qi[j]} {'missing' if keys[i][len(shared) + a] else 'not missing'}"
+            f"{short_label(str(t.qi[j]))} "
+            + ("missing" if keys[i][len(shared) + a] else "not missing")
             for a, j in enumerate(miss)
         ]
         culprit = []
@@ -184,8 +187,8 @@ def small_stratum(problem: DesignProblem) -> str:
             f"C1 cannot hold for any {'' if strict else 'invertible '}matrix with "
             f"{' and '.join(culprit)}: the {int(sizes[i])} records with "
             f"{', '.join(where)} can only move among themselves, and combination "
-            f"{[t.qi[j] for j in pi]} keeps them apart from the others, so some left-hand side "
-            f"of C1 is at least 1/{int(sizes[i])}"
+            f"{[short_label(str(t.qi[j])) for j in pi]} keeps them apart from the others, so some "
+            f"left-hand side of C1 is at least 1/{int(sizes[i])}"
             + (
                 f" > alpha = {pb.alpha:g}"
                 if strict
@@ -330,7 +333,8 @@ def reach_argument(problem: DesignProblem, floor: float) -> str:
     m = int(np.flatnonzero(pb.groups.member[:, ci] == g)[0])
     t = pb.table
     vals = ", ".join(
-        f"{t.qi[j]} = {plain(t.categories[j][t.codes[m, j]])!r}" for j in pb.combos[ci]
+        f"{short_label(str(t.qi[j]))} = {short_repr(plain(t.categories[j][t.codes[m, j]]))}"
+        for j in pb.combos[ci]
     )
     return (
         f"Only {reach[g]:g} records lie within {pb.params.max_changed_variables} changed "

@@ -31,6 +31,7 @@ from typing import cast
 import numpy as np
 import scipy.sparse as sp
 
+from .._labels import short_label
 from ..errors import InvalidParameterError
 from ..frequency.table import FrequencyTable, cells_of
 from ..params import DesignParams
@@ -108,8 +109,12 @@ def split_strata(
         opts = dict(base)
         mine = [dict(r) for r, at in zip(keep, keep_at) if inv[at] == s]
         opts["keep_cells"] = mine or None
-        label = (
-            ", ".join(f"{qi[j]}={table.categories[j][c]}" for j, c in zip(fixed_idx, key)) or "all"
+        label = (  # for people: a long value shortened
+            ", ".join(
+                f"{short_label(str(qi[j]))}={short_label(str(table.categories[j][c]))}"
+                for j, c in zip(fixed_idx, key)
+            )
+            or "all"
         )
         out.append(Stratum(label, cells, sub, opts))
     return out

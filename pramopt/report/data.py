@@ -18,12 +18,13 @@ for each id are in :mod:`.words`, its drawing (HTML only) in :mod:`.plots` and i
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from .._labels import short_label, short_labels
 from ..frequency.table import FrequencyTable, is_missing
 from ..verify import c1_risk
 
@@ -45,6 +46,7 @@ __all__ = [
     "Section",
     "FIGURES",
     "sections",
+    "shown",
 ]
 
 
@@ -106,7 +108,7 @@ def from_result(result, title: str = "pramopt design") -> ReportData:
         "status": result.status.value,
         "records n": result.n,
         "present cells K": len(result.counts),
-        "identifying variables": ", ".join(map(str, qi)),
+        "identifying variables": ", ".join(short_labels(map(str, qi))),
         "combinations |Π|": len(combos),
         "α": result.alpha,
         "max C1 risk": result.max_risk,
@@ -162,7 +164,9 @@ def changed_variables_figures(result) -> dict:
             ", ".join(f"{j}: {100 * s:.1f}%" for j, s in cv["distribution"].items()) or "none"
         )
     if params.get("change_weights"):
-        out["change weights"] = ", ".join(f"{k}={v:g}" for k, v in params["change_weights"].items())
+        out["change weights"] = ", ".join(
+            f"{short_label(str(k))}={v:g}" for k, v in params["change_weights"].items()
+        )
         out["weighted objective"] = d.get("weighted_objective")
     return out
 
@@ -436,8 +440,9 @@ class Utility:
 
 
 def utility(d: ReportData) -> Utility:
-    """The per-variable tables of ``d``, with the labels of the matrix's columns."""
-    labels = variable_labels(d.table, d.col_codes, d.col_cells)
+    """The per-variable tables of ``d``, with the labels of the matrix's columns, shortened
+    (:func:`pramopt._labels.short_labels`)."""
+    labels = [short_labels(lab) for lab in variable_labels(d.table, d.col_codes, d.col_cells)]
     return Utility(
         changes=variable_changes(d.matrix, d.table, d.col_codes),
         margins=variable_margins(d.matrix, d.table, d.col_codes, labels),
@@ -471,8 +476,21 @@ FIGURES: dict[str, Callable[[ReportData, Utility], object]] = {
 }
 
 
+def shown(d: ReportData) -> ReportData:
+    """``d`` with its variables' names shortened for display (the table's cells unchanged)."""
+    t = d.table
+    names = tuple(short_labels(map(str, t.qi)))
+    if names == tuple(t.qi):
+        return d
+    table = FrequencyTable(qi=names, categories=t.categories, codes=t.codes, counts=t.counts)
+    return replace(d, table=table)
+
+
 def sections(d: ReportData) -> list[Section]:
-    """The figures ``d`` has, in display order, each with its data."""
+    """The figures ``d`` has, in display order, each with its data; labels and names shortened
+    (:func:`shown`, :func:`utility`), so that a long value cannot make a table or a drawing
+    huge."""
+    d = shown(d)
     u = utility(d)
     out = [Section(key, build(d, u)) for key, build in FIGURES.items()]
     return [s for s in out if s.data is not None]

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from .._labels import short_labels
 from ..frequency.table import FrequencyTable
 from .data import ChangePoints, change_points
 
@@ -89,6 +90,10 @@ def figure_change_vs_frequency(diag, table: FrequencyTable, gamma=None) -> str:
 #: At most this many categories are drawn in one variable's panel (the largest before).
 PANEL_CATEGORIES = 30
 
+#: The longest label on a drawing's axes (characters): the tables show up to
+#: :data:`pramopt._labels.LABEL_LIMIT`, a small panel has room for fewer.
+TICK_LIMIT = 16
+
 
 def variables_figure(changes: pd.DataFrame, margins: pd.DataFrame):
     """Small multiples: the share of records whose value of each variable changes, then per
@@ -121,7 +126,9 @@ def variables_figure(changes: pd.DataFrame, margins: pd.DataFrame):
         x = np.arange(len(m))
         ax.bar(x - 0.2, m["before"], width=0.4, color="#9db4d3", label="before")
         ax.bar(x + 0.2, m["after (expected)"], width=0.4, color="#1f5fa8", label="after (expected)")
-        ax.set_xticks(x, list(m["category"]), rotation=90 if len(m) > 8 else 0, fontsize=8)
+        ticks = short_labels(map(str, m["category"]), TICK_LIMIT)
+        turn = len(m) > 8 or max(map(len, ticks), default=0) > 8  # long labels would overlap
+        ax.set_xticks(x, ticks, rotation=90 if turn else 0, fontsize=8)
         ax.set_title(
             f"{title}: largest difference {m['difference'].abs().max():.3g} records", fontsize=10
         )
@@ -184,9 +191,12 @@ def transitions_figure(transitions: dict):
                             color="white" if dark else "black",
                         )
         if max(L0, L1) <= 40:
-            long = max(len(str(c)) for c in T.columns) > 3
-            ax.set_xticks(range(L1), list(T.columns), rotation=90 if long else 0, fontsize=7)
-            ax.set_yticks(range(L0), list(T.index), fontsize=7)
+            cols = short_labels(map(str, T.columns), TICK_LIMIT)
+            same = list(map(str, T.index)) == list(map(str, T.columns[:L0]))
+            rows = cols[:L0] if same else short_labels(map(str, T.index), TICK_LIMIT)
+            long = max(len(c) for c in cols) > 3
+            ax.set_xticks(range(L1), cols, rotation=90 if long else 0, fontsize=7)
+            ax.set_yticks(range(L0), rows, fontsize=7)
         ax.set_xlabel(f"released {q}")
         ax.set_ylabel(f"original {q}")
         ax.set_title(q, fontsize=10)

@@ -18,8 +18,9 @@ import numpy as np
 import pandas as pd
 from markupsafe import Markup
 
+from .._labels import formula_safe
 from . import plots
-from .data import ReportData, sections
+from .data import ReportData, sections, shown
 from .words import PAGE, WORDS, explanations, fmt, reduction_table
 
 __all__ = ["render_html", "render_markdown", "environment", "TEMPLATES", "TABLE_CATEGORIES"]
@@ -40,6 +41,12 @@ def _escape(value):
     if hasattr(value, "__html__"):
         return value
     return Markup(html.escape(str(value)))
+
+
+def _cell(value) -> str:
+    """A table cell: text (labels come from the data) safe to paste into a spreadsheet, a number
+    as :func:`.words.fmt` writes it (-0.5 stays a number)."""
+    return formula_safe(value) if isinstance(value, str) else fmt(value)
 
 
 def _percent_table(T: pd.DataFrame) -> pd.DataFrame:
@@ -70,6 +77,7 @@ def environment(kind: str) -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
     )
     env.filters["fmt"] = fmt
+    env.filters["cell"] = _cell
     env.globals.update(
         words=WORDS,
         page=PAGE,
@@ -88,7 +96,7 @@ def _context(d: ReportData) -> dict:
         "d": d,
         "sections": parts,
         "data": {s.id: s.data for s in parts},
-        "qi": ", ".join(map(str, d.table.qi)),
+        "qi": ", ".join(map(str, shown(d).table.qi)),
     }
 
 
