@@ -399,3 +399,19 @@ def test_the_command_line_exits_143_on_sigterm(tmp_path):
     assert proc.returncode == 143, err
     assert "terminated" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["slow.csv"]
+
+
+def test_estimate_takes_quiet(made):
+    d, _ = made
+    rel = d / "for_estimate.csv"
+    assert _run("release", "--design", d / "good", "--data", d / "data.csv", "--out", rel,
+                "--seed", 2, "-q")[0] == 0  # fmt: skip
+    code, out, err = _run("estimate", "--design", d / "good", "--data", rel, "--out",
+                          d / "e1.csv", "-q")  # fmt: skip
+    assert code == 0 and out == "", err
+    code, out, err = _run("estimate", "--design", d / "good", "--data", rel, "--out", d / "e2.csv")
+    assert (
+        code == 0
+        and out.startswith("wrote ")
+        and (d / "e2.csv").read_bytes() == (d / "e1.csv").read_bytes()
+    )

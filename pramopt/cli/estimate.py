@@ -7,7 +7,7 @@ import sys
 from .._labels import formula_safe_frame
 from ..io import load_design, read_table, write_table
 from ..io.atomic import PARQUET_SUFFIXES, check_out_file
-from ._common import add_csv_options, csv_list, dialect_of, formatter, text_keys
+from ._common import add_csv_options, add_quiet, csv_list, dialect_of, formatter, say, text_keys
 
 HELP = "unbiased frequency estimates from released data"
 
@@ -50,6 +50,7 @@ def add_parser(sub):
         "stdout); in a CSV a label that starts with =, +, -, @, a tab or a carriage return is "
         "written after a single quote, so that a spreadsheet shows it as text",
     )
+    add_quiet(p)
     p.set_defaults(func=run)
     return p
 
@@ -71,4 +72,5 @@ def run(args) -> int:
         sys.stdout.write(est.to_csv(index=False, sep=dialect.sep, decimal=dialect.decimal))
     else:
         write_table(est, args.out, dialect=dialect)
+        say(args, f"wrote {len(est)} estimates of {len(df)} released records to {args.out}.")
     return 0
