@@ -309,7 +309,7 @@ def test_too_many_categories_is_not_miscounted(tmp_path):
     with pytest.raises(InvalidParameterError) as e:
         count_file(src, ["id", "sex"], max_categories=100, batch_size=1000)
     msg = str(e.value)
-    assert "'id' has more than 100 categories" in msg
+    assert "'id' has more than max_categories=100 categories" in msg
     assert not re.search(r"has \d+ categories", msg)
 
 

@@ -193,7 +193,7 @@ def test_count_domains_and_max_categories(files):
         pramopt.frequency_table(df, ["d", "e"], domains=dom),
     )
     with pytest.raises(
-        InvalidParameterError, match="'e' has 4 categories, more than max_categories=3"
+        InvalidParameterError, match="'e' has more than max_categories=3 categories"
     ):
         count_file(files / "syn.csv", ["d", "e"], max_categories=3, batch_size=50)
     with pytest.raises(InvalidParameterError, match="must contain every value of 'd'"):

@@ -348,9 +348,9 @@ class _Counter:
         if k > max_categories:
             # counted part way through the file: a floor, not the column's number of categories
             raise InvalidParameterError(
-                f"The identifying variable {self.qi[j]!r} has more than {max_categories} "
-                f"categories (already {k} in the first {self.n} records), more than "
-                f"max_categories={max_categories}; bin it into fewer categories or raise the limit."
+                f"The identifying variable {self.qi[j]!r} has more than "
+                f"max_categories={max_categories} categories ({k} already in the first {self.n} "
+                "records); bin it into fewer categories or raise the limit."
             )
 
     def table(
