@@ -63,7 +63,7 @@ def clean_stale(path) -> list[Path]:
     p = Path(path)
     folder = _parent(p)
     pattern = re.compile(rf"^\.{re.escape(p.name)}\.(\d+)-[0-9a-f]{{12}}\.(tmp|old)$")
-    gone = []
+    gone: list[Path] = []
     try:
         entries = list(folder.iterdir())
     except OSError:

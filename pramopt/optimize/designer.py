@@ -40,6 +40,7 @@ from .epsilon_k import check_options, design_epsilon_k
 from .problem import DesignProblem, ProgressFn
 from .strategies import AttemptStatus, strategy
 from .strategies.checks import CheckedTrace, check
+from .support import hold_floor
 
 __all__ = ["design", "GAMMA_LADDER"]
 
@@ -348,23 +349,43 @@ class _Designer:
             assert c.report is not None  # _candidate checks every matrix
             if c.report.max_risk <= pb.alpha:
                 return c, att
-            self._unverified = (att.P, c.report, margin)
+            self._unverified = (c.P, c.report, margin)
         return None, att
 
     def _candidate(self, name: str, att, solved: str = "") -> Candidate:
-        """The attempt's matrix with its full C1 check (free when the strategy checked it)."""
-        loss = att.loss if att.loss is not None else l2_loss(att.P, self.problem.counts)
+        """The attempt's matrix with its full C1 check (free when the strategy checked it), its
+        diagonal raised to ``min_diagonal`` exactly where a solver left it a hair below."""
+        P = self._held(att.P)
+        exact = P is att.P  # the strategy's closed forms describe its own matrix only
+        loss = att.loss if att.loss is not None and exact else l2_loss(P, self.problem.counts)
         return Candidate(
             name,
-            att.P,
-            check(self.problem, self.trace, att.P),
+            P,
+            check(self.problem, self.trace, P),
             loss,
-            att.condition,
+            att.condition if exact else None,
             att.reduction,
             att.solver,
             att.gamma,
             att.describe + solved,
         )
+
+    def _held(self, P):
+        """``P`` with every diagonal entry at least ``min_diagonal`` (:func:`.support.hold_floor`),
+        the entries raised said in the trace."""
+        floor = self.p.min_diagonal
+        held = hold_floor(P, floor)
+        if held is not P:
+            assert floor is not None  # hold_floor changes nothing without a floor
+            low = np.asarray(P.diagonal(), dtype=float)
+            self.trace.add(
+                "min_diagonal",
+                0.0,
+                0,
+                f"{int(np.count_nonzero(low < floor))} diagonal entries raised to {floor:g} (by "
+                f"at most {floor - float(low.min()):.3g}) from their rows' off-diagonal entries",
+            )
+        return held
 
     def _candidates(self, rules) -> list:
         """The verified designs of the structures ``rules`` admit, in their order."""

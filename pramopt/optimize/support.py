@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["Support", "clean", "greedy_cover"]
+__all__ = ["Support", "clean", "greedy_cover", "hold_floor"]
 
 
 @dataclass(frozen=True)
@@ -86,3 +86,75 @@ def clean(support: Support, x) -> np.ndarray:
     x = np.clip(np.asarray(x, dtype=float), 0.0, None)
     rs = np.bincount(support.rows, weights=x, minlength=support.K)
     return x / rs[support.rows]
+
+
+def hold_floor(P, floor: float | None):
+    """``P`` with every diagonal entry at least ``floor``, exactly.
+
+    A solver meets the floor, a bound on the diagonal, only to its tolerance, and renormalising
+    a row whose sum is 1 + 1e-9 takes an entry at the bound below it.  Each diagonal entry below
+    ``floor`` is set to ``floor`` and the difference is taken from its row's off-diagonal
+    entries, the largest first: the row's sum is unchanged (to rounding), every entry stays
+    >= 0 and no transition is added.  C1 is not re-checked here: the designer's full check runs
+    on the matrix returned.
+
+    Parameters
+    ----------
+    P : ndarray or sparse matrix of shape (K, K)
+        A row-stochastic matrix.
+    floor : float or None
+        The floor (None or <= 0: none).
+
+    Returns
+    -------
+    ndarray or scipy.sparse.csr_matrix
+        ``P`` itself when every diagonal entry holds the floor already, else a new matrix (dense
+        when ``P`` is).
+    """
+    if floor is None or floor <= 0:
+        return P
+    diag = np.asarray(P.diagonal(), dtype=float)
+    low = np.flatnonzero(diag < floor)
+    if low.size == 0:
+        return P
+    if not sp.issparse(P):
+        out = np.array(P, dtype=float)
+        for m in low:
+            nz = np.flatnonzero(out[m])
+            nz = nz[nz != m]
+            out[m, nz] = _take(out[m, nz], floor - diag[m])
+            out[m, m] = floor
+        return out
+    Pm = sp.csr_matrix(P, dtype=float)
+    rows, cols, vals = [], [], []
+    keep = np.ones(Pm.shape[0], dtype=bool)
+    keep[low] = False
+    coo = Pm.tocoo()
+    mask = keep[coo.row]
+    rows.append(coo.row[mask])
+    cols.append(coo.col[mask])
+    vals.append(coo.data[mask])
+    for m in low:
+        c = Pm.indices[Pm.indptr[m] : Pm.indptr[m + 1]]
+        v = Pm.data[Pm.indptr[m] : Pm.indptr[m + 1]]
+        off = c != m
+        rows.append(np.full(int(off.sum()) + 1, m))
+        cols.append(np.append(c[off], m))
+        vals.append(np.append(_take(v[off], floor - diag[m]), floor))
+    held = sp.csr_matrix(
+        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=Pm.shape
+    )
+    held.eliminate_zeros()
+    return held
+
+
+def _take(values: np.ndarray, amount: float) -> np.ndarray:
+    """``values`` less ``amount`` in all, taken from the largest first, none below zero."""
+    out = np.array(values, dtype=float)
+    for i in np.argsort(-out, kind="stable"):
+        if amount <= 0:
+            break
+        step = min(out[i], amount)
+        out[i] -= step
+        amount -= step
+    return out
