@@ -415,3 +415,29 @@ def test_estimate_takes_quiet(made):
         and out.startswith("wrote ")
         and (d / "e2.csv").read_bytes() == (d / "e1.csv").read_bytes()
     )
+
+
+def test_many_cells_are_announced_before_any_work(tmp_path, monkeypatch):
+    """A table with more cells than the limit warns before the model is built, on the command
+    line too (here the limit is lowered to 50 and the data have 300 cells)."""
+    import pandas as pd
+
+    import pramopt
+    import pramopt.optimize.designer as designer
+
+    monkeypatch.setattr(designer, "LARGE_PROBLEM_CELLS", 50)
+
+    def stop(*a, **k):
+        raise RuntimeError("started")
+
+    monkeypatch.setattr(designer.DesignProblem, "build", stop)
+    df = pd.DataFrame({"id": [f"p{i}" for i in range(300)], "sex": ["m", "f"] * 150})
+    with pytest.warns(pramopt.LargeProblemWarning, match="300 present cells"):
+        with pytest.raises(RuntimeError, match="started"):
+            pramopt.design(df, ["id", "sex"])
+    src = tmp_path / "ids.csv"
+    df.to_csv(src, index=False)
+    err = io.StringIO()
+    with redirect_stderr(err), pytest.raises(RuntimeError, match="started"):
+        main(["design", "--data", str(src), "--qi", "id,sex", "--out", str(tmp_path / "d"), "-q"])
+    assert err.getvalue().startswith("pramopt design: warning: 300 present cells")

@@ -17,8 +17,10 @@ import argparse
 import importlib
 import signal
 import sys
+import warnings
+from functools import partial
 
-from ..errors import PramoptError
+from ..errors import LargeProblemWarning, PramoptError
 from ._common import PROG, REPORT_FAILED, ReportFailedError, formatter
 
 __all__ = ["main", "build_parser", "COMMANDS"]
@@ -59,7 +61,11 @@ def main(argv=None) -> int:
         return 2
     previous = _on_terminate()
     try:
-        return int(args.func(args) or 0)
+        with warnings.catch_warnings():
+            # pramopt's warnings (a large problem announced before the work) in the CLI's words
+            warnings.simplefilter("always", LargeProblemWarning)
+            warnings.showwarning = partial(_show_warning, args.command)
+            return int(args.func(args) or 0)
     except KeyboardInterrupt as e:
         done = "; ".join(getattr(e, "__notes__", ())) or "nothing was written"
         how = "terminated" if isinstance(e, _Terminated) else "interrupted"
@@ -77,6 +83,10 @@ def main(argv=None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _show_warning(command, message, category, filename, lineno, file=None, line=None):
+    print(f"{PROG} {command}: warning: {message}", file=sys.stderr)
 
 
 class _Terminated(KeyboardInterrupt):

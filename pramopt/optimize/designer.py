@@ -47,6 +47,9 @@ __all__ = ["design", "GAMMA_LADDER"]
 #: Above this many rows of the reduced C1 the designer warns before it starts
 #: (see LargeProblemWarning).
 LARGE_PROBLEM_ROWS = 1_000_000
+#: Present cells above which a design is announced as large before any work (census-shaped data
+#: of 47,000 cells take minutes; see benchmarks/README.md).
+LARGE_PROBLEM_CELLS = 200_000
 
 
 def design(
@@ -99,6 +102,18 @@ def design(
     if kind is not None:  # e.g. households: household-level keys once per household
         return kind.design(data, qi, params, design, progress=progress, client=client, owner=owner)
     table, combos = table_and_combinations(data, qi, params, owner)
+    if table.n_cells > LARGE_PROBLEM_CELLS:
+        # before the model is built: at this size that alone takes minutes
+        warnings.warn(
+            LargeProblemWarning(
+                f"{table.n_cells:,} present cells of {len(table.qi)} identifying variables (more "
+                f"than {LARGE_PROBLEM_CELLS:,}): the design may take many minutes and gigabytes. "
+                "Coarser variables (fewer categories: a lower max_categories refuses the finest), "
+                "fewer identifying variables or a fixed variable that splits the data make it "
+                "smaller."
+            ),
+            stacklevel=2,
+        )
     if params.epsilon is not None or params.k is not None:
         check_options(params, table, owner)
     if (params.workers is not None or client is not None) and not params.fixed:
@@ -131,7 +146,7 @@ def design(
             f"{problem.groups.n_groups} (pi, k0) groups, {problem.rare_rows} rows of C1 for rare "
             "cells"
         )
-    if problem.rare_rows > LARGE_PROBLEM_ROWS:
+    if problem.rare_rows > LARGE_PROBLEM_ROWS and table.n_cells <= LARGE_PROBLEM_CELLS:
         # before minutes of work: say what makes it large and how to make it smaller
         rare = problem.rare_rows // len(combos)
         warnings.warn(
