@@ -64,7 +64,7 @@ def main(argv=None) -> int:
         with warnings.catch_warnings():
             # pramopt's warnings (a large problem announced before the work) in the CLI's words
             warnings.simplefilter("always", LargeProblemWarning)
-            warnings.showwarning = partial(_show_warning, args.command)
+            warnings.showwarning = partial(_show_warning, args.command, warnings.showwarning)
             return int(args.func(args) or 0)
     except KeyboardInterrupt as e:
         done = "; ".join(getattr(e, "__notes__", ())) or "nothing was written"
@@ -85,8 +85,11 @@ def main(argv=None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
-def _show_warning(command, message, category, filename, lineno, file=None, line=None):
-    print(f"{PROG} {command}: warning: {message}", file=sys.stderr)
+def _show_warning(command, shown, message, category, filename, lineno, file=None, line=None):
+    if issubclass(category, LargeProblemWarning):
+        print(f"{PROG} {command}: warning: {message}", file=sys.stderr)
+    else:
+        shown(message, category, filename, lineno, file, line)
 
 
 class _Terminated(KeyboardInterrupt):

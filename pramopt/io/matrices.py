@@ -66,6 +66,19 @@ def _column_order(p: Path, headers: list[str], rows: list[list[str]]) -> np.ndar
     )
 
 
+def _r_missing(df: pd.DataFrame, cols: list, values: pd.Series) -> None:
+    """Labels of a variable the data hold as text: R writes a missing value as NA (pandas'
+    markers), which is the data's missing value where the data have one and no such text."""
+    from pandas._libs.parsers import STR_NA_VALUES
+
+    if not values.isna().any():
+        return
+    markers = set(STR_NA_VALUES) - set(values.dropna().astype(str))
+    for c in cols:
+        if c in df.columns:
+            df[c] = df[c].where(~df[c].isin(markers), np.nan)
+
+
 def read_matrix(path, qi, data: pd.DataFrame | None = None) -> tuple[np.ndarray, pd.DataFrame]:
     """Read a transition matrix and its cell labels.
 
@@ -117,6 +130,8 @@ def read_matrix(path, qi, data: pd.DataFrame | None = None) -> tuple[np.ndarray,
         text=[c for q in text for c in (q, f"from_{q}", f"to_{q}")]
         + (["Unnamed: 0"] if len(qi) == 1 and text else []),
     )
+    for q in text:
+        _r_missing(df, [q, f"from_{q}", f"to_{q}", "Unnamed: 0"], data[q])  # type: ignore[index]
     fcols, tcols = [f"from_{q}" for q in qi], [f"to_{q}" for q in qi]
     for c in df.columns:  # labels a spreadsheet would read as formulas are written escaped
         if not pd.api.types.is_numeric_dtype(df[c].dtype):
