@@ -14,6 +14,7 @@ nothing.
 # imported for its effect: it registers the household kind of design (pramopt.kinds)
 from . import households as _households
 from . import magnitude
+from .advise import Advice, advise, write_advice
 from .baselines import (
     IFPRDesign,
     baseline,
@@ -65,6 +66,7 @@ from .publish import (
     release_file,
     release_policy,
 )
+from .recode import Recoding, read_recoding, write_recoding
 from .result import DesignResult, Reduction, Stage, Status
 from .risk import (
     Assessment,
@@ -108,6 +110,12 @@ __all__ = [
     "design",
     "DesignParams",
     "frontier",
+    "advise",
+    "Advice",
+    "write_advice",
+    "Recoding",
+    "read_recoding",
+    "write_recoding",
     "Frontier",
     "DesignResult",
     "Reduction",

@@ -26,7 +26,16 @@ from ._common import PROG, REPORT_FAILED, ReportFailedError, formatter
 __all__ = ["main", "build_parser", "COMMANDS"]
 
 #: The commands, in the order ``pramopt --help`` lists them (module names in this package).
-COMMANDS = ("design", "release", "assess", "baseline", "frontier", "estimate", "sensitivity")
+COMMANDS = (
+    "design",
+    "release",
+    "assess",
+    "baseline",
+    "frontier",
+    "estimate",
+    "sensitivity",
+    "advise",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
