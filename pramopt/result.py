@@ -12,6 +12,7 @@ import dataclasses
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
@@ -21,6 +22,7 @@ import scipy.sparse as sp
 
 from ._labels import short_labels
 from .frequency.table import FrequencyTable
+from .price import Price, bound_options, design_price, summary_lines
 
 __all__ = [
     "Status",
@@ -302,6 +304,30 @@ class DesignResult:
         """The binding (π, k0): ``combination``, ``k0`` (tuple of values), ``risk``; worst first."""
         return pd.DataFrame(list(self.binding_rows), columns=["combination", "k0", "risk"])
 
+    def price(self) -> Price:
+        """The share of records the design changes against the fewest any design meeting C1
+        could change, and, for a heavy perturbation, why (:class:`pramopt.price.Price`).
+
+        Computed once, from the matrix's nonzero entries, the table and the lower bound in
+        ``details``.
+        """
+        return self._price
+
+    @cached_property
+    def _price(self) -> Price:
+        # a cached_property writes the instance's __dict__, which a frozen dataclass allows
+        d = self.details
+        return design_price(
+            self.matrix,
+            self.table,
+            self.combination_indices,
+            self.alpha,
+            changes=self.expected_changes,
+            minimum=d.get("expected_changes_lower_bound"),
+            bound_combinations=d.get("lower_bound_combinations"),
+            options=bound_options(self.params, self.table),
+        )
+
     def to_dense(self) -> np.ndarray:
         """The matrix as a dense K x K array (a new, writable copy)."""
         return self.matrix.toarray()
@@ -326,6 +352,10 @@ class DesignResult:
             "condition_number": self.condition_number,
             "n": self.n,
             "cells": self.table.n_cells,
+            # the price (:meth:`price`), as scalars like every figure here
+            "changed_share": self.price().share,
+            "changed_share_lower_bound": self.price().minimum_share,
+            "heavy_perturbation": self.price().heavy,
         }
         for name in ("epsilon", "k"):  # measured, for designs under ε-DP or Pk-anonymity
             if self.details.get(name) is not None:
@@ -372,6 +402,7 @@ class DesignResult:
         lines = [
             f"pramopt {'design' if self.method == 'optimal' else 'baseline ' + self.method}: "
             f"{self.status.value}" + ("" if self.success else " (NOT SAFE TO RELEASE)"),
+            *summary_lines(self.price()),
             f"  {self.message}",
             f"  records n = {self.n}, cells K = {self.table.n_cells}, identifying variables = "
             f"{', '.join(short_labels(map(str, self.qi)))}",
@@ -448,6 +479,18 @@ class DesignResult:
 
     def __str__(self) -> str:  # pragma: no cover - convenience
         return self.summary()
+
+    @property
+    def recoding(self):
+        """The :class:`~pramopt.recode.Recoding` applied to the data before the design
+        (``details["recode"]``), re-applied at release and estimate; None without one."""
+        rec = self.details.get("recode")
+        if rec is None:
+            return None
+        from .recode import Recoding
+
+        # details are frozen (read-only mappings): the recoding accepts any mapping inside
+        return Recoding.from_dict(dict(rec), "the design's recoding")
 
 
 def entries(P) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

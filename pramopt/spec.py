@@ -12,6 +12,7 @@ files.  Layout::
     [data]                       # exactly one of: path, builtin; or a [generator] table
     path = "../../shared/data/testdata.csv"
     qi = ["urbrur", "roof", "walls"]
+    recode = "recode.json"       # optional: a recoding applied first (pramopt design --recode)
 
     [design]                     # parameters of pramopt.design (pramopt.params; alpha required)
     alpha = 0.1
@@ -103,6 +104,8 @@ class Spec:
     frontier : dict
         The ``[frontier]`` table (``alphas``, optionally ``baselines``) for
         :func:`pramopt.frontier`.
+    recode_path : Path or None
+        The resolved recoding file (``[data] recode``), applied to the data before the design.
     """
 
     path: Path
@@ -116,25 +119,38 @@ class Spec:
     design: dict
     expected: dict = field(default_factory=dict)
     frontier: dict = field(default_factory=dict)
+    recode_path: Path | None = None
 
     @property
     def alpha(self) -> float:
         return float(self.design.get("alpha", 0.1))
 
-    def load_data(self) -> pd.DataFrame:
-        """The spec's microdata (read, built in or generated)."""
+    def recoding(self):
+        """The :class:`~pramopt.recode.Recoding` of ``[data] recode``, or None."""
+        if self.recode_path is None:
+            return None
+        from .recode import read_recoding
+
+        return read_recoding(self.recode_path, flag="[data] recode")
+
+    def load_data(self, recoded: bool = True) -> pd.DataFrame:
+        """The spec's microdata (read, built in or generated), recoded with ``[data] recode``
+        unless ``recoded`` is False."""
         if self.builtin is not None:
             from .example import example_data
 
-            return example_data()
-        if self.generator is not None:
-            return zipf_data(
+            df = example_data()
+        elif self.generator is not None:
+            df = zipf_data(
                 **{k: v for k, v in self.generator.items() if k not in ("kind", "names")},
                 names=self.qi,
             )
-        from .io import read_table
+        else:
+            from .io import read_table
 
-        return read_table(self.data_path)
+            df = read_table(self.data_path)
+        rec = self.recoding() if recoded else None
+        return rec.apply(df) if rec else df
 
 
 def _bad(path, what: str) -> NoReturn:
@@ -180,7 +196,12 @@ def load_spec(path) -> Spec:
             "give exactly one data source ([data] path, [data] builtin or [generator]); got "
             f"{sources!r}",
         )
-    data_path = builtin = None
+    data_path = builtin = recode_path = None
+    if "recode" in data:
+        rp = Path(str(data["recode"]))
+        recode_path = rp if rp.is_absolute() else (p.resolve().parent / rp).resolve()
+        if not recode_path.is_file():
+            _bad(p, f"[data] recode names no file ({str(recode_path)!r})")
     if "path" in data:
         dp = Path(data["path"])
         # relative to the spec file's own folder, wherever the command is run from
@@ -227,6 +248,7 @@ def load_spec(path) -> Spec:
         design=design,
         expected=expected,
         frontier=frontier,
+        recode_path=recode_path,
     )
 
 

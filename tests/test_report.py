@@ -394,10 +394,13 @@ def _template_references(env, name):
 def test_every_figure_id_has_words_and_templates_and_templates_name_only_known_ids(result):
     from importlib.resources import files
 
+    from pramopt.recode import Recoding
     from pramopt.report import data, plots, render, words
 
     ids = list(data.FIGURES)
     d = from_result(result, "t")
+    # a recoding too, so that the report has every figure
+    d.recoding = Recoding({"roof": {"2": "2-3", "3": "2-3"}}, "roofs").to_dict()
     assert d.reduction and d.stages  # so that the report has every figure
     assert [s.id for s in data.sections(d)] == ids
     assert set(words.WORDS) == set(ids)

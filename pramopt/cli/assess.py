@@ -11,7 +11,7 @@ import numpy as np
 from .._plain import plain
 from ..errors import InvalidParameterError
 from ..io import atomic_dir, read_matrix, read_table, write_text
-from ..io.atomic import check_out_dir
+from ..io.atomic import DESIGN_FILE, check_out_dir
 from ..report import ReportData, render_html, render_markdown
 from ._common import add_data_options, add_quiet, combos_kw, dialect_of, formatter, say
 
@@ -81,6 +81,7 @@ def run(args) -> int:
     )  # identifying values as written
     if per_variable is not None:
         return _run_per_variable(args, df, per_variable)
+    df = _recoded_for_design(Path(args.matrix[0]), df)
     P, cells = read_matrix(args.matrix[0], args.qi, data=df)
     if args.renormalize is not None:  # once, so that the report shows the matrix assessed
         from .._validation import as_transition_matrix, check_real
@@ -191,6 +192,17 @@ def _per_variable_files(args) -> dict | None:
     if twice:
         raise InvalidParameterError(f"--matrix names each variable once; {twice!r} given twice.")
     return dict(parts)
+
+
+def _recoded_for_design(matrix: Path, df):
+    """The data recoded as for the design, when ``--matrix`` is a design folder made on recoded
+    data (its categories are the recoded ones)."""
+    if not (matrix.is_dir() or matrix.name == DESIGN_FILE):
+        return df
+    from ..io import load_design
+    from ..publish.recoded import recoded_frame
+
+    return recoded_frame(df, load_design(matrix))
 
 
 def _run_per_variable(args, df, files: dict) -> int:

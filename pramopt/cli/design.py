@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -52,6 +53,14 @@ def add_parser(sub):
     )
     add_parameter_flags(p)
     p.add_argument(
+        "--recode",
+        metavar="FILE",
+        default=None,
+        help="a recoding (JSON, as pramopt advise writes it): merged categories of some "
+        "identifying variables, applied before counting and kept with the design (release and "
+        "estimate apply it again)",
+    )
+    p.add_argument(
         "--out", metavar="DIR", default=None, help="output folder (default: design-NAME)"
     )
     p.add_argument(
@@ -76,7 +85,13 @@ def run(args) -> int:
         if args.data is not None:
             raise InvalidParameterError("Give either a spec or --data, not both.")
         spec = load_spec(args.spec)
-        data, qi, kw, name = spec.load_data(), list(spec.qi), design_kwargs(spec), spec.name
+        # the recoding is applied below (--recode overrides the spec's)
+        data, qi, kw, name = (
+            spec.load_data(recoded=False),
+            list(spec.qi),
+            design_kwargs(spec),
+            spec.name,
+        )
         if args.qi is not None:
             qi = args.qi
     elif args.data is not None:
@@ -95,11 +110,13 @@ def run(args) -> int:
         kw.pop("combination_size", None)
     kw.update(given)
     params = DesignParams.from_options("design", **kw)  # every parameter checked before any work
+    recoding = _recoding(args, spec, qi)
     out = Path(args.out if args.out is not None else f"design-{name}")
     check_out_dir(out, flag="--out" if args.out is not None else None)
     kind = kind_for(params)
     if kind is not None:
-        return _kind_design(args, params, spec, data, qi, name, out, kind)
+        return _kind_design(args, params, spec, data, qi, name, out, kind, recoding)
+    before: dict = {}
     if data is None:
         # the design only needs the frequency table: count the file in record batches
         # identifying values as the text written, so that a release writes them back exactly
@@ -111,10 +128,16 @@ def run(args) -> int:
             max_categories=params.max_categories,
             keys_as_text=True,
             dialect=dialect_of(args),
+            recode=recoding,
+            categories_before=before,
         )
+    elif recoding is not None:
+        data, before = _recoded(data, recoding)
     progress = None if args.quiet else Progress()
     with stage_log(args.quiet):
-        result = design(data, qi, progress=progress, **params.to_dict())
+        result = _with_recoding(
+            design(data, qi, progress=progress, **params.to_dict()), recoding, before
+        )
     title = f"pramopt design: {name}" + (
         f" ({spec.paper})" if spec is not None and spec.paper else ""
     )
@@ -141,7 +164,7 @@ def run(args) -> int:
     return code
 
 
-def _kind_design(args, params, spec, data, qi, name, out, kind) -> int:
+def _kind_design(args, params, spec, data, qi, name, out, kind, recoding=None) -> int:
     """A design of another kind (e.g. ``--household``): it needs the records, not only their
     frequency table."""
     from ..io import read_table
@@ -151,16 +174,78 @@ def _kind_design(args, params, spec, data, qi, name, out, kind) -> int:
         data is None
     ):  # identifying values as the text written, so that a release writes them back exactly
         data = read_table(args.data, text=qi, dialect=dialect_of(args))
+    before: dict = {}
+    if recoding is not None:
+        data, before = _recoded(data, recoding)
     progress = None if args.quiet else Progress()
     with stage_log(args.quiet):
-        result = design(data, qi, progress=progress, **params.to_dict())
+        result = _with_recoding(
+            design(data, qi, progress=progress, **params.to_dict()), recoding, before
+        )
     title = f"pramopt {kind.name} design: {name}"
     extra = {"spec": str(spec.path), "name": spec.name} if spec is not None else {"name": name}
+
+    def report():
+        rd = kind.report(result, title)
+        # the report's recoding section reads it from the report data (the kind's own report
+        # does not know of recodings)
+        return dataclasses.replace(rd, recoding=result.details.get("recode"))
+
     # save_design hands the result to its kind's save
-    write_outputs(out, result, title, extra=extra, report=lambda: kind.report(result, title))
+    write_outputs(out, result, title, extra=extra, report=report)
     say(
         args,
         result.summary(),
         f"written to {out}/ ({', '.join(kind.files)}, report.html, report.md)",
     )
     return 0 if result.success else 1
+
+
+def _recoding(args, spec, qi):
+    """The recoding of ``--recode`` (else the spec's), checked against the identifying variables
+    before any data are read; None without one."""
+    from ..recode import read_recoding
+
+    if args.recode is not None:
+        rec, flag = read_recoding(args.recode, flag="--recode"), f"--recode {args.recode!r}"
+    elif spec is not None and spec.recode_path is not None:
+        rec, flag = spec.recoding(), f"[data] recode of {str(spec.path)!r}"
+    else:
+        return None
+    other = [q for q in rec.variables if q not in qi]
+    if other:
+        which = "is not an identifying variable" if len(other) == 1 else "are not identifying"
+        raise InvalidParameterError(
+            f"{flag} recodes {', '.join(map(repr, other))}, which {which} (the identifying "
+            f"variables, --qi: {', '.join(map(str, qi))})."
+        )
+    return rec if rec else None
+
+
+def _recoded(data, recoding):
+    """Records recoded, and each recoded variable's number of categories before (missing counted
+    as one, as the table counts it)."""
+    from ..recode import _text
+
+    before = {}
+    for q in recoding.variables:
+        if q in data.columns:
+            na = data[q].isna()
+            texts = data[q][~na].map(lambda v: v if isinstance(v, str) else _text(v))
+            before[q] = int(texts.nunique() + int(na.any()))
+    return recoding.apply(data), before
+
+
+def _with_recoding(result, recoding, before: dict):
+    """The result with its recoding in ``details["recode"]`` (guarded by the design file's
+    checksum), and the categories of each recoded variable before and after."""
+    if recoding is None:
+        return result
+    qi = list(result.table.qi)
+    counts = {
+        q: [before.get(q), len(result.table.categories[qi.index(q)])]
+        for q in recoding.variables
+        if q in qi
+    }
+    rec = {**recoding.to_dict(), "categories": counts}
+    return dataclasses.replace(result, details={**result.details, "recode": rec})

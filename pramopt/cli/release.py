@@ -93,11 +93,16 @@ def _policy(args):
 
 
 def _checked(args, res, policy) -> None:
-    """Refuse a design weaker than the policy; print what was checked."""
+    """Refuse a design weaker than the policy; print what was checked (and the recoding the
+    release applies, for a design made on recoded data)."""
     from ..publish.policy import describe_checked, enforce_policy
+    from ..publish.recoded import describe_recoding
 
     verdict = enforce_policy(res, policy)
     say(args, describe_checked(res) + (f"; {verdict}" if verdict else "") + ".")
+    recoded = describe_recoding(res)
+    if recoded:
+        say(args, f"{recoded} before release.")
 
 
 def _same_format(src, dst) -> bool:
@@ -110,6 +115,7 @@ def _same_format(src, dst) -> bool:
 def run(args) -> int:
     from ..publish.file_release import records_changed
     from ..publish.frame import check_same_table, releasable_table, release
+    from ..publish.recoded import recoded_frame
 
     policy = _policy(args)
     res = load_design(args.design)
@@ -140,8 +146,8 @@ def run(args) -> int:
             f"(expected {res.expected_changes:.4g}).",
         )
         return 0
-    # CSV to Parquet or back: in memory, with pandas' types
-    df = read_table(args.data, text=text_keys(res), dialect=dialect_of(args))
+    # CSV to Parquet or back: in memory, with pandas' types (recoded as for the design)
+    df = recoded_frame(read_table(args.data, text=text_keys(res), dialect=dialect_of(args)), res)
     check_same_table(table_for_design(df, res), res.table, repr(args.data))
     out = release(df, res, seed=args.seed)
     write_table(out, args.out)
@@ -158,6 +164,7 @@ def _kind_release(args, res, kind, policy) -> int:
     """A design of another kind (households: household-level values once per household), in
     memory."""
     from ..publish.file_release import records_changed, release_file
+    from ..publish.recoded import recoded_frame
 
     kind.check_releasable(res)  # refuse an unsafe design before reading any data
     _checked(args, res, policy)
@@ -175,8 +182,8 @@ def _kind_release(args, res, kind, policy) -> int:
             na_values=d.na_values,
         )
         n, changed = rel.n, rel.changed
-    else:  # CSV to Parquet or back: with pandas' types
-        df = read_table(args.data, text=text_keys(res), dialect=d)
+    else:  # CSV to Parquet or back: with pandas' types (recoded as for the design)
+        df = recoded_frame(read_table(args.data, text=text_keys(res), dialect=d), res)
         out = kind.release(df, res, args.seed)
         write_table(out, args.out)
         n, changed = len(out), records_changed(df, out, res.qi)

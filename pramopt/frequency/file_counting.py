@@ -312,12 +312,23 @@ class _Cells:
 
 
 class _Counter:
-    """Everything :func:`count_file` accumulates: distinct values per column and cell counts."""
+    """Everything :func:`count_file` accumulates: distinct values per column and cell counts.
 
-    def __init__(self, src: _Source, qi: tuple, owner: str, as_text=False, na_values=None):
+    With ``recode`` (a :class:`~pramopt.recode.Recoding`) the distinct values of each recoded
+    column are read as text and recoded when they are converted, so that the cells are the
+    recoded data's while each batch is still read raw.
+    """
+
+    def __init__(
+        self, src: _Source, qi: tuple, owner: str, as_text=False, na_values=None, recode=None
+    ):
         self.src, self.qi, self.owner = src, qi, owner
+        self.recode = recode
         # keys kept as the text written ('03' stays '03'): one flag, or one per column
         flags = as_text if isinstance(as_text, (list, tuple)) else [as_text] * len(qi)
+        # a recoding maps texts, so a recoded column is read as text whatever the flag says
+        self.recoded = [recode is not None and bool(recode.variables.get(q)) for q in qi]
+        flags = [f or r for f, r in zip(flags, self.recoded)]
         self.as_text = [bool(f) and src.format == "csv" for f in flags]
         # each column's missing-value texts (None: the dialect's)
         self.na = list(na_values) if na_values is not None else [None] * len(qi)
@@ -338,12 +349,31 @@ class _Counter:
         rows, _ = self.cells.compact(self.radix())
         return np.unique(rows[:, j])
 
+    def values(self, j: int, start: int = 0, recoded: bool = True) -> pd.Series:
+        """The distinct raw values of column j with ids >= ``start``, as pandas reads them, then
+        recoded (when ``recoded`` and the column is recoded)."""
+        q = self.qi[j]
+        vals = self.src.to_pandas(
+            q, self.cols[j].values(start), as_str=self.as_text[j], na_values=self.na[j]
+        )
+        if recoded and self.recoded[j]:
+            vals = self.recode.series(q, vals).reset_index(drop=True)
+        return vals
+
+    def categories_before(self) -> dict[str, int]:
+        """Per recoded column, its number of categories before the recoding (missing counted as
+        one, as the table counts it)."""
+        out = {}
+        for j, q in enumerate(self.qi):
+            if self.recoded[j]:
+                vals = self.values(j, recoded=False).take(self.observed(j))
+                out[q] = int(vals.nunique(dropna=True) + int(vals.isna().any()))
+        return out
+
     def check_categories(self, j: int, max_categories: int) -> None:
         """Raise early (as encode_column would at the end) when column j has too many categories."""
         obs = self.observed(j)
-        vals = self.src.to_pandas(
-            self.qi[j], self.cols[j].values(), as_str=self.as_text[j], na_values=self.na[j]
-        ).take(obs)
+        vals = self.values(j).take(obs)
         k = vals.nunique(dropna=True) + int(vals.isna().any())
         if k > max_categories:
             # counted part way through the file: a floor, not the column's number of categories
@@ -362,16 +392,10 @@ class _Counter:
         cats, luts = [], []
         for j, q in enumerate(self.qi):
             obs = np.unique(rows[:, j])
-            vals = (
-                self.src.to_pandas(
-                    q, self.cols[j].values(), as_str=self.as_text[j], na_values=self.na[j]
-                )
-                .take(obs)
-                .reset_index(drop=True)
-            )
+            vals = self.values(j).take(obs).reset_index(drop=True)
             mc = max_categories if not isinstance(max_categories, Sequence) else max_categories[j]
             codes, c = encode_column(vals, q, domains.get(q), mc, owner)
-            if self.as_text[j] and q not in domains:
+            if (self.as_text[j] or self.recoded[j]) and q not in domains:
                 codes, c = _numeric_order(codes, c, self.src.dialect.decimal)
             lut = np.full(self.cols[j].size, -1, dtype=np.int64)
             lut[obs] = codes
@@ -413,13 +437,16 @@ def _count_file(
     owner: str,
     keys_as_text: bool = False,
     dialect: CsvDialect = DEFAULT_DIALECT,
+    recode=None,
+    categories_before: dict | None = None,
 ) -> FrequencyTable:
     batch_size = check_int(batch_size, "batch_size", owner, low=1)
     max_categories = check_int(max_categories, "max_categories", owner, low=1)
     src = _Source(path, fmt, owner, dialect=dialect)
     qi = check_qi_names(src.names, qi, owner)
     domains = check_domains(domains, qi, owner)
-    counter = _Counter(src, qi, owner, as_text=keys_as_text)
+    _check_recode(recode, qi, owner)
+    counter = _Counter(src, qi, owner, as_text=keys_as_text, recode=recode)
     limits = [max_categories] * len(qi)
     for batch in src.batches(list(qi), batch_size):
         counter.add(batch)
@@ -434,11 +461,38 @@ def _count_file(
             f"The 'path' parameter of {owner} must be a file with at least one record; "
             f"{str(src.path)!r} has none."
         )
-    return counter.table(domains, max_categories, owner)[0]
+    table = counter.table(domains, max_categories, owner)[0]
+    if categories_before is not None:
+        categories_before.update(counter.categories_before())
+    return table
+
+
+def _check_recode(recode, qi, owner: str) -> None:
+    """Refuse a recoding that is not one, or that names a variable outside ``qi``."""
+    if recode is None:
+        return
+    from ..recode import Recoding
+
+    if not isinstance(recode, Recoding):
+        raise InvalidParameterError(
+            f"The 'recode' parameter of {owner} must be a pramopt.recode.Recoding or None; got "
+            f"{type(recode).__name__}."
+        )
+    other = [q for q in recode.variables if q not in qi]
+    if other:
+        raise InvalidParameterError(
+            f"The 'recode' parameter of {owner} recodes {other!r}, which are not identifying "
+            f"variables (qi: {list(qi)!r})."
+        )
 
 
 def count_table(path, qi, *, owner: str = "count_file", **kw) -> FrequencyTable:
-    """:func:`count_file` with another function's name in its error messages (for the CLI)."""
+    """:func:`count_file` with another function's name in its error messages (for the CLI).
+
+    Besides :func:`count_file`'s keywords it takes ``dialect`` (a checked CSV dialect) and
+    ``categories_before``, a dict filled with the number of categories of each recoded
+    variable before its recoding.
+    """
     return _count_file(
         path,
         qi,
@@ -449,6 +503,8 @@ def count_table(path, qi, *, owner: str = "count_file", **kw) -> FrequencyTable:
         owner,
         kw.get("keys_as_text", False),
         kw.get("dialect", DEFAULT_DIALECT),
+        kw.get("recode"),
+        kw.get("categories_before"),
     )
 
 
@@ -465,6 +521,7 @@ def count_file(
     encoding: str = "utf-8",
     decimal: str = ".",
     na_values: Sequence[str] = (),
+    recode=None,
 ) -> FrequencyTable:
     """Frequency table of a CSV or Parquet file, read in record batches.
 
@@ -496,6 +553,11 @@ def count_file(
     na_values : list of str, optional
         CSV only: texts that mean a missing value, besides the empty field for keys read as text
         (besides pandas' markers otherwise).  Release the file with the same ``na_values``.
+    recode : Recoding, optional
+        New categories of some identifying variables (:class:`pramopt.recode.Recoding`), applied
+        to each distinct value before the records are counted; a recoded variable's categories
+        are text (a CSV column is then read as the text written, whatever ``keys_as_text``
+        says; a missing value stays missing).
 
     Returns
     -------
@@ -508,8 +570,9 @@ def count_file(
     ------
     InvalidParameterError
         For a missing file, an unknown extension, a file that cannot be parsed, an unknown or
-        repeated ``qi`` column, bad ``batch_size`` or ``max_categories``, a file without
-        records, or a variable with too many categories.
+        repeated ``qi`` column, bad ``batch_size`` or ``max_categories``, a ``recode`` that names
+        a variable outside ``qi``, a file without records, or a variable with too many
+        categories.
     """
     return _count_file(
         path,
@@ -521,4 +584,5 @@ def count_file(
         "count_file",
         keys_as_text,
         csv_dialect(sep, encoding, decimal, "count_file", na_values),
+        recode,
     )

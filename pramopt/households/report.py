@@ -62,4 +62,5 @@ def from_household(result: HouseholdDesign, title: str = "pramopt household desi
         solver=rh.solver,
         col_codes=cols,
         diag=diag,
+        price=result.price(),
     )

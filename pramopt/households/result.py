@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
@@ -12,6 +13,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from ..frequency.table import FrequencyTable
+from ..price import Price, design_price, summary_lines
 from ..result import DesignResult, Status, frozen_matrix, frozen_value
 from ..verify import C1Report, c1_risk
 from .model import Layout, record_matrix, released_codes, split
@@ -247,6 +249,24 @@ class HouseholdDesign:
             self.layout, self.household_matrix, self.person_matrix, self.combination_indices
         )[0]
 
+    def price(self) -> Price:
+        """The share of records (persons) the record-level matrix changes; the fewest any design
+        could change is not known for household designs (:class:`pramopt.price.Price`)."""
+        return self._price
+
+    @cached_property
+    def _price(self) -> Price:
+        # a cached_property writes the instance's __dict__, which a frozen dataclass allows
+        R, cols = self.record_matrix()
+        return design_price(
+            R,
+            self.table,
+            self.combination_indices,
+            self.alpha,
+            changes=self.expected_changes,
+            col_codes=cols,
+        )
+
     def figures(self) -> dict[str, Any]:
         return {
             "max_risk": self.max_risk,
@@ -254,6 +274,9 @@ class HouseholdDesign:
             "expected_changes": self.expected_changes,
             "n": self.n,
             "cells": self.table.n_cells,
+            "changed_share": self.price().share,
+            "changed_share_lower_bound": self.price().minimum_share,
+            "heavy_perturbation": self.price().heavy,
         }
 
     def summary(self) -> str:
@@ -261,6 +284,7 @@ class HouseholdDesign:
         lines = [
             f"pramopt household design: {self.status.value}"
             + ("" if self.success else " (NOT SAFE TO RELEASE)"),
+            *summary_lines(self.price()),
             f"  {self.message}",
             f"  records n = {self.n}, households = {self.details.get('households')}, cells K = "
             f"{self.table.n_cells}",

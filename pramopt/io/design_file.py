@@ -85,8 +85,9 @@ def record_sha256(rec: dict) -> str:
     """SHA-256 of the guarded fields of a design record (canonical JSON).
 
     ``files`` (the checksums of the files written beside ``design.json``) is guarded too when the
-    record has it, and so are ``epsilon`` and ``k`` of a design made under them; records written
-    before either existed keep their checksum.
+    record has it, and so are ``epsilon`` and ``k`` of a design made under them, and the
+    recoding (``details["recode"]``) of a design made on recoded data; records written before
+    any of these existed keep their checksum.
     """
     keys = GUARDED + (("files",) if "files" in rec else ())
     guarded = {k: rec.get(k) for k in keys}
@@ -94,6 +95,11 @@ def record_sha256(rec: dict) -> str:
     if params.get("epsilon") is not None or params.get("k") is not None:
         # a release re-checks epsilon and k of a design made under them: they cannot be edited away
         guarded["privacy"] = [params.get("epsilon"), params.get("k")]
+    recode = (rec.get("details") or {}).get("recode")
+    if recode is not None:
+        # a release recodes the data with it before matching them: an edited mapping would
+        # release other categories than the design's
+        guarded["recode"] = recode
     text = json.dumps(guarded, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -358,8 +364,8 @@ def design_from_record(rec: dict, p) -> DesignResult:
         )
     if rec["format"] == FORMAT and record_sha256(rec) != rec.get("record_sha256"):
         raise DesignFileError(
-            f"The design {str(p)!r} was modified: its status, alpha or combinations do not match "
-            "their checksum."
+            f"The design {str(p)!r} was modified: its status, alpha, combinations or recoding do "
+            "not match their checksum."
         )
     for name, digest in (rec.get("files") or {}).items():
         # a file beside design.json that is not as written (design.json alone is authoritative,
@@ -374,6 +380,7 @@ def design_from_record(rec: dict, p) -> DesignResult:
             f"The design {str(p)!r} is malformed: matrix {P.shape} for {table.n_cells} cells."
         )
     check_guarantee(rec, qi, p)
+    _check_recoding(rec, qi, p)
     red = rec.get("reduction")
     return DesignResult(
         matrix=P,
@@ -420,6 +427,26 @@ def check_guarantee(rec: dict, qi, p) -> None:
         raise DesignFileError(
             f"The design {str(p)!r} states the combinations {combos!r}; they must be a non-empty "
             f"list of non-empty subsets of {list(qi)!r}. Refusing the file (was it edited?)."
+        )
+
+
+def _check_recoding(rec: dict, qi, p) -> None:
+    """Refuse a record whose recoding (``details["recode"]``) is not one, or recodes a variable
+    the design does not have: a release would apply it."""
+    recode = (rec.get("details") or {}).get("recode")
+    if recode is None:
+        return
+    from ..recode import Recoding
+
+    try:
+        r = Recoding.from_dict(recode, f"the recoding of {str(p)!r}")
+    except InvalidParameterError as e:
+        raise DesignFileError(f"The design {str(p)!r} is malformed: {e}") from None
+    other = [q for q in r.variables if q not in qi]
+    if other:
+        raise DesignFileError(
+            f"The design {str(p)!r} recodes {other!r}, which are not among its identifying "
+            f"variables {list(qi)!r}. Refusing the file (was it edited?)."
         )
 
 

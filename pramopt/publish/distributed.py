@@ -16,6 +16,7 @@ from ..errors import DesignMismatchError
 from ..frequency.distributed import _check_frame, _partition_counts, _table
 from ..frequency.table import FrequencyTable, check_qi_names
 from .frame import check_same_table, releasable_table, release_frame
+from .recoded import recoding_of
 from .sampling import Sampler, UniformStream, seed_entropy
 
 __all__ = ["release_dask"]
@@ -48,7 +49,8 @@ def release_dask(ddf, result, seed=None, *, allow_unverified: bool = False):
     Parameters
     ----------
     ddf : dask.dataframe.DataFrame
-        The microdata the design was made for.
+        The microdata the design was made for (recoded first with the design's recoding, if it
+        has one).
     result : DesignResult
     seed : int or numpy.random.Generator, optional
         Seed for a reproducible draw; without it 128 bits of entropy come from ``secrets``
@@ -61,7 +63,7 @@ def release_dask(ddf, result, seed=None, *, allow_unverified: bool = False):
     Returns
     -------
     dask.dataframe.DataFrame
-        Same partitions, columns and dtypes as ``ddf``.
+        Same partitions, columns and dtypes as ``ddf`` (a recoded variable as text).
 
     Raises
     ------
@@ -72,6 +74,9 @@ def release_dask(ddf, result, seed=None, *, allow_unverified: bool = False):
     table = releasable_table(result, owner, allow_unverified)
     _check_frame(ddf, owner)
     qi = check_qi_names(ddf.columns, table.qi, owner)
+    rec = recoding_of(result)
+    if rec:  # a design made on recoded data: matched, and released, recoded (lazily)
+        ddf = ddf.map_partitions(rec.apply, meta=rec.apply(ddf._meta))
     entropy = seed_entropy(seed, owner)
     parts, (count, part) = _partition_counts(ddf, qi)
     domains = {q: list(c) for q, c in zip(table.qi, table.categories)}

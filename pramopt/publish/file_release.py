@@ -21,9 +21,12 @@ What is written
     metadata) and the compression codec are the source's, and the row groups have a fixed
     size (``ROW_GROUP_SIZE`` records), so that the output does not depend on the batch size.
     ``pd.read_csv(dst)`` (``pd.read_parquet``) then equals ``release(pd.read_csv(src), result,
-    seed)``.  The output is written to a temporary file next to ``dst`` and renamed only once
-    every record has been released and the counts of the source have been checked against
-    the design; on any failure no ``dst`` is left.
+    seed)``.  A design made on recoded data (:mod:`.recoded`) has the source recoded before it
+    is matched to the design, and its recoded variables written as their new categories (text,
+    in Parquet too); a value the recoding does not list is written as read.  The output is
+    written to a temporary file next to ``dst`` and renamed only once every record has been
+    released and the counts of the source have been checked against the design; on any
+    failure no ``dst`` is left.
 
 Memory
     A release holds one batch, one output row group (Parquet) and, for a CSV, the blocks
@@ -32,9 +35,7 @@ Memory
 
 from __future__ import annotations
 
-import codecs
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,10 +44,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pandas._libs.parsers import STR_NA_VALUES  # pandas' missing markers
 
-from .._csv import DEFAULT_DIALECT, CsvDialect, csv_dialect, has_bom, line_end
+from .._csv import CsvDialect, csv_dialect, has_bom, line_end
 from .._validation import InvalidParameterError, check_int
 from ..errors import DesignMismatchError
 from ..frequency.file_counting import (
@@ -68,7 +68,9 @@ from ..io.atomic import atomic_write, check_out_file
 from ..kinds import kind_of
 from .frame import check_same_table, releasable_table
 from .policy import enforce_policy
+from .recoded import recoded_frame, recoded_texts, recoding_of, text_schema
 from .sampling import Sampler, UniformStream, seed_entropy
+from .sinks import _csv_text, _CsvSink, _ParquetSink, _quote
 
 __all__ = ["release_file", "FileRelease", "ROW_GROUP_SIZE", "release_in_memory"]
 
@@ -102,129 +104,6 @@ class FileRelease:
     format: str
 
 
-def _csv_text(x) -> str:
-    """A category as ``DataFrame.to_csv`` writes it (before quoting)."""
-    if is_missing(x):
-        return ""
-    if isinstance(x, (bool, np.bool_)):
-        return str(bool(x))
-    if isinstance(x, (int, np.integer)):
-        return str(int(x))
-    if isinstance(x, (float, np.floating)):
-        return repr(float(x))
-    return str(x)
-
-
-def _may_need_quotes(arr: pa.Array, sep: str = ",") -> bool:
-    """False when no value can need quotes: a fast byte scan of the array's whole data buffer."""
-    bufs = arr.buffers()
-    if len(bufs) < 3 or bufs[2] is None:
-        return False
-    raw = bufs[2].to_pybytes()  # a copy, but searched at memchr speed
-    return any(ch in raw for ch in (b'"', sep.encode(), b"\n", b"\r"))
-
-
-def _quote(arr: pa.Array, quote_empty: bool = False, sep: str = ",") -> pa.Array:
-    """Minimal CSV quoting (as Python's csv.QUOTE_MINIMAL): only fields with the separator, " or
-    line breaks."""
-    if not quote_empty and not _may_need_quotes(arr, sep):
-        return arr
-    need = pc.match_substring_regex(arr, '["\r\n' + re.escape(sep) + "]")
-    if quote_empty:  # a one-column file must not have empty lines
-        need = pc.or_(need, pc.equal(pc.utf8_length(arr), 0))
-    if not pc.any(need).as_py():
-        return arr
-    q, empty = pa.scalar('"', arr.type), pa.scalar("", arr.type)
-    quoted = pc.binary_join_element_wise(q, pc.replace_substring(arr, '"', '""'), q, empty)
-    return pc.if_else(need, quoted, arr)
-
-
-def _csv_bytes(columns: list[pa.Array], sep: str = ",", newline: str = "\n") -> memoryview:
-    """The CSV lines of already quoted text columns, as one (UTF-8) buffer."""
-    L = pa.large_string()
-    columns = [c if c.type == L else c.cast(L) for c in columns]
-    row = (
-        columns[0]
-        if len(columns) == 1
-        else pc.binary_join_element_wise(*columns, pa.scalar(sep, L))
-    )
-    lines = pc.binary_join_element_wise(row, pa.scalar("", L), pa.scalar(newline, L))
-    _, offsets, data = lines.buffers()
-    off = np.frombuffer(offsets, dtype=np.int64)
-    lo, hi = int(off[lines.offset]), int(off[lines.offset + len(lines)])
-    return memoryview(data)[lo:hi]
-
-
-class _CsvSink:
-    """CSV lines in the source's dialect: its separator, its encoding (Arrow's text is UTF-8) and
-    its line ends."""
-
-    def __init__(
-        self,
-        fh,
-        names: list[str],
-        dialect: CsvDialect = DEFAULT_DIALECT,
-        newline: str = "\n",
-        bom: bool = False,
-    ):
-        self.fh, self.sep, self.newline = fh, dialect.sep, newline
-        # utf-8-sig would write a mark before every block: the mark is written once, below
-        self.encoding = None if dialect.encoding in ("utf-8", "utf-8-sig") else dialect.encoding
-        if bom and dialect.encoding in ("utf-8", "utf-8-sig"):
-            fh.write(codecs.BOM_UTF8)
-        header = _quote(
-            pa.array(names, type=pa.large_string()), quote_empty=len(names) == 1, sep=self.sep
-        )
-        self._put(_csv_bytes([header[i : i + 1] for i in range(len(names))], self.sep, newline))
-
-    def _put(self, data: memoryview) -> None:
-        if self.encoding is None:
-            self.fh.write(data)
-        else:
-            self.fh.write(bytes(data).decode("utf-8").encode(self.encoding))
-
-    def write(self, columns: list[pa.Array]) -> None:
-        if len(columns[0]):
-            self._put(_csv_bytes(columns, self.sep, self.newline))
-
-    def close(self) -> None:
-        pass
-
-
-class _ParquetSink:
-    """Writes row groups of exactly ``ROW_GROUP_SIZE`` records, whatever the batches it is given.
-
-    The row groups (and so the file's bytes) do not depend on the batch size; each one is made
-    contiguous before it is written, so that the writer sees the same arrays however the
-    records arrived.
-    """
-
-    def __init__(self, fh, schema: pa.Schema, compression: str, size: int):
-        self.writer = pq.ParquetWriter(fh, schema, compression=compression)
-        self.schema = schema
-        self.size = size
-        self.buf: list[pa.RecordBatch] = []
-        self.rows = 0
-
-    def _flush(self, size: int) -> None:
-        t = pa.Table.from_batches(self.buf, schema=self.schema)
-        self.writer.write_table(t.slice(0, size).combine_chunks(), row_group_size=max(size, 1))
-        rest = t.slice(size)
-        self.buf = rest.to_batches() if rest.num_rows else []
-        self.rows -= size
-
-    def write(self, batch: pa.RecordBatch) -> None:
-        self.buf.append(batch)
-        self.rows += batch.num_rows
-        while self.rows >= self.size:
-            self._flush(self.size)
-
-    def close(self) -> None:
-        if self.rows:
-            self._flush(self.rows)
-        self.writer.close()
-
-
 def _arrow_labels(field: pa.Field, cats: pd.Index) -> pa.Array:
     """The design's categories as an Arrow array of the column's (value) type; NaN -> null."""
     typ = field.type.value_type if pa.types.is_dictionary(field.type) else field.type
@@ -248,12 +127,28 @@ def _as_dictionary(plain: pa.Array, like: pa.Array, typ: pa.DictionaryType) -> p
 
 
 class _Releaser:
-    """Per-column mapping from raw values to the design's categories, and released labels."""
+    """Per-column mapping from raw values to the design's categories, and released labels.
 
-    def __init__(self, src: _Source, table: FrequencyTable, counter: _Counter):
+    ``schema`` is the released Parquet file's (a recoded column is text there); ``recoded`` the
+    texts of each column that its recoding changes, which a CSV release writes as their new
+    category rather than as read.
+    """
+
+    def __init__(
+        self,
+        src: _Source,
+        table: FrequencyTable,
+        counter: _Counter,
+        schema: pa.Schema | None = None,
+        recoded: list | None = None,
+    ):
         self.src, self.table, self.counter = src, table, counter
         self.luts = [np.empty(0, dtype=np.int64) for _ in table.qi]
-        self.as_str = [src.format == "csv" and text_categories(c) for c in table.categories]
+        self.as_str = list(counter.as_text)
+        self.schema = src.schema if schema is None else schema
+        self.recoded = [
+            pa.array(t, type=pa.string()) if t else None for t in (recoded or [[]] * len(table.qi))
+        ]
         if src.format == "csv":
             self.labels = [
                 _quote(
@@ -265,7 +160,7 @@ class _Releaser:
             ]
         else:
             self.labels = [
-                _arrow_labels(src.schema.field(q), cats)
+                _arrow_labels(self.schema.field(q), cats)
                 for q, cats in zip(table.qi, table.categories)
             ]
 
@@ -273,9 +168,8 @@ class _Releaser:
         """Design codes of the raw values with ids >= start of column j (-1: not a category)."""
         q, cats = self.table.qi[j], self.table.categories[j]
         raw = self.counter.cols[j].values(start)
-        codes = category_codes(
-            self.src.to_pandas(q, raw, as_str=self.as_str[j], na_values=self.counter.na[j]), cats
-        )
+        # as the counter reads them (recoded, for a recoded column), so that they match its table
+        codes = category_codes(self.counter.values(j, start), cats)
         if self.src.format == "csv" and not self.as_str[j] and (codes < 0).any():
             # typed one value at a time where typing them together failed (mixed-type categories)
             texts = raw.to_pylist()
@@ -346,7 +240,8 @@ def release_file(
     Parameters
     ----------
     src : str or Path
-        The microdata the design was made for: ``.csv``, ``.parquet`` or ``.pq``.
+        The microdata the design was made for: ``.csv``, ``.parquet`` or ``.pq`` (before its
+        recoding, if the design has one: it is applied here).
     dst : str or Path
         The released file, in the same format as ``src`` (``.csv``; ``.parquet`` or ``.pq``).
     result : DesignResult
@@ -407,12 +302,26 @@ def release_file(
     )
     out = _check_dst(dst, source, owner)
     qi = check_qi_names(source.names, table.qi, owner)
-    # identifying values of a design made on text keys are read as the text written
-    as_text = [text_categories(c) for c in table.categories]
-    na = [_missing_texts(c, t, source.dialect) for c, t in zip(table.categories, as_text)]
-    counter = _Counter(source, qi, owner, as_text=as_text, na_values=na)
-    releaser = _Releaser(source, table, counter)
-    sampler = Sampler(result.matrix)
+    counter, releaser = _reading(source, table, result, qi, owner)
+    n, changed, batches = _write(
+        out, source, table, Sampler(result.matrix), counter, releaser, entropy, batch_size
+    )
+    return FileRelease(path=out, n=n, changed=changed, batches=batches, format=source.format)
+
+
+def _write(
+    out: Path,
+    source: _Source,
+    table: FrequencyTable,
+    sampler: Sampler,
+    counter: _Counter,
+    releaser: _Releaser,
+    entropy: int,
+    batch_size: int,
+) -> tuple[int, int, int]:
+    """Release the source batch by batch into ``out``, kept only once the source's counts are
+    checked against the design: the records, the records changed and the batches."""
+    qi = counter.qi
     lookup = CellLookup(table)
     uniforms = UniformStream(entropy)
     positions = [source.names.index(q) for q in qi]
@@ -421,7 +330,7 @@ def release_file(
         sink = (
             _CsvSink(fh, source.names, source.dialect, line_end(source.path), has_bom(source.path))
             if source.format == "csv"
-            else _ParquetSink(fh, source.schema, source.compression, ROW_GROUP_SIZE)
+            else _ParquetSink(fh, releaser.schema, source.compression, ROW_GROUP_SIZE)
         )
         for batch in source.batches(None, batch_size):
             m = batch.num_rows
@@ -433,7 +342,24 @@ def release_file(
             batches += 1
         _check_counts(counter, table, releaser, source, qi)
         sink.close()
-    return FileRelease(path=out, n=offset, changed=changed, batches=batches, format=source.format)
+    return offset, changed, batches
+
+
+def _reading(
+    source: _Source, table: FrequencyTable, result, qi, owner: str
+) -> tuple[_Counter, _Releaser]:
+    """The counter and the releaser of a source: the identifying values of a design made on
+    text keys read as the text written; a design made on recoded data matched, and released,
+    recoded (a recoded variable is text in a released Parquet file, whatever the source's type).
+    """
+    recoding = recoding_of(result)
+    as_text = [text_categories(c) for c in table.categories]
+    na = [_missing_texts(c, a, source.dialect) for c, a in zip(table.categories, as_text)]
+    # a missing value stays missing, as it did for the design, and is written as read
+    changes = [[t for t in recoded_texts(recoding, q) if t not in m] for q, m in zip(qi, na)]
+    counter = _Counter(source, qi, owner, as_text=as_text, na_values=na, recode=recoding)
+    schema = text_schema(source.schema, recoding.variables if recoding else ())
+    return counter, _Releaser(source, table, counter, schema, changes)
 
 
 def _missing_texts(cats: pd.Index, as_text: bool, dialect: CsvDialect) -> tuple[str, ...]:
@@ -476,9 +402,9 @@ def release_in_memory(
     kind of design whose release needs every record at once (a household needs all its members).
 
     A CSV is read twice: typed as :func:`pramopt.io.read_table` reads it (identifying values as
-    the design's categories), and every field as the text written, so that every
-    non-identifying field is written back byte for byte, in the source's dialect and line ends,
-    as :func:`release_file` writes a person-level release.
+    the design's categories, recoded with the design's recoding), and every field as the text
+    written, so that every non-identifying field is written back byte for byte, in the source's
+    dialect and line ends, as :func:`release_file` writes a person-level release.
     """
     from ..io.tables import read_table, write_table
 
@@ -487,7 +413,9 @@ def release_in_memory(
     out_path = _check_dst(dst, source, owner)
     qi = list(result.table.qi)
     text = [q for q, c in zip(qi, result.table.categories) if text_categories(c)]
-    df = read_table(source.path, text=text, dialect=dialect)
+    # a design made on recoded data: matched, and released, recoded
+    df = recoded_frame(read_table(source.path, text=text, dialect=dialect), result)
+    recoding = recoding_of(result)
     out = release(df, result, seed)
     changed = records_changed(df, out, qi)
     if source.format == "parquet":
@@ -526,7 +454,12 @@ def release_in_memory(
                         "keys_as_text=True))."
                     )
             a, b = df[name], out[name]
-            kept = ((a == b).fillna(False) | (a.isna() & b.isna())).to_numpy(dtype=bool)
+            # a text the recoding changes is written as its new category (a missing marker it
+            # lists stays missing, as for the design, and is written as read)
+            recoded = raw[name].isin(recoded_texts(recoding, name)) & a.notna()
+            kept = (((a == b).fillna(False) | (a.isna() & b.isna())) & ~recoded).to_numpy(
+                dtype=bool
+            )
             col = pa.array(
                 np.where(kept, raw[name].to_numpy(dtype=object), [_csv_text(x) for x in b]),
                 type=pa.large_string(),
@@ -571,15 +504,19 @@ def _released(
     positions: list[int],
 ):
     """The batch with its identifying columns replaced by the released cells' labels (a CSV
-    value that keeps its category keeps the text it was written as: '01', 'N/A')."""
-    qi = table.qi
+    value that keeps its category keeps the text it was written as: '01', 'N/A'; unless its
+    recoding changes that text: then its new category)."""
+    qi, schema = table.qi, releaser.schema
     columns = list(batch.columns)
     for j, p in enumerate(positions):
         rel = releaser.labels[j].take(pa.array(table.codes[new, j]))
-        if source.format == "parquet" and pa.types.is_dictionary(source.schema.field(qi[j]).type):
-            rel = _as_dictionary(rel, batch.column(p), source.schema.field(qi[j]).type)
+        if source.format == "parquet" and pa.types.is_dictionary(schema.field(qi[j]).type):
+            rel = _as_dictionary(rel, batch.column(p), schema.field(qi[j]).type)
         if source.format == "csv":
             kept = pa.array(table.codes[new, j] == table.codes[cells, j])
+            if releaser.recoded[j] is not None:
+                recoded = pc.is_in(batch.column(p), value_set=releaser.recoded[j])
+                kept = pc.and_(kept, pc.invert(recoded))
             written = _quote(
                 batch.column(p).cast(pa.large_string()),
                 quote_empty=len(columns) == 1,
@@ -588,7 +525,7 @@ def _released(
             rel = pc.if_else(kept, written, rel)
         columns[p] = rel
     if source.format == "parquet":
-        return pa.RecordBatch.from_arrays(columns, schema=source.schema)
+        return pa.RecordBatch.from_arrays(columns, schema=schema)
     for p in range(len(columns)):
         if p not in positions:
             columns[p] = _quote(

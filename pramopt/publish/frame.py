@@ -173,12 +173,13 @@ def release(
     """Perturb the identifying columns of ``df`` with the design's matrix.
 
     Each record's identifying values are drawn from its cell's row of P, independently; every
-    other column is returned untouched.
+    other column is returned untouched.  A design made on recoded data (its ``recoding``) is
+    applied to ``df`` recoded: every record's recoded variables hold their new categories.
 
     Parameters
     ----------
     df : pandas.DataFrame
-        The microdata the design was made for.
+        The microdata the design was made for (before or after its recoding).
     result : DesignResult
     seed : int or numpy.random.Generator, optional
         Seed for a reproducible draw.  Without it the entropy comes from ``secrets``.  Record
@@ -192,7 +193,10 @@ def release(
         refused.
     """
     from .policy import enforce_policy
+    from .recoded import recoded_frame
 
+    # a design made on recoded data: the frame is matched, and released, recoded
+    df = recoded_frame(df, result)
     kind = kind_of(result)
     if kind is not None:  # e.g. a household design: household-level values once per household
         enforce_policy(result, policy)
@@ -270,7 +274,7 @@ def estimate(released: pd.DataFrame, result, by=None, *, nonnegative: bool = Fal
     Parameters
     ----------
     released : pandas.DataFrame
-        The released microdata.
+        The released microdata (recoded first with the design's recoding, if it has one).
     result : DesignResult
         The design they were released with.
     by : str or list of str, optional
@@ -294,7 +298,11 @@ def estimate(released: pd.DataFrame, result, by=None, *, nonnegative: bool = Fal
         raise InvalidParameterError(
             f"The 'nonnegative' parameter of estimate must be True or False; got {nonnegative!r}."
         )
+    from .recoded import recoded_frame
+
     table = _table_of(result)
+    # idempotent: data released with the design's recoding hold its categories already
+    released = recoded_frame(released, result)
     cells = record_cells(released, table, "estimate")
     K = table.n_cells
     lu = _factor(result.matrix)

@@ -26,7 +26,9 @@ import scipy.sparse as sp
 
 from .._labels import short_label, short_labels
 from ..frequency.table import FrequencyTable, is_missing
+from ..price import Price
 from ..verify import c1_risk
+from .recoding import recoding_figure
 
 __all__ = [
     "ReportData",
@@ -91,6 +93,10 @@ class ReportData:
     #: the cells of the matrix's columns (one column per identifying variable) when ``col_codes``
     #: is set
     col_cells: pd.DataFrame | None = None
+    #: the design's recoding (``details["recode"]``): the categories before and after
+    recoding: dict | None = None
+    #: the share of records the design changes and the least any design could (said at the top)
+    price: Price | None = None
 
     def diagonal(self) -> np.ndarray:
         if self.diag is not None:
@@ -136,6 +142,7 @@ def from_result(result, title: str = "pramopt design") -> ReportData:
         figures["binding requirement"] = d.get("binding")
     return ReportData(
         title=title,
+        recoding=d.get("recode"),  # the categories the data were recoded to before the design
         matrix=result.matrix,
         table=result.table,
         combinations=combos,
@@ -147,6 +154,7 @@ def from_result(result, title: str = "pramopt design") -> ReportData:
         stages=tuple(result.stages),
         solver=result.solver,
         gamma=result.gamma,
+        price=result.price(),
     )
 
 
@@ -463,6 +471,7 @@ class Section:
 #: tables, or None where the report has no such figure.
 FIGURES: dict[str, Callable[[ReportData, Utility], object]] = {
     "summary": lambda d, u: d.figures,
+    "recoding": lambda d, u: recoding_figure(d.recoding),
     "risk": lambda d, u: risk_by_combination(
         d.matrix, d.table, d.combinations, d.alpha, d.col_codes
     ),

@@ -10,6 +10,7 @@ of :func:`.data.sections`.
 from __future__ import annotations
 
 import html
+import re
 from functools import cache
 from importlib.resources import files
 
@@ -41,6 +42,11 @@ def _escape(value):
     if hasattr(value, "__html__"):
         return value
     return Markup(html.escape(str(value)))
+
+
+def _code_html(text) -> Markup:
+    """Running text with its `quoted commands` as HTML code, everything else escaped."""
+    return Markup(re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(str(text))))
 
 
 def _cell(value) -> str:
@@ -78,6 +84,8 @@ def environment(kind: str) -> jinja2.Environment:
     )
     env.filters["fmt"] = fmt
     env.filters["cell"] = _cell
+    # Markdown shows `quoted commands` as code by itself
+    env.filters["code"] = _code_html if html_kind else str
     env.globals.update(
         words=WORDS,
         page=PAGE,

@@ -79,6 +79,14 @@ class FigureWords:
 #: Figure id -> its words (every id of :data:`.data.FIGURES` has an entry).
 WORDS: dict[str, FigureWords] = {
     "summary": FigureWords(title="Summary"),
+    "recoding": FigureWords(
+        title="Recoding before PRAM",
+        text="The data were recoded before the design: the categories below are those the design "
+        "perturbs, and a release and an estimate recode the data the same way first.",
+        caption="The recoding: {description}",
+        table_title="{variable}: values and their new categories ({shown} of {recoded})",
+        note="… and {more} more, in the design's recoding (design.json).",
+    ),
     "risk": FigureWords(
         title="Risk before and after, per combination (worst first)",
         text="C1 (Cator et al., eq. (1)) requires every risk to be at most α = {alpha:g}; 'over' "
@@ -130,6 +138,7 @@ class PageWords:
     """The words of the page around the figures."""
 
     not_safe: str = "NOT SAFE TO RELEASE"
+    heavy: str = "Heavy perturbation"
     solver: str = "Solver: {solver}"
     md_figures: str = (
         "The figures (changes against frequency, change rates and categories per "
