@@ -24,6 +24,7 @@ import pandas as pd
 
 from ._validation import InvalidParameterError, check_int, check_real
 from .frequency.table import check_qi
+from .price import HEAVY_SHARE
 from .recode import Recoding, _text
 
 __all__ = ["advise", "Advice", "candidate_moves", "Move"]
@@ -202,7 +203,7 @@ def advise(
     *,
     ordered: Sequence[str] | None = None,
     hierarchies: Mapping[str, Mapping] | None = None,
-    target: float = 0.25,
+    target: float = HEAVY_SHARE,
     steps: int = 3,
     designs: int = 3,
     combination_size: int | None = None,

@@ -99,3 +99,43 @@ def test_bad_parameters_are_refused_before_any_work():
         advise(df, ["occ", "sex"], ordered=["x"])
     with pytest.raises(InvalidParameterError, match="'target'"):
         advise(df, ["occ", "sex"], target=1.5)
+
+
+def test_advice_files_drive_a_design_and_its_release(tmp_path):
+    """pramopt advise writes recoding files that pramopt design --recode applies; the release
+    then holds only the recoded categories (each record's text mapped in the test)."""
+    import csv
+    import io
+    import json
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from pramopt.cli import main
+
+    def run(*argv):
+        out, err = io.StringIO(), io.StringIO()
+        with redirect_stdout(out), redirect_stderr(err):
+            code = main([str(a) for a in argv])
+        return code, out.getvalue(), err.getvalue()
+
+    src = tmp_path / "reg.csv"
+    _register().to_csv(src, index=False)
+    code, out, err = run("advise", "--data", src, "--qi", "occ,sex,age", "--steps", 1,
+                         "--designs", 1, "--out", tmp_path / "adv")  # fmt: skip
+    assert code == 0, err
+    assert (tmp_path / "adv" / "advice.png").stat().st_size > 0
+    table = pd.read_csv(tmp_path / "adv" / "advice.csv", dtype=str, keep_default_na=False)
+    name = next(f for f in table["recode_file"] if f)
+    mapping = json.loads((tmp_path / "adv" / name).read_text())["variables"]
+    code, _, err = run("design", "--data", src, "--qi", "occ,sex,age", "--recode",
+                       tmp_path / "adv" / name, "--out", tmp_path / "d", "-q")  # fmt: skip
+    assert code == 0, err
+    code, _, err = run("release", "--design", tmp_path / "d", "--data", src, "--out",
+                       tmp_path / "r.csv", "--seed", 4, "-q")  # fmt: skip
+    assert code == 0, err
+    with open(src, newline="") as a, open(tmp_path / "r.csv", newline="") as b:
+        before, after = list(csv.DictReader(a)), list(csv.DictReader(b))
+    for q, m in mapping.items():
+        allowed = {m.get(r[q], r[q]) for r in before}
+        assert {r[q] for r in after} <= allowed
+        recoded_away = set(m) - set(m.values())
+        assert recoded_away and not recoded_away & {r[q] for r in after}
