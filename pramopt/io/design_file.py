@@ -413,7 +413,18 @@ def check_guarantee(rec: dict, qi, p) -> None:
     """Refuse a record whose α is not in (0, 1) or whose Π is empty or names other variables:
     no design pramopt makes has them, and a release checks C1 at the file's own α and Π."""
     alpha = rec.get("alpha")
-    if not (isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and 0.0 < alpha < 1.0):
+    given = rec.get("params")
+    params: dict = given if isinstance(given, dict) else {}
+    # a design under epsilon or k alone (no C1) states alpha 1: its guarantee is those, which a
+    # release checks again
+    private = params.get("alpha", 0) is None and any(
+        isinstance(params.get(k), (int, float)) and params[k] > 0 for k in ("epsilon", "k")
+    )
+    if not (
+        isinstance(alpha, (int, float))
+        and not isinstance(alpha, bool)
+        and (0.0 < alpha < 1.0 or (private and alpha == 1.0))
+    ):
         raise DesignFileError(
             f"The design {str(p)!r} states alpha {alpha!r}; a risk bound must be in (0, 1). "
             "Refusing the file (was it edited?)."
