@@ -41,6 +41,7 @@ from .baselines import (
     sdcmicro_invariant_matrix,
     sdcmicro_on_cells,
 )
+from .choices import Choice, ChoiceFrontier, choice_frontier, variables_per_changed_record
 from .errors import (
     CallbackError,
     DesignFileError,
@@ -110,6 +111,9 @@ __all__ = [
     "design",
     "DesignParams",
     "frontier",
+    "choice_frontier",
+    "Choice",
+    "ChoiceFrontier",
     "advise",
     "Advice",
     "write_advice",
@@ -129,6 +133,7 @@ __all__ = [
     "SparseL2",
     "expected_changes",
     "condition_number",
+    "variables_per_changed_record",
     # verification and risk
     "C1Report",
     "c1_risk",

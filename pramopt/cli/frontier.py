@@ -1,5 +1,6 @@
 """``pramopt frontier``: the optimal design and every calibrated baseline at several α, as a
-table, a figure and an HTML page in one folder."""
+table, a figure and an HTML page in one folder; with ``--recode``/``--keys``, the optimal design
+of each recoding and key set at several α instead (:func:`pramopt.choices.choice_frontier`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..baselines.registry import BASELINES
 from ..errors import InvalidParameterError
@@ -26,10 +28,16 @@ from ._common import (
     stage_log,
 )
 
+if TYPE_CHECKING:
+    from ..choices import ChoiceFrontier
+    from ..tradeoff import Frontier
+
 HELP = "loss against α for the optimal design and the calibrated baselines"
 
 #: The files of a frontier folder; the first marks the folder as one that may be replaced.
 FILES = ("frontier.csv", "frontier.png", "frontier.html")
+#: The files of a frontier folder over choices (``--recode``/``--keys``), likewise.
+CHOICE_FILES = ("choices.csv", "choices.png", "choices.html")
 
 
 def add_parser(sub):
@@ -46,10 +54,14 @@ def add_parser(sub):
         "  pramopt frontier --out f\n"
         "  pramopt frontier --data testdata.csv --qi "
         "urbrur,roof,walls,water --alphas 0.05,0.1,0.2 --out f\n"
-        "  pramopt frontier models/example_frontier.toml --out f\n\n"
+        "  pramopt frontier models/example_frontier.toml --out f\n"
+        "  pramopt frontier --data register.csv --qi region,sex,age --recode adv/recode-1.json \\\n"
+        "                   --keys region,age --alphas 0.05,0.1 --out c\n\n"
         "The folder gets frontier.csv (one row per α "
         "and design), frontier.png (loss and expected\n"
-        "changes against α, log scales) and frontier.html (both, with the ratios to the optimum).",
+        "changes against α, log scales) and frontier.html (both, with the ratios to the optimum).\n"
+        "With --recode or --keys it gets choices.csv (one row per choice and α), choices.png\n"
+        "(share of records changed, its proven minimum, and loss against α) and choices.html.",
     )
     p.add_argument(
         "spec", nargs="?", metavar="SPEC.toml", help="a spec; its [frontier] alphas are the default"
@@ -74,6 +86,26 @@ def add_parser(sub):
     )
     p.add_argument(
         "--seed", type=int, default=0, help="seed of the sdcmicro baseline's diagonals (default 0)"
+    )
+    g = p.add_argument_group(
+        "choices (the optimal design of the data as given and of each, no baselines)"
+    )
+    g.add_argument(
+        "--recode",
+        action="append",
+        default=None,
+        metavar="FILE",
+        help="a recoding file (pramopt advise's recode-<rank>.json): one choice, named by its "
+        "description (repeat the flag for more)",
+    )
+    g.add_argument(
+        "--keys",
+        type=csv_list,
+        action="append",
+        default=None,
+        metavar="A,B",
+        help="another set of identifying variables, a subset of --qi: one choice (repeat the "
+        "flag for more)",
     )
     add_parameter_flags(
         p, names=[f.name for f in dataclasses.fields(DesignParams) if f.name != "alpha"]
@@ -105,13 +137,13 @@ def _baselines(text):
     return names[0] if len(names) == 1 and names[0] in ("auto", "all", "none") else names
 
 
-def run(args) -> int:
+def _inputs(args) -> tuple:
+    """(data, qi, design options, name, α, baselines) from the spec, --data or the example;
+    data is None for --data (counted or read once the output folder is checked)."""
     from ..example import EXAMPLE_QI, example_data
-    from ..frequency.file_counting import count_table
     from ..spec import design_kwargs, load_spec
-    from ..tradeoff import DEFAULT_ALPHAS, check_alphas, frontier
+    from ..tradeoff import DEFAULT_ALPHAS, check_alphas
 
-    given = parameters_given(args)
     alphas: Sequence[float]
     alphas, baselines = DEFAULT_ALPHAS, "auto"
     if args.spec is not None:
@@ -139,35 +171,62 @@ def run(args) -> int:
     )  # errors name --alphas (cli._in_flags), before any work
     if args.baselines is not None:
         baselines = _baselines(args.baselines)
+    given = parameters_given(args)
     if "combinations" in given or "combination_size" in given:
         kw.pop("combinations", None)
         kw.pop("combination_size", None)
     kw.update(given)
-    params = DesignParams.from_options(
-        "frontier", alpha=alphas[0], **kw
-    )  # every option checked first
-    out = Path(args.out if args.out is not None else f"frontier-{name}")
-    check_out_dir(
-        out, marker=FILES[0], flag="--out" if args.out is not None else None
-    )  # the folder, before any counting or solving
-    if data is None:
-        data = count_table(
-            args.data,
-            qi,
-            owner="frontier",
-            domains=params.domains,
-            max_categories=params.max_categories,
-            keys_as_text=True,
-            dialect=dialect_of(args),
-        )
+    return data, qi, kw, name, alphas, baselines
+
+
+def _choices(args, qi) -> list:
+    """The choices of --recode and --keys, each checked against --qi before any work."""
+    from ..choices import AS_GIVEN, Choice
+    from ..recode import read_recoding
+
+    out: list = []
+    for path in args.recode or ():
+        rec = read_recoding(path, flag="--recode")
+        other = [q for q in rec.variables if q not in qi]
+        if other:
+            raise InvalidParameterError(
+                f"--recode {path!r} recodes {', '.join(map(repr, other))}, not among the "
+                f"identifying variables (--qi: {', '.join(map(str, qi))})."
+            )
+        label = rec.description.strip() or Path(path).name
+        if label in {c.label for c in out} | {AS_GIVEN}:
+            label = f"{label} ({Path(path).name})"  # two recodings described alike
+        if label in {c.label for c in out}:
+            raise InvalidParameterError(f"--recode {path!r} is given twice.")
+        out.append(Choice(label, recoding=rec))
+    for keys in args.keys or ():
+        other = [q for q in keys if q not in qi]
+        if other or len(set(keys)) != len(keys):
+            why = f"names {other!r}, not among" if other else "repeats a variable of"
+            raise InvalidParameterError(
+                f"--keys {','.join(keys)!r} {why} the identifying variables (--qi: "
+                f"{', '.join(map(str, qi))}); each --keys is a subset of them."
+            )
+        label = "keys " + ",".join(keys)
+        if label in {c.label for c in out}:
+            raise InvalidParameterError(f"--keys {','.join(keys)!r} is given twice.")
+        out.append(Choice(label, qi=tuple(keys)))
+    return out
+
+
+def _progress(args):
+    """The progress callback of both frontiers: one stderr line per point, unless quiet."""
+    from .._labels import short_label
+
     t0 = time.monotonic()
 
     def progress(alpha, design, result):
         if args.quiet:
             return
-        at = f"{PROG}: [{time.monotonic() - t0:7.1f} s] α = {alpha:<6g} {design:<24}"
+        shown = short_label(design, 24)
+        at = f"{PROG}: [{time.monotonic() - t0:7.1f} s] α = {alpha:<6g} {shown:<24}"
         if result is None:
-            if design == "optimal":
+            if design == "optimal" or args.recode or args.keys:
                 print(f"{at} designing", file=sys.stderr, flush=True)
             return
         print(
@@ -177,21 +236,77 @@ def run(args) -> int:
             flush=True,
         )
 
-    opts = {k: v for k, v in params.to_dict().items() if k != "alpha"}
-    with stage_log(args.quiet):  # the stages of a long design, as 'pramopt design' shows them
-        f = frontier(
-            data, qi, alphas, baselines=baselines, seed=args.seed, progress=progress, **opts
-        )
+    return progress
+
+
+def _write(out: Path, files: tuple, f, csv: str, title: str) -> None:
+    """A frontier's table, figure and page, built aside and renamed (``files[0]`` marks it)."""
     png = f.png()
-    with atomic_dir(out, marker=FILES[0]) as tmp:
-        write_text(f.points.to_csv(index=False), tmp / FILES[0])
-        with atomic_write(tmp / FILES[1]) as fh:
+    with atomic_dir(out, marker=files[0]) as tmp:
+        write_text(csv, tmp / files[0])
+        with atomic_write(tmp / files[1]) as fh:
             fh.write(png)
-        write_text(f.to_html(f"pramopt frontier: {name}", png=png), tmp / FILES[2])
+        write_text(f.to_html(title, png=png), tmp / files[2])
+
+
+def run(args) -> int:
+    from ..frequency.file_counting import count_table
+    from ..io import read_table
+
+    data, qi, kw, name, alphas, baselines = _inputs(args)
+    params = DesignParams.from_options(
+        "frontier", alpha=alphas[0], **kw
+    )  # every option checked first
+    choices = _choices(args, qi) if args.recode or args.keys else None
+    if choices is not None and args.baselines is not None:
+        raise InvalidParameterError(
+            "--baselines does not apply with --recode or --keys (the optimal design of each "
+            "choice is made, no baselines)."
+        )
+    files, kind = (CHOICE_FILES, "choices") if choices is not None else (FILES, "frontier")
+    out = Path(args.out if args.out is not None else f"{kind}-{name}")
+    check_out_dir(
+        out, marker=files[0], flag="--out" if args.out is not None else None
+    )  # the folder, before any counting or solving
+    if data is None and choices is not None:
+        # a recoding maps the records' values: the records themselves, keys as text
+        data = read_table(args.data, text=qi, dialect=dialect_of(args))
+    elif data is None:
+        data = count_table(
+            args.data,
+            qi,
+            owner="frontier",
+            domains=params.domains,
+            max_categories=params.max_categories,
+            keys_as_text=True,
+            dialect=dialect_of(args),
+        )
+    opts = {k: v for k, v in params.to_dict().items() if k != "alpha"}
+    f: Frontier | ChoiceFrontier
+    with stage_log(args.quiet):  # the stages of a long design, as 'pramopt design' shows them
+        if choices is not None:
+            from ..choices import choice_frontier
+
+            f = choice_frontier(data, qi, alphas, choices, progress=_progress(args), **opts)
+            csv = f.to_csv()
+        else:
+            from ..tradeoff import frontier
+
+            f = frontier(
+                data,
+                qi,
+                alphas,
+                baselines=baselines,
+                seed=args.seed,
+                progress=_progress(args),
+                **opts,
+            )
+            csv = f.points.to_csv(index=False)
+    _write(out, files, f, csv, f"pramopt {kind}: {name}")
     say(
         args,
         f.summary(),
         *[f"note: {n}" for n in f.notes],
-        f"written to {out}/ ({', '.join(FILES)})",
+        f"written to {out}/ ({', '.join(files)})",
     )
     return 0 if f.success else 1
