@@ -167,6 +167,35 @@ def candidate_moves(
     return moves
 
 
+def check_options(
+    qi, alpha, target, steps, designs, ordered, hierarchies, combination_size, combinations
+):
+    """The advice's options checked (before any data are read, on the command line): alpha,
+    target, steps, designs, the variables named and Π; returns them with Π as design options."""
+    from .frequency.combinations import resolve_combinations
+
+    owner = "advise"
+    alpha = check_real(alpha, "alpha", owner, low=0.0, high=1.0, low_open=True, high_open=True)
+    target = check_real(target, "target", owner, low=0.0, high=1.0, low_open=True)
+    steps = check_int(steps, "steps", owner, low=1)
+    designs = check_int(designs, "designs", owner, low=0)
+    for name, given in (("ordered", ordered), ("hierarchies", hierarchies)):
+        bad = [v for v in (given or ()) if v not in qi]
+        if bad:
+            raise InvalidParameterError(
+                f"The {name!r} parameter of {owner} must name identifying variables among "
+                f"{list(qi)!r}; got {bad!r}."
+            )
+    opts: dict = {}
+    if combinations is not None:
+        resolve_combinations(qi, explicit=combinations, owner=owner)  # names checked
+        opts["combinations"] = [list(c) for c in combinations]
+    if combination_size is not None:
+        resolve_combinations(qi, size=combination_size, owner=owner)
+        opts["combination_size"] = combination_size
+    return alpha, target, steps, designs, opts
+
+
 def _bound(df: pd.DataFrame, qi: list, alpha: float, opts: dict) -> tuple[float | None, int]:
     """The proven minimum of expected changes of any design meeting C1, and the cells."""
     from .optimize.designer import table_and_combinations
@@ -183,13 +212,14 @@ def _bound(df: pd.DataFrame, qi: list, alpha: float, opts: dict) -> tuple[float 
     return lb, table.n_cells
 
 
-def _combos(opts: dict, qi: list) -> dict:
-    """The combination options for ``qi`` (a variable left out leaves its combinations)."""
+def _combos(opts: dict, qi: list) -> dict | None:
+    """The combination options for ``qi`` (a variable left out leaves its combinations); None
+    when no combination is left."""
     out = dict(opts)
     if out.get("combinations") is not None:
         kept = [c for c in out["combinations"] if all(v in qi for v in c)]
         if not kept:
-            return {}
+            return None
         out["combinations"] = kept
     elif out.get("combination_size", 3) > len(qi):
         out["combination_size"] = len(qi)
@@ -249,25 +279,12 @@ def advise(
     t0 = time.perf_counter()
     owner = "advise"
     qi = list(check_qi(data, qi, owner))
-    alpha = check_real(alpha, "alpha", owner, low=0.0, high=1.0, low_open=True, high_open=True)
-    target = check_real(target, "target", owner, low=0.0, high=1.0, low_open=True)
-    steps = check_int(steps, "steps", owner, low=1)
-    designs = check_int(designs, "designs", owner, low=0)
-    for name, given in (("ordered", ordered), ("hierarchies", hierarchies)):
-        bad = [v for v in (given or ()) if v not in qi]
-        if bad:
-            raise InvalidParameterError(
-                f"The {name!r} parameter of {owner} must name identifying variables among "
-                f"{qi!r}; got {bad!r}."
-            )
-    opts: dict = {}
-    if combinations is not None:
-        opts["combinations"] = [list(c) for c in combinations]
-    if combination_size is not None:
-        opts["combination_size"] = combination_size
+    alpha, target, steps, designs, opts = check_options(
+        qi, alpha, target, steps, designs, ordered, hierarchies, combination_size, combinations
+    )
     n = len(data)
     say = progress or (lambda s: None)
-    base_bound, base_cells = _bound(data, qi, alpha, _combos(opts, qi))
+    base_bound, base_cells = _bound(data, qi, alpha, opts)
     search = _Search(data, qi, alpha, opts, ordered, hierarchies, say)
     search.rows.append(_row("as given", 0, qi, 0, base_cells, base_bound, n))
     search.recodings.append(Recoding())
@@ -308,7 +325,7 @@ class _Search:
         if key in self.seen:
             return self.seen[key]
         o = _combos(self.opts, qi)
-        if self.opts and not o:
+        if o is None:
             return None  # every combination named a variable left out
         df = rec.apply(self.data) if rec else self.data
         lb, cells = _bound(df, qi, self.alpha, o)
@@ -330,7 +347,8 @@ class _Search:
             for mv in moves:
                 if mv.drop and not drops:
                     continue
-                new_rec = rec if mv.drop else rec.then(mv.recoding)
+                # a variable left out leaves the recoding too (its file names --qi's only)
+                new_rec = rec.without(mv.variable) if mv.drop else rec.then(mv.recoding)
                 new_qi = [q for q in qi if not (mv.drop and q == mv.variable)]
                 label = _label(_describe(rec, self.qi, qi), mv.name)
                 got = self.option(new_rec, new_qi, label, step)
@@ -385,7 +403,7 @@ def _designs(data, qi, alpha, opts, ranked, recs, count, structure, say) -> dict
     for i in picks:
         kept = ranked.at[i, "qi"].split(",")
         df = recs[i].apply(data) if recs[i] else data
-        res = pramopt.design(df, kept, alpha, structure=structure, **_combos(opts, kept))
+        res = pramopt.design(df, kept, alpha, structure=structure, **(_combos(opts, kept) or {}))
         ranked.at[i, "design_changes"] = res.expected_changes
         ranked.at[i, "design_share"] = res.expected_changes / len(data)
         ranked.at[i, "loss"] = res.loss

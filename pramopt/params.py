@@ -472,6 +472,14 @@ class DesignParams:
                 "The 'alpha' parameter of design may be None (no C1) only when 'epsilon' or 'k' "
                 "is given; got alpha=None with neither."
             )
+        if self.alpha is None and self.epsilon is None and self.k is not None and self.k <= 1:
+            from .errors import InvalidParameterError
+
+            # k = 1 + (n - 1) AR >= 1 holds for every matrix: alone it guarantees nothing
+            raise InvalidParameterError(
+                "The 'k' parameter of design must be above 1 when it is the only guarantee "
+                f"(alpha=None, no epsilon); got k={self.k!r}."
+            )
 
     @classmethod
     def from_options(cls, owner: str = "design", **options) -> DesignParams:

@@ -127,7 +127,7 @@ class Price:
         # the share of the count shown, so that both stay a lower bound
         least = _shown(self.minimum_changes, down=True)
         return said + (
-            f"no design {scope} changes fewer than {_percent(least, self.n)} "
+            f"no design {scope} changes fewer than {_percent(least, self.n, down=True)} "
             f"({_count(least)}{rows})."
         )
 
@@ -328,14 +328,24 @@ def _count(x: float) -> str:
     return f"{x:.{2 - math.floor(math.log10(x))}f}".rstrip("0").rstrip(".")
 
 
-def _percent(records: float, n: int) -> str:
-    """``records`` of ``n`` in percent, rounded half up (on the exact value): 1 decimal from 1%
-    up, 2 significant digits below."""
+def _percent(records: float, n: int, down: bool = False) -> str:
+    """``records`` of ``n`` in percent, rounded half up (``down``: rounded down, for a lower
+    bound, so that no design may lie below the figure shown) on the exact value: 1 decimal
+    from 1% up, 2 significant digits below; 100% and 0% only when exact."""
     if math.isnan(records) or not n:
         return "n/a"
     p = Fraction(records) * 100 / n
     if p <= 0:
         return "0%"
     dec = 1 if p >= 1 else 1 - math.floor(math.log10(p))
-    shown = Fraction(math.floor(p * 10**dec + Fraction(1, 2)), 10**dec)
+    step = Fraction(1, 10**dec)
+    shown = (
+        Fraction(math.floor(p / step), 10**dec)
+        if down
+        else Fraction(math.floor(p / step + Fraction(1, 2)), 10**dec)
+    )
+    if shown >= 100 and p < 100:
+        shown = 100 - step  # not all of them
+    if shown <= 0:
+        shown = step  # some of them
     return f"{float(shown):.{dec}f}%"

@@ -5,9 +5,10 @@ groups regions, bands ages.  A :class:`Recoding` maps, per variable, the text of
 text of its new category; a value it does not list keeps its text.  A recoded variable is text
 throughout (``5`` and ``5.0`` are the texts ``"5"`` and ``"5.0"``), as the command line reads
 identifying values, so that a design, its release and its estimates see the same categories
-whether the data came from a file or a frame.  A recoding is idempotent (a new category is
-never itself recoded), so that released data, which hold the new categories, can be recoded
-again harmlessly.
+whether the data came from a file or a frame (an integer-valued float of a frame is the text of
+the integer: a column of integers with a blank is read as floats).  A recoding is idempotent (a
+new category is never itself recoded), so that released data, which hold the new categories,
+can be recoded again harmlessly.
 
 A recoding file is JSON (``{"format": "pramopt-recode/1", "variables": {"AGE": {"21": "20-24",
 ...}}, "description": "..."}``), written by ``pramopt advise`` and read by ``pramopt design
@@ -32,7 +33,8 @@ FORMAT = "pramopt-recode/1"
 
 
 def _text(v) -> str:
-    """A value as the command line reads it (an integer-valued float of a frame as written)."""
+    """A value of a frame as the text a file holds for it: an integer-valued float as the
+    integer (pandas reads a column of integers with a blank as floats: 21 becomes 21.0)."""
     if isinstance(v, str):
         return v
     if isinstance(v, (bool, np.bool_)):
@@ -40,7 +42,8 @@ def _text(v) -> str:
     if isinstance(v, (int, np.integer)):
         return str(int(v))
     if isinstance(v, (float, np.floating)):
-        return repr(float(v))
+        f = float(v)
+        return str(int(f)) if f.is_integer() else repr(f)
     return str(v)
 
 
@@ -96,6 +99,14 @@ class Recoding:
             out[name] = merged
         words = "; ".join(d for d in (self.description, other.description) if d)
         return Recoding(out, words)
+
+    def without(self, name: str) -> Recoding:
+        """This recoding less its mapping of variable ``name``."""
+        if name not in self.variables:
+            return self
+        rest = {q: m for q, m in self.variables.items() if q != name}
+        words = "; ".join(d for d in self.description.split("; ") if not d.startswith(name))
+        return Recoding(rest, words)
 
     def series(self, name: str, values: pd.Series) -> pd.Series:
         """``values`` of variable ``name`` recoded: text, missing values kept missing."""

@@ -49,10 +49,11 @@ def test_recoding_is_checked_and_composes():
         Recoding({"a": {"1": "2", "2": "3"}})
     r = Recoding({"a": {"1": "1-2", "2": "1-2"}}).then(Recoding({"a": {"1-2": "1-4", "3": "1-4"}}))
     assert r.variables["a"] == {"1": "1-4", "2": "1-4", "1-2": "1-4", "3": "1-4"}
-    df = pd.DataFrame({"a": pd.array([1, 2, 3, 4, None], dtype="Int64"), "b": [1, 2, 3, 4, 5]})
-    out = r.apply(df)
-    assert out["a"].tolist()[:4] == ["1-4", "1-4", "1-4", "4"] and pd.isna(out["a"].iloc[4])
-    assert out["b"].tolist() == [1, 2, 3, 4, 5]
+    for a in (pd.array([1, 2, 3, 4, None], dtype="Int64"), [1.0, 2.0, 3.0, 4.0, np.nan]):
+        df = pd.DataFrame({"a": a, "b": [1, 2, 3, 4, 5]})
+        out = r.apply(df)  # floats read from integers with a blank are their integers' texts
+        assert out["a"].tolist()[:4] == ["1-4", "1-4", "1-4", "4"] and pd.isna(out["a"].iloc[4])
+        assert out["b"].tolist() == [1, 2, 3, 4, 5]
 
 
 @pytest.fixture(scope="module")
@@ -139,3 +140,16 @@ def test_advice_files_drive_a_design_and_its_release(tmp_path):
         assert {r[q] for r in after} <= allowed
         recoded_away = set(m) - set(m.values())
         assert recoded_away and not recoded_away & {r[q] for r in after}
+
+
+def test_a_variable_left_out_leaves_the_recoding_and_combinations_are_checked():
+    r = Recoding({"a": {"1": "1-2", "2": "1-2"}, "b": {"x": "y"}}, "a banded; b merged")
+    assert r.without("a").variables == {"b": {"x": "y"}}
+    assert r.without("a").description == "b merged"
+    df = _register(50)
+    with pytest.raises(InvalidParameterError, match="combinations.*sexx"):
+        advise(df, ["occ", "sex"], combinations=[["occ", "sexx"]])
+    a = advise(df, ["occ", "sex", "age"], steps=2, designs=0, target=0.01)
+    for i, rec in enumerate(a.recodings):
+        kept = a.options.at[i, "qi"].split(",")
+        assert set(rec.variables) <= set(kept)  # no recoding of a variable left out

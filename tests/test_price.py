@@ -216,3 +216,11 @@ def test_as_dict_is_plain_json(heavy):
     assert d["heavy"] is True and d["n"] == res.n
     assert list(d["variables"]) == list(res.qi)
     assert pd.Series(d["variables"]).sum() >= res.price().changes - 1e-9
+
+
+def test_percent_rounds_a_lower_bound_down_and_never_claims_all():
+    from pramopt.price import _percent
+
+    assert _percent(1235, 10000, down=True) == "12.3%"  # a design at 12.36% is not below it
+    assert _percent(1235, 10000) == "12.4%"
+    assert _percent(1999, 2000) == "99.9%" and _percent(2000, 2000) == "100.0%"

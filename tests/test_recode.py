@@ -275,7 +275,9 @@ def test_count_file_recodes_before_counting(tmp_path):
     df = write_data(tmp_path / "d.csv", 300, range(10, 30), ["a", "b"], seed=9)
     rec = Recoding({"age": band(range(10, 30), 10)})
     t = pramopt.count_file(tmp_path / "d.csv", QI, recode=rec, keys_as_text=True)
-    want = rec.apply(df).groupby(QI).size().to_dict()
+    m = rec.variables["age"]
+    plain = df.assign(age=[m.get(str(v), str(v)) for v in df["age"]])  # the mapping by hand
+    want = plain.groupby(QI).size().to_dict()
     assert dict(zip(map(tuple, t.cells().to_numpy()), t.counts.tolist())) == want
     with pytest.raises(pramopt.InvalidParameterError, match="recode"):
         pramopt.count_file(tmp_path / "d.csv", ["age", "sex"], recode=Recoding({"region": {}}))

@@ -118,11 +118,15 @@ def _hierarchies(values, qi) -> dict:
 
 
 def run(args) -> int:
-    from ..advise import ADVICE_FILES, advise, write_advice
+    from ..advise import ADVICE_FILES, advise, check_options, write_advice
 
     out = Path(args.out if args.out is not None else f"advice-{Path(args.data).stem}")
     check_out_dir(out, marker=ADVICE_FILES[0], flag="--out" if args.out is not None else None)
     hier = _hierarchies(args.hierarchy, args.qi)
+    check_options(
+        args.qi, args.alpha, args.target, args.steps, args.designs, args.ordered, hier,
+        args.combination_size, args.combinations,
+    )  # fmt: skip
     df = read_table(args.data, text=args.qi, dialect=dialect_of(args))
     a = advise(
         df,

@@ -11,10 +11,12 @@ so that the next write of the same target removes what a killed run (SIGKILL) le
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import secrets
 import shutil
+import socket
 from pathlib import Path
 
 from ..errors import InvalidParameterError
@@ -38,9 +40,14 @@ def _parent(p: Path) -> Path:
     return p.parent if str(p.parent) else Path(".")
 
 
+def _host() -> str:
+    """A short tag of this machine: a process id means something on its own machine only."""
+    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:6]
+
+
 def _temp_name(p: Path, suffix: str) -> Path:
-    # the writer's process id in the name tells a later run whether the writer is gone
-    return _parent(p) / f".{p.name}.{os.getpid()}-{secrets.token_hex(6)}{suffix}"
+    # the writer's machine and process id in the name tell a later run whether it is gone
+    return _parent(p) / f".{p.name}.{_host()}-{os.getpid()}-{secrets.token_hex(6)}{suffix}"
 
 
 def _alive(pid: int) -> bool:
@@ -50,19 +57,19 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except (PermissionError, OSError):
-        return True  # another user's process: leave its files alone
+    except (PermissionError, OverflowError, ValueError, OSError):
+        return True  # another user's process, or no such number: leave its files alone
     return True
 
 
 def clean_stale(path) -> list[Path]:
     """Remove the temporary files and folders that a killed run left next to ``path`` (named
-    as :func:`_temp_name` names them, by a process that no longer exists); a design folder
-    that such a run had moved aside is put back if nothing took its place.  Returns what was
-    removed."""
+    as :func:`_temp_name` names them, on this machine, by a process that no longer exists); a
+    design folder that such a run had moved aside is put back if nothing took its place.
+    Returns what was removed."""
     p = Path(path)
     folder = _parent(p)
-    pattern = re.compile(rf"^\.{re.escape(p.name)}\.(\d+)-[0-9a-f]{{12}}\.(tmp|old)$")
+    pattern = re.compile(rf"^\.{re.escape(p.name)}\.{_host()}-(\d+)-[0-9a-f]{{12}}\.(tmp|old)$")
     gone: list[Path] = []
     try:
         entries = list(folder.iterdir())

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import zipfile
 from pathlib import Path
 
@@ -289,6 +290,11 @@ def _design_path(path) -> Path:
     return p
 
 
+def _no_constant(name: str):
+    # pramopt writes design.json with allow_nan=False: a NaN or Infinity was put there by hand
+    raise ValueError(f"it holds {name}, which pramopt never writes")
+
+
 def load_design(path) -> DesignResult:
     """Rebuild the :class:`~pramopt.DesignResult` saved by :func:`save_design`.
 
@@ -308,7 +314,7 @@ def load_design(path) -> DesignResult:
     """
     p = _design_path(path)
     try:
-        rec = json.loads(p.read_text(encoding="utf-8"))
+        rec = json.loads(p.read_text(encoding="utf-8"), parse_constant=_no_constant)
     except json.JSONDecodeError as e:
         raise DesignFileError(
             f"The design {str(p)!r} is not a complete design file (cut short or edited by hand?): "
@@ -417,8 +423,10 @@ def check_guarantee(rec: dict, qi, p) -> None:
     params: dict = given if isinstance(given, dict) else {}
     # a design under epsilon or k alone (no C1) states alpha 1: its guarantee is those, which a
     # release checks again
-    private = params.get("alpha", 0) is None and any(
-        isinstance(params.get(k), (int, float)) and params[k] > 0 for k in ("epsilon", "k")
+    eps, k = params.get("epsilon"), params.get("k")
+    private = params.get("alpha", 0) is None and (
+        (isinstance(eps, (int, float)) and math.isfinite(eps) and eps > 0)
+        or (isinstance(k, (int, float)) and math.isfinite(k) and k > 1)  # k <= 1 holds always
     )
     if not (
         isinstance(alpha, (int, float))
@@ -426,7 +434,8 @@ def check_guarantee(rec: dict, qi, p) -> None:
         and (0.0 < alpha < 1.0 or (private and alpha == 1.0))
     ):
         raise DesignFileError(
-            f"The design {str(p)!r} states alpha {alpha!r}; a risk bound must be in (0, 1). "
+            f"The design {str(p)!r} states alpha {alpha!r}; a risk bound must be in (0, 1) "
+            "(1 only for a design under epsilon, or k above 1, alone). "
             "Refusing the file (was it edited?)."
         )
     combos = rec.get("combinations")

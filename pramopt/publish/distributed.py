@@ -16,6 +16,7 @@ from ..errors import DesignMismatchError
 from ..frequency.distributed import _check_frame, _partition_counts, _table
 from ..frequency.table import FrequencyTable, check_qi_names
 from .frame import check_same_table, releasable_table, release_frame
+from .policy import enforce_policy, refuse_unverified_policy
 from .recoded import recoding_of
 from .sampling import Sampler, UniformStream, seed_entropy
 
@@ -39,7 +40,7 @@ class _PartitionRelease:
         )
 
 
-def release_dask(ddf, result, seed=None, *, allow_unverified: bool = False):
+def release_dask(ddf, result, seed=None, *, allow_unverified: bool = False, policy=None):
     """Perturb the identifying columns of a Dask DataFrame with the design's matrix.
 
     The data are checked against the design first (one pass: every value known to the design
@@ -59,6 +60,9 @@ def release_dask(ddf, result, seed=None, *, allow_unverified: bool = False):
         ``ddf.compute()`` and :func:`pramopt.release_file`.
     allow_unverified : bool
         Release even with a design that failed verification (never do this for publication).
+    policy : ReleasePolicy, optional
+        The office's α and Π (:func:`pramopt.release_policy`): a design weaker than it is
+        refused.
 
     Returns
     -------
@@ -71,7 +75,9 @@ def release_dask(ddf, result, seed=None, *, allow_unverified: bool = False):
         For a design that did not pass verification, or data it was not made for.
     """
     owner = "release_dask"
+    refuse_unverified_policy(policy, allow_unverified, owner)
     table = releasable_table(result, owner, allow_unverified)
+    enforce_policy(result, policy, owner)
     _check_frame(ddf, owner)
     qi = check_qi_names(ddf.columns, table.qi, owner)
     rec = recoding_of(result)

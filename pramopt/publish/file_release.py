@@ -67,7 +67,7 @@ from ..frequency.table import (
 from ..io.atomic import atomic_write, check_out_file
 from ..kinds import kind_of
 from .frame import check_same_table, releasable_table
-from .policy import enforce_policy
+from .policy import enforce_policy, refuse_unverified_policy
 from .recoded import recoded_frame, recoded_texts, recoding_of, text_schema
 from .sampling import Sampler, UniformStream, seed_entropy
 from .sinks import _csv_text, _CsvSink, _ParquetSink, _quote
@@ -288,9 +288,9 @@ def release_file(
         enforce_policy(result, policy, owner)
         dialect = csv_dialect(sep, encoding, decimal, owner, na_values)
         return kind.release_file(src, dst, result, seed, dialect, owner)
+    refuse_unverified_policy(policy, allow_unverified, owner)
     table = releasable_table(result, owner, allow_unverified)
-    if not allow_unverified:
-        enforce_policy(result, policy, owner)
+    enforce_policy(result, policy, owner)
     batch_size = check_int(batch_size, "batch_size", owner, low=1)
     entropy = seed_entropy(seed, owner)
     source = _Source(

@@ -192,7 +192,7 @@ def release(
         The office's α and Π (:func:`pramopt.release_policy`): a design weaker than it is
         refused.
     """
-    from .policy import enforce_policy
+    from .policy import enforce_policy, refuse_unverified_policy
     from .recoded import recoded_frame
 
     # a design made on recoded data: the frame is matched, and released, recoded
@@ -201,9 +201,9 @@ def release(
     if kind is not None:  # e.g. a household design: household-level values once per household
         enforce_policy(result, policy)
         return kind.release(df, result, seed)
+    refuse_unverified_policy(policy, allow_unverified, "release")
     table = releasable_table(result, "release", allow_unverified)
-    if not allow_unverified:
-        enforce_policy(result, policy)
+    enforce_policy(result, policy)
     cells = record_cells(df, table, "release")
     if not np.array_equal(np.bincount(cells, minlength=table.n_cells), table.counts):
         raise DesignMismatchError(

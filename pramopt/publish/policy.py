@@ -21,7 +21,14 @@ from .._validation import InvalidParameterError
 from ..errors import DesignMismatchError
 from ..frequency.combinations import resolve_combinations
 
-__all__ = ["ReleasePolicy", "release_policy", "read_policy", "enforce_policy", "describe_checked"]
+__all__ = [
+    "ReleasePolicy",
+    "release_policy",
+    "read_policy",
+    "enforce_policy",
+    "describe_checked",
+    "refuse_unverified_policy",
+]
 
 
 @dataclass(frozen=True)
@@ -134,6 +141,15 @@ def describe_checked(result) -> str:
         f", … ({len(combos)} in all)" if len(combos) > 6 else ""
     )
     return f"checked C1 at alpha {result.alpha:g} over {len(combos)} combination(s): {shown}"
+
+
+def refuse_unverified_policy(policy, allow_unverified: bool, owner: str) -> None:
+    """A policy cannot be met by a release that skips the checks."""
+    if allow_unverified and policy is not None and not policy.empty:
+        raise InvalidParameterError(
+            f"The 'policy' parameter of {owner} cannot be combined with allow_unverified=True: "
+            "a release that skips the checks meets no policy."
+        )
 
 
 def enforce_policy(result, policy: ReleasePolicy | None, owner: str = "release") -> str | None:
