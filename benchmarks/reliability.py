@@ -181,7 +181,7 @@ def run(out: Path, quick: bool = False, log=print) -> None:
     fig = _random_cases(seeds, log)
     rows.append(
         {
-            "part": "random designs (3-5 keys, 20-600 records, random options)",
+            "part": "random designs (2-5 keys, 20-600 records, random options)",
             "tried": fig["cases"],
             "held": fig["cases"]
             - fig["unsafe"]
