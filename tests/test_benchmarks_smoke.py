@@ -51,12 +51,14 @@ def test_solvers_quick(tmp_path):
     assert np.allclose(res.objective, res.objective.iloc[0], rtol=1e-6)
 
 
+@pytest.mark.slow  # a benchmark's smoke run: `pytest -m slow`
 def test_scaling_quick(tmp_path):
     kdf, ndf = scaling.run(tmp_path, quick=True, cells=(40,), records=(2000,), log=lambda m: None)
     assert kdf.design_s.notna().all() and ndf.release_s.notna().all()
     assert (tmp_path / "scaling_slopes.md").exists()
 
 
+@pytest.mark.slow  # a benchmark's smoke run: `pytest -m slow`
 def test_figures_quick(tmp_path):
     optimal_vs_closed.run(tmp_path, quick=True, alphas=(0.1, 0.2), log=lambda m: None)
     paths = figures.run(tmp_path, quick=True, log=lambda m: None)
@@ -105,6 +107,7 @@ def test_census_generator_is_seeded_and_shaped_like_a_census():
     assert r.nunique().tolist() <= [182, 2, 60, 4] and len(r.drop_duplicates()) > 3000
 
 
+@pytest.mark.slow  # a benchmark's smoke run: `pytest -m slow`
 def test_census_quick(tmp_path):
     from benchmarks import census
 
@@ -190,6 +193,7 @@ def test_optimality_quick(tmp_path):
     assert (tmp_path / "optimality.md").exists()
 
 
+@pytest.mark.slow  # a benchmark's smoke run: `pytest -m slow`
 def test_refine_models_quick(tmp_path):
     from benchmarks import refine_models
 
