@@ -121,6 +121,29 @@ def add_csv_options(p):
     )
 
 
+def add_combination_flags(p, size_help: str) -> None:
+    """--combination-size (alias --combinations) and repeated --combination A,B: Π for commands
+    other than design (which declares them from DesignParams); both default to None."""
+    p.add_argument(
+        "--combination-size",
+        "--combinations",
+        dest="combination_size",
+        type=int,
+        default=None,
+        metavar="SIZE",
+        help=size_help,
+    )
+    p.add_argument(
+        "--combination",
+        dest="combinations",
+        type=csv_list,
+        action="append",
+        default=None,
+        metavar="A,B",
+        help="one combination (repeat the flag for more)",
+    )
+
+
 def dialect_of(args):
     """The checked CSV dialect of the command line's data file (errors name the flags)."""
     from .._csv import csv_dialect

@@ -8,7 +8,15 @@ from pathlib import Path
 from ..errors import InvalidParameterError
 from ..io import read_table
 from ..io.atomic import check_out_dir
-from ._common import add_csv_options, add_quiet, csv_list, dialect_of, formatter, say
+from ._common import (
+    add_combination_flags,
+    add_csv_options,
+    add_quiet,
+    csv_list,
+    dialect_of,
+    formatter,
+    say,
+)
 
 HELP = "recodings that lower the share of records a design must change"
 
@@ -69,23 +77,8 @@ def add_parser(sub):
         help="structure of the designs made (default replacement: seconds; auto: what "
         "pramopt design makes)",
     )
-    p.add_argument(
-        "--combination-size",
-        "--combinations",
-        dest="combination_size",
-        type=int,
-        default=None,
-        metavar="SIZE",
-        help="every subset of SIZE identifying variables is a combination (default 3)",
-    )
-    p.add_argument(
-        "--combination",
-        dest="combinations",
-        type=csv_list,
-        action="append",
-        default=None,
-        metavar="A,B",
-        help="one combination (repeat the flag for more)",
+    add_combination_flags(
+        p, "every subset of SIZE identifying variables is a combination (default 3)"
     )
     p.add_argument("--out", default=None, metavar="DIR", help="folder (default advice-<data>)")
     add_quiet(p)

@@ -8,7 +8,15 @@ from ..errors import InvalidParameterError
 from ..io import load_design, read_table, table_for_design, write_table
 from ..io.atomic import check_out_file
 from ..kinds import kind_of
-from ._common import add_csv_options, add_quiet, csv_list, dialect_of, formatter, say, text_keys
+from ._common import (
+    add_combination_flags,
+    add_csv_options,
+    add_quiet,
+    dialect_of,
+    formatter,
+    say,
+    text_keys,
+)
 
 HELP = "perturb the identifying columns with a design"
 
@@ -48,24 +56,7 @@ def add_parser(sub):
         "checked",
     )
     g.add_argument("--alpha", type=float, default=None, metavar="A", help="largest risk allowed")
-    g.add_argument(
-        "--combination-size",
-        "--combinations",
-        dest="combination_size",
-        type=int,
-        default=None,
-        metavar="SIZE",
-        help="every subset of SIZE identifying variables is a combination",
-    )
-    g.add_argument(
-        "--combination",
-        dest="combinations",
-        type=csv_list,
-        action="append",
-        default=None,
-        metavar="A,B",
-        help="one combination (repeat the flag for more)",
-    )
+    add_combination_flags(g, "every subset of SIZE identifying variables is a combination")
     g.add_argument(
         "--policy",
         default=None,
