@@ -322,6 +322,7 @@ def test_the_loss_minimisation_stops_on_a_count_of_solves_and_repeats_exactly():
         assert cut.loss <= replacement_loss(o0, w, pools, pb.counts)
 
 
+@pytest.mark.slow  # a census-shaped design in auto mode (the benchmark's census study runs it too)
 def test_auto_mode_on_census_like_data_reports_the_optimised_retentions():
     from benchmarks.census_data import census_data
 
