@@ -12,7 +12,20 @@ from dataclasses import dataclass
 
 from .errors import InvalidParameterError
 
-__all__ = ["CsvDialect", "DEFAULT_DIALECT", "csv_dialect", "has_bom", "line_end"]
+__all__ = [
+    "CSV_SUFFIXES",
+    "CsvDialect",
+    "DEFAULT_DIALECT",
+    "bad_line",
+    "csv_dialect",
+    "has_bom",
+    "line_end",
+    "parse_error",
+]
+
+#: Extensions of text data files read and written as CSV in their dialect (``.tsv``: a tab by
+#: default; ``.txt``: whatever ``sep`` says).
+CSV_SUFFIXES = (".csv", ".tsv", ".txt")
 
 
 @dataclass(frozen=True)
@@ -40,10 +53,13 @@ def csv_dialect(
     decimal: str | None = None,
     owner: str = "read",
     na_values=None,
+    path=None,
 ) -> CsvDialect:
-    """A checked dialect (None: the default of that part)."""
+    """A checked dialect (None: the default of that part; ``path``: the file it reads, whose
+    ``.tsv`` extension makes a tab the default separator)."""
     d = DEFAULT_DIALECT
-    sep = d.sep if sep is None else sep
+    if sep is None:
+        sep = "\t" if path is not None and str(path).lower().endswith(".tsv") else d.sep
     encoding = d.encoding if encoding is None else encoding
     decimal = d.decimal if decimal is None else decimal
     if sep == "\\t":
@@ -99,3 +115,47 @@ def line_end(path) -> str:
         head = fh.read(1 << 20)
     i = head.find(b"\n")
     return "\r\n" if i > 0 and head[i - 1 : i] == b"\r" else "\n"
+
+
+#: Characters of a file read at most to find the line of a malformed row (about a second).
+BAD_LINE_SCAN = 1 << 26
+
+
+def bad_line(path, dialect: CsvDialect, limit: int = BAD_LINE_SCAN) -> int | None:
+    """The line number of the first row of a CSV file whose number of fields is not the header's,
+    found by reading the file again with the csv module (None: none in its first ``limit``
+    characters, or the file cannot be read so).
+
+    pyarrow's streaming reader names a malformed row by its text only; the line lets a user open
+    the file there.  A row that spans lines (a quoted line break) is named by its last line.
+    """
+    import csv
+
+    def lines(fh):
+        read = 0
+        for line in fh:
+            read += len(line)
+            if read > limit:
+                return
+            yield line
+
+    try:
+        with open(path, newline="", encoding=dialect.encoding) as fh:
+            rows = csv.reader(lines(fh), delimiter=dialect.sep)
+            width = len(next(rows, []))
+            for row in rows:
+                if row and len(row) != width:  # an empty line is skipped, as pyarrow skips it
+                    return rows.line_num
+    except (OSError, UnicodeError, csv.Error):
+        return None
+    return None
+
+
+def parse_error(path, dialect: CsvDialect, error: Exception) -> str:
+    """The message of a CSV file the reader cannot parse, naming the line of a row with the wrong
+    number of fields when the reader's own message does not."""
+    said = f"Cannot read {str(path)!r}: {error}"
+    if "Expected" not in str(error) or "Row #" in str(error):
+        return said
+    line = bad_line(path, dialect)
+    return said if line is None else f"Cannot read {str(path)!r} (line {line}): {error}"

@@ -417,12 +417,15 @@ def _designs(data, qi, alpha, opts, ranked, recs, count, structure, say) -> dict
 ADVICE_FILES = ("advice.csv", "advice.md", "advice.png")
 
 
-def write_advice(advice: Advice, out, recodings: int = 5) -> pd.DataFrame:
+def write_advice(
+    advice: Advice, out, recodings: int = 5, *, overwrite: bool = False
+) -> pd.DataFrame:
     """Write ``advice.csv`` (every option), ``advice.md`` (the same for people), ``advice.png``
     (each option's proven minimum and design share against the categories it loses) and
     ``recode-<rank>.json`` for the first ``recodings`` options that recode (apply one with
-    ``pramopt design --recode``), into the folder ``out`` (built aside, then renamed).  Returns
-    the table written, with its ``rank`` and ``recode_file``."""
+    ``pramopt design --recode``), into the folder ``out`` (built aside, then renamed).  An advice
+    folder already at ``out`` is replaced only with ``overwrite=True`` (another folder that is not
+    empty never).  Returns the table written, with its ``rank`` and ``recode_file``."""
     from pathlib import Path
 
     from ._labels import formula_safe_frame
@@ -437,7 +440,9 @@ def write_advice(advice: Advice, out, recodings: int = 5) -> pd.DataFrame:
         if rec and written < recodings:
             table.at[i, "recode_file"] = f"recode-{i + 1}.json"
             written += 1
-    with atomic_dir(Path(out), marker=ADVICE_FILES[0]) as tmp:
+    with atomic_dir(
+        Path(out), marker=ADVICE_FILES[0], force=overwrite, writer="write_advice"
+    ) as tmp:
         formula_safe_frame(table).to_csv(tmp / "advice.csv", index=False)
         for i, name in enumerate(table["recode_file"]):
             if name:

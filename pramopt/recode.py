@@ -171,10 +171,11 @@ def read_recoding(path, flag: str = "--recode") -> Recoding:
     return Recoding.from_dict(rec, f"{flag} {str(p)!r}")
 
 
-def write_recoding(recoding: Recoding, path) -> Path:
-    """Write a recoding file atomically (JSON)."""
+def write_recoding(recoding: Recoding, path, *, overwrite: bool = False) -> Path:
+    """Write a recoding file atomically (JSON); a file already at ``path`` is replaced only with
+    ``overwrite=True``."""
     from .io.atomic import check_out_file, write_text
 
-    p = check_out_file(path, kinds=(".json",))
+    p = check_out_file(path, kinds=(".json",), force=overwrite, writer="write_recoding")
     write_text(json.dumps(recoding.to_dict(), indent=1, ensure_ascii=False), p)
     return p

@@ -330,7 +330,7 @@ def test_failed_design_exits_1_and_cannot_be_released(tmp_path):
         (["design", "--data", "{d}", "--qi", "v1,nope"], "nope"),
         (["design", "--data", "{d}", "--qi", "v1,v2", "--alpha", "1.5"], "alpha"),
         (["design", "--data", "{tmp}/missing.csv", "--qi", "v1"], "no such file"),
-        (["design", "--data", "{tmp}/data.txt", "--qi", "v1"], ".csv"),
+        (["design", "--data", "{tmp}/data.xlsx", "--qi", "v1"], ".csv"),
         (["assess", "--matrix", "{tmp}/missing.csv", "--data", "{d}", "--qi", "v1"], "missing.csv"),
     ],
 )
@@ -389,7 +389,7 @@ def test_interrupt_exits_130_and_writes_nothing(example, tmp_path, monkeypatch):
 
     shutil.copytree(example["dir"], tmp_path / "d")
     monkeypatch.setattr(cli, "render_markdown", boom)
-    code, _, err = run_main("design", "--out", tmp_path / "d", "--alpha", 0.2)
+    code, _, err = run_main("design", "--out", tmp_path / "d", "--alpha", 0.2, "--force")
     assert code == 130
     assert f"the design was saved at {tmp_path / 'd'}" in err
     assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["design.json", "matrix.csv"]

@@ -265,11 +265,9 @@ def test_the_command_writes_table_figure_and_page(tmp_path, example):
     assert page.count("<tr>") >= 6 + 1 and "retention" in page
     # one stderr line per point, in the progress style
     assert len([line for line in err.splitlines() if "α = " in line and "loss" in line]) == 6
-    # run again: the frontier folder is replaced; a folder of something else is not
-    assert (
-        _run(["frontier", "--alphas", "0.2", "--baselines", "none", "-q", "--out", str(out)])[0]
-        == 0
-    )
+    # run again with --force: the frontier folder is replaced; a folder of something else is not
+    again = ["frontier", "--alphas", "0.2", "--baselines", "none", "-q", "--out", str(out)]
+    assert _run([*again, "--force"])[0] == 0
     assert len(pd.read_csv(out / "frontier.csv")) == 1
     other = tmp_path / "other"
     other.mkdir()

@@ -267,8 +267,8 @@ def test_the_python_api_releases_and_estimates_recoded(tmp_path):
     want = out.groupby(QI).size()
     np.testing.assert_allclose(est.loc[want.index].to_numpy(), want.to_numpy())
     # a design saved and loaded keeps its recoding
-    pramopt.save_design(res, tmp_path)
-    assert pramopt.load_design(tmp_path).recoding == rec
+    pramopt.save_design(res, tmp_path / "design")
+    assert pramopt.load_design(tmp_path / "design").recoding == rec
 
 
 def test_count_file_recodes_before_counting(tmp_path):

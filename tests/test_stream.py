@@ -211,14 +211,14 @@ def test_count_errors(files, tmp_path):
         count_file(csv_path, SYN_KEYS, batch_size=2.5)
     with pytest.raises(InvalidParameterError, match="no such file"):
         count_file(tmp_path / "missing.csv", SYN_KEYS)
-    (tmp_path / "data.txt").write_text("a\n1\n")
-    with pytest.raises(InvalidParameterError, match=r"must end in \.csv, \.parquet or \.pq"):
-        count_file(tmp_path / "data.txt", ["a"])
-    assert count_file(tmp_path / "data.txt", ["a"], format="csv").n == 1
+    (tmp_path / "data.dat").write_text("a\n1\n")
+    with pytest.raises(InvalidParameterError, match=r"must end in \.csv, \.tsv, \.txt, \.parquet"):
+        count_file(tmp_path / "data.dat", ["a"])
+    assert count_file(tmp_path / "data.dat", ["a"], format="csv").n == 1
     with pytest.raises(
         InvalidParameterError, match=r"The 'format' parameter of count_file must be one of"
     ):
-        count_file(tmp_path / "data.txt", ["a"], format="xls")
+        count_file(tmp_path / "data.dat", ["a"], format="xls")
     with pytest.raises(InvalidParameterError, match=r"\['nope'\] not among"):
         count_file(csv_path, ["a", "nope"])
     with pytest.raises(InvalidParameterError, match="repeated"):
@@ -335,7 +335,7 @@ def test_release_refusals_leave_nothing(files, tmp_path):
     src = files / "syn.csv"
     df = pd.read_csv(src)
     res = fake_design(pramopt.frequency_table(df, SYN_KEYS))
-    (tmp_path / "keep.csv").write_text("old\n")
+    (tmp_path / "keep.csv").write_text("old\n")  # replaced only once every check has passed
 
     def nothing_new():
         assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.csv"]
@@ -344,7 +344,14 @@ def test_release_refusals_leave_nothing(files, tmp_path):
     # other counts (one record less): found at the end of the pass, the output is discarded
     df.iloc[1:].to_csv(tmp_path / "other.csv", index=False)
     with pytest.raises(DesignMismatchError, match="made for other data"):
-        release_file(tmp_path / "other.csv", tmp_path / "keep.csv", res, seed=1, batch_size=100)
+        release_file(
+            tmp_path / "other.csv",
+            tmp_path / "keep.csv",
+            res,
+            overwrite=True,
+            seed=1,
+            batch_size=100,
+        )
     (tmp_path / "other.csv").unlink()
     nothing_new()
     # a value the design never saw (that also turns a boolean column into strings for pandas)
@@ -352,20 +359,24 @@ def test_release_refusals_leave_nothing(files, tmp_path):
     bad.loc[2000, "d"] = "maybe"
     bad.to_csv(tmp_path / "bad.csv", index=False)
     with pytest.raises(DesignMismatchError, match="do not match the design"):
-        release_file(tmp_path / "bad.csv", tmp_path / "keep.csv", res, seed=1, batch_size=100)
+        release_file(
+            tmp_path / "bad.csv", tmp_path / "keep.csv", res, overwrite=True, seed=1, batch_size=100
+        )
     (tmp_path / "bad.csv").unlink()
     nothing_new()
     # known values in a combination that is not a cell of the design
     sub = df[~((df.a == 1) & (df.e == "a"))]
     table = pramopt.frequency_table(sub, SYN_KEYS)
     with pytest.raises(DesignMismatchError, match="cells the design does not have"):
-        release_file(src, tmp_path / "keep.csv", fake_design(table), seed=1, batch_size=100)
+        release_file(
+            src, tmp_path / "keep.csv", fake_design(table), overwrite=True, seed=1, batch_size=100
+        )
     nothing_new()
     # a design that failed verification
     failed = fake_design(pramopt.frequency_table(df, SYN_KEYS))
     failed = DesignResult(**{**failed.__dict__, "status": Status.INFEASIBLE})
     with pytest.raises(DesignMismatchError, match="infeasible"):
-        release_file(src, tmp_path / "keep.csv", failed, seed=1)
+        release_file(src, tmp_path / "keep.csv", failed, overwrite=True, seed=1)
     nothing_new()
 
 
@@ -386,7 +397,7 @@ def test_release_parameter_errors(files, tmp_path):
     with pytest.raises(InvalidParameterError, match="must be a csv file like its source"):
         release_file(src, tmp_path / "r.parquet", res)
     with pytest.raises(InvalidParameterError, match="must end in"):
-        release_file(src, tmp_path / "r.txt", res)
+        release_file(src, tmp_path / "r.dat", res)
     with pytest.raises(InvalidParameterError, match="does not exist"):
         release_file(src, tmp_path / "nowhere" / "r.csv", res)
     with pytest.raises(InvalidParameterError, match="must not be the source"):

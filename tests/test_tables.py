@@ -784,6 +784,7 @@ def test_cli_never_leaves_a_partial_file(tmp_path, monkeypatch):
             "0.5",
             "--out",
             str(out),
+            "--force",
         ]
     )
     with pytest.raises(

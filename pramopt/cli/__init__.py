@@ -6,24 +6,31 @@ is one new module and one entry in :data:`COMMANDS`.
 Exit codes: 0 on success, 1 for a design that failed (its status is not ``success``, or a
 spec's expected figures were missed under ``--check``), 2 for bad input (the reason on stderr,
 no traceback), 3 when a design folder was written but its report failed (the design is whole;
-the reason on stderr), 130 when interrupted (Ctrl-C), 143 when terminated (SIGTERM); nothing
-partial is ever written, because every file is written to a temporary name and renamed (a
-design folder is built next to its target, its reports are written into it after).
+the reason on stderr), 130 when interrupted (Ctrl-C), 143 when terminated (SIGTERM), 141 when
+the reader of standard output went away (``pramopt estimate ... | head -1``: the code a shell
+gives a program that SIGPIPE stopped; nothing is said, as ``yes | head -1`` says nothing);
+nothing partial is ever written, because every file is written to a temporary name and renamed
+(a design folder is built next to its target, its reports are written into it after).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import sys
 import warnings
 from functools import partial
 
+from .._csv import CSV_SUFFIXES
 from ..errors import LargeProblemWarning, PramoptError
 from ._common import PROG, REPORT_FAILED, ReportFailedError, formatter
 
 __all__ = ["main", "build_parser", "COMMANDS"]
+
+#: Exit code when standard output is a pipe whose reader has gone (128 + SIGPIPE, as a shell says).
+CLOSED_PIPE = 141
 
 #: The commands, in the order ``pramopt --help`` lists them (module names in this package).
 COMMANDS = (
@@ -49,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Hensbergen & Rozenholc.",
         epilog="Run 'pramopt COMMAND --help' for the options and an example of each command.\n"
         "Exit codes: 0 success, 1 failed design, 2 bad input, 3 design saved but its report "
-        "failed,\n130 interrupted, 143 terminated.",
+        "failed,\n130 interrupted, 141 output pipe closed, 143 terminated.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -74,7 +81,12 @@ def main(argv=None) -> int:
             # pramopt's warnings (a large problem announced before the work) in the CLI's words
             warnings.simplefilter("always", LargeProblemWarning)
             warnings.showwarning = partial(_show_warning, args.command, warnings.showwarning)
-            return int(args.func(args) or 0)
+            code = int(args.func(args) or 0)
+            if sys.stdout is not None:
+                sys.stdout.flush()  # a closed pipe is found here, not at exit
+            return code
+    except BrokenPipeError:
+        return _closed_pipe()
     except KeyboardInterrupt as e:
         done = "; ".join(getattr(e, "__notes__", ())) or "nothing was written"
         how = "terminated" if isinstance(e, _Terminated) else "interrupted"
@@ -92,6 +104,21 @@ def main(argv=None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _closed_pipe() -> int:
+    """The reader of standard output has gone (``| head -1``): not bad input, and nothing to say.
+
+    As Python's documentation of SIGPIPE advises, standard output is pointed at the null device,
+    so that flushing what is left of it when the interpreter exits raises nothing more.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no file descriptor (a test's stream)
+        pass
+    return CLOSED_PIPE
 
 
 def _show_warning(command, shown, message, category, filename, lineno, file=None, line=None):
@@ -133,7 +160,8 @@ _FLAG_OF = {
 
 def _in_flags(message: str, parser: argparse.ArgumentParser, args) -> str:
     """A library message in the user's words: "The 'dst' parameter of release_file" becomes
-    "--out"."""
+    "--out", "max_categories=100" "--max-categories 100" and a parameter named alone
+    ("a lower max_categories") its flag."""
     import re
 
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[
@@ -149,19 +177,28 @@ def _in_flags(message: str, parser: argparse.ArgumentParser, args) -> str:
         f = _FLAG_OF.get(name) if _FLAG_OF.get(name) in flags.values() else flags.get(name)
         return (f"{f} (entry {entry[1:-1]})" if entry else f"{f}") if f else m.group(0)
 
-    message = re.sub(r"""[Tt]he ['"](\w+)(\[[^\]]*\])?['"] parameter of \w+""", flag, message)
-    # "missing='category'" is "--missing category" here (only a flag's own choices are rewritten)
-    choices = {
-        a.dest: (a.option_strings[0], a.choices)
-        for a in sub._actions
-        if a.option_strings and a.choices
-    }
+    message = re.sub(
+        r"""(?:[Tt]he )?['"](\w+)(\[[^\]]*\])?['"] parameter(?: of \w+)?""", flag, message
+    )
+    # "missing='category'" is "--missing category" here (only a flag's own choices are
+    # rewritten), and "max_categories=100" is "--max-categories 100" (a number, for any flag)
+    choices = {a.dest: a.choices for a in sub._actions if a.option_strings}
 
     def option(m):
-        f, allowed = choices.get(m.group(1), (None, ()))
-        return f"{f} {m.group(2)}" if f and m.group(2) in allowed else m.group(0)
+        f, value = flags.get(m.group(1)), m.group(2) or m.group(3)
+        given = m.group(3) is not None or value in (choices.get(m.group(1)) or ())
+        return f"{f} {value}" if f and given else m.group(0)
 
-    return re.sub(r"\b(\w+)='([\w.-]+)'", option, message)
+    message = re.sub(r"\b(\w+)=(?:'([\w.-]+)'|(-?\d[\d.e+-]*)\b)", option, message)
+    # a parameter named alone in a sentence ("a lower max_categories"): its flag, where the name
+    # cannot be a word of the sentence (it has an underscore), is not quoted (a column's name)
+    # and its flag takes a value (--no-refine-loss would say the opposite of refine_loss)
+    for a in sub._actions:
+        if a.option_strings and a.nargs != 0 and "_" in a.dest:
+            message = re.sub(
+                rf"(?<![\w'\".-]){a.dest}(?![\w'\"=\[(])", a.option_strings[0], message
+            )
+    return message
 
 
 #: Separators a CSV file is commonly written with, in the order a tie is broken.
@@ -172,7 +209,7 @@ def _dialect_hint(message: str, args) -> str:
     """A sentence naming --sep or --encoding when a CSV data file was read with the wrong one
     (the reader's own message speaks of columns or bytes, not of the flag that fixes it)."""
     path = getattr(args, "data", None)
-    if not isinstance(path, str) or not path.lower().endswith(".csv"):
+    if not isinstance(path, str) or not path.lower().endswith(CSV_SUFFIXES):
         return ""
     enc = (getattr(args, "encoding", None) or "utf-8").lower().replace("_", "-")
     if (
@@ -192,7 +229,7 @@ def _dialect_hint(message: str, args) -> str:
             first = fh.readline(1 << 16).decode(enc, errors="replace")
     except (OSError, LookupError):
         return ""
-    sep = getattr(args, "sep", None) or ","
+    sep = getattr(args, "sep", None) or ("\t" if path.lower().endswith(".tsv") else ",")
     sep = "\t" if sep == "\\t" else sep
     counts = {c: first.count(c) for c in _SEPARATORS}
     best = max(_SEPARATORS, key=lambda c: counts[c])

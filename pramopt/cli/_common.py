@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..errors import InvalidParameterError, PramoptError
 from ..io import atomic_dir, save_design, write_text
+from ..io.atomic import DESIGN_FILE, check_out_dir, check_out_file, refuse_overwrite
 from ..params import DesignParams
 from ..report import ReportData, from_result, render_html, render_markdown
 
@@ -100,7 +101,10 @@ def add_csv_options(p):
     """--sep, --encoding and --decimal: the dialect of a CSV data file (released in the same)."""
     g = p.add_argument_group("CSV data files")
     g.add_argument(
-        "--sep", default=None, metavar="C", help="field separator (default ','; '\\t' for a tab)"
+        "--sep",
+        default=None,
+        metavar="C",
+        help="field separator (default ',', or a tab for a .tsv; '\\t' for a tab)",
     )
     g.add_argument(
         "--encoding",
@@ -145,17 +149,26 @@ def add_combination_flags(p, size_help: str) -> None:
 
 
 def dialect_of(args):
-    """The checked CSV dialect of the command line's data file (errors name the flags)."""
+    """The checked CSV dialect of the command line's data file (errors name the flags; a
+    ``.tsv`` is tab-separated unless --sep says otherwise)."""
     from .._csv import csv_dialect
 
     return csv_dialect(
-        args.sep, args.encoding, args.decimal, owner=args.command, na_values=args.na_values
+        args.sep,
+        args.encoding,
+        args.decimal,
+        owner=args.command,
+        na_values=args.na_values,
+        path=getattr(args, "data", None),
     )
 
 
 def add_data_options(p, *, required: bool, combos: bool = True, alpha: bool = True):
     p.add_argument(
-        "--data", required=required, metavar="FILE", help="microdata: .csv, .parquet or .pq"
+        "--data",
+        required=required,
+        metavar="FILE",
+        help="microdata: .csv (.tsv, .txt), .parquet or .pq",
     )
     add_csv_options(p)
     p.add_argument(
@@ -178,6 +191,66 @@ def add_data_options(p, *, required: bool, combos: bool = True, alpha: bool = Tr
 
 def add_quiet(p):
     p.add_argument("--quiet", "-q", action="store_true", help="no progress or summary output")
+
+
+#: The help of every command's --force.
+FORCE_HELP = (
+    "replace an output that exists (without it an existing file or folder is never "
+    "overwritten; a folder that is not pramopt's is never replaced)"
+)
+
+
+def add_force(p) -> None:
+    """--force: allow a command to replace an output that exists."""
+    p.add_argument("--force", action="store_true", help=FORCE_HELP)
+
+
+def check_output(
+    args, path, *, folder: str | None = None, default: bool = False, source=None, **kw
+) -> Path:
+    """Check an output before any long work: writable, not the file the command reads, and not
+    there already unless ``--force`` (an output that may have been published is never overwritten
+    unasked).
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The command line (its ``force``).
+    path : str or Path
+    folder : str, optional
+        For an output folder, the file that marks it as pramopt's (``design.json``,
+        ``frontier.csv``, ...); None for an output file.
+    default : bool
+        True when ``path`` is the command's default name (--out not given), for the message.
+    source : str or Path, optional
+        The data file the command reads, which even --force may not replace.
+    **kw
+        More arguments of :func:`pramopt.io.atomic.check_out_file`.
+
+    Returns
+    -------
+    Path
+
+    Raises
+    ------
+    InvalidParameterError
+        When it cannot be written, or exists and --force was not given.
+    """
+    flag = None if default else "--out"
+    if folder is None:
+        p = check_out_file(path, flag=flag, force=True, **kw)
+    else:
+        p = check_out_dir(path, folder, flag=flag, force=True)
+    if source is not None and p.is_file() and Path(source).is_file() and p.samefile(source):
+        raise InvalidParameterError(f"--out must not be the source file; got {str(p)!r}.")
+    if not args.force:
+        if default:
+            name = f"{str(p)!r} (the default output, --out not given)"
+            remedy = "Give --force to replace it, or --out another name"
+        else:
+            name, remedy = f"--out {str(p)!r}", "Give --force to replace it, or another --out"
+        refuse_overwrite(p, folder, name=name, remedy=remedy)
+    return p
 
 
 def say(args, *lines):
@@ -203,6 +276,7 @@ def write_outputs(
     kind: str = "design",
     extra: dict | None = None,
     report: ReportData | Callable[[], ReportData] | None = None,
+    force: bool = False,
 ) -> Path:
     """Write the design folder, then its report.
 
@@ -229,7 +303,7 @@ def write_outputs(
         When the report failed after the design was saved.
     """
     out = Path(out)
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, DESIGN_FILE, force=force) as tmp:
         save_design(result, tmp, kind=kind, extra=extra)
     missing = ["report.md", "report.html"]
     try:

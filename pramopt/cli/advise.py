@@ -7,11 +7,12 @@ from pathlib import Path
 
 from ..errors import InvalidParameterError
 from ..io import read_table
-from ..io.atomic import check_out_dir
 from ._common import (
     add_combination_flags,
     add_csv_options,
+    add_force,
     add_quiet,
+    check_output,
     csv_list,
     dialect_of,
     formatter,
@@ -37,7 +38,12 @@ def add_parser(sub):
         "The folder gets advice.csv, advice.md, advice.png and recode-<rank>.json for the\n"
         "options that recode.",
     )
-    p.add_argument("--data", required=True, metavar="FILE", help="microdata: .csv, .parquet or .pq")
+    p.add_argument(
+        "--data",
+        required=True,
+        metavar="FILE",
+        help="microdata: .csv (.tsv, .txt), .parquet or .pq",
+    )
     add_csv_options(p)
     p.add_argument(
         "--qi", type=csv_list, required=True, metavar="A,B,C", help="identifying variables"
@@ -81,6 +87,7 @@ def add_parser(sub):
         p, "every subset of SIZE identifying variables is a combination (default 3)"
     )
     p.add_argument("--out", default=None, metavar="DIR", help="folder (default advice-<data>)")
+    add_force(p)
     add_quiet(p)
     p.set_defaults(func=run)
     return p
@@ -114,7 +121,7 @@ def run(args) -> int:
     from ..advise import ADVICE_FILES, advise, check_options, write_advice
 
     out = Path(args.out if args.out is not None else f"advice-{Path(args.data).stem}")
-    check_out_dir(out, marker=ADVICE_FILES[0], flag="--out" if args.out is not None else None)
+    check_output(args, out, folder=ADVICE_FILES[0], default=args.out is None)
     hier = _hierarchies(args.hierarchy, args.qi)
     check_options(
         args.qi, args.alpha, args.target, args.steps, args.designs, args.ordered, hier,
@@ -135,7 +142,7 @@ def run(args) -> int:
         structure=args.structure,
         progress=None if args.quiet else (lambda s: say(args, "  " + s)),
     )
-    table = write_advice(a, out)
+    table = write_advice(a, out, overwrite=args.force)
     best = table.iloc[0] if len(table) else None
     how = ""
     if best is not None:

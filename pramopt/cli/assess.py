@@ -11,11 +11,23 @@ import numpy as np
 from .._plain import plain
 from ..errors import InvalidParameterError
 from ..io import atomic_dir, read_matrix, read_table, write_text
-from ..io.atomic import DESIGN_FILE, check_out_dir
+from ..io.atomic import DESIGN_FILE
 from ..report import ReportData, render_html, render_markdown
-from ._common import add_data_options, add_quiet, combos_kw, dialect_of, formatter, say
+from ._common import (
+    add_data_options,
+    add_force,
+    add_quiet,
+    check_output,
+    combos_kw,
+    dialect_of,
+    formatter,
+    say,
+)
 
 HELP = "risk report of any PRAM matrix on a data set"
+
+#: The file that marks an assessment folder (one that --force may replace; a design folder is not).
+ASSESSMENT_FILE = "assessment.json"
 
 
 def add_parser(sub):
@@ -63,6 +75,7 @@ def add_parser(sub):
         metavar="TOL",
         help="accept rows summing to within TOL of 1 (a rounded matrix) and renormalise them",
     )
+    add_force(p)
     add_quiet(p)
     p.set_defaults(func=run)
     return p
@@ -74,7 +87,7 @@ def run(args) -> int:
     from ..risk.assessment import _cell_codes, assess
 
     if args.out is not None:
-        check_out_dir(Path(args.out), flag="--out")
+        check_output(args, args.out, folder=ASSESSMENT_FILE)
     per_variable = _per_variable_files(args)
     df = read_table(
         args.data, text=args.qi, dialect=dialect_of(args)
@@ -151,8 +164,8 @@ def _figures(a, d) -> dict:
 
 def _write(args, d: dict, rd: ReportData) -> None:
     out = Path(args.out)
-    with atomic_dir(out) as tmp:
-        write_text(json.dumps(plain(d), indent=1), tmp / "assessment.json")
+    with atomic_dir(out, ASSESSMENT_FILE, force=args.force) as tmp:
+        write_text(json.dumps(plain(d), indent=1), tmp / ASSESSMENT_FILE)
         write_text(render_html(rd), tmp / "report.html")
         write_text(render_markdown(rd), tmp / "report.md")
     if not args.quiet:  # on stderr, so that --json output stays parseable

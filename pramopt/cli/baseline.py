@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from ..baselines.registry import ALIASES, BASELINES
 from ..io import read_table
-from ..io.atomic import check_out_dir
+from ..io.atomic import DESIGN_FILE
 from ._common import (
     add_data_options,
+    add_force,
     add_quiet,
+    check_output,
     combos_kw,
     dialect_of,
     formatter,
@@ -57,6 +58,7 @@ def add_parser(sub):
         "--seed", type=int, default=0, help="sdcmicro: seed of the random diagonals (default 0)"
     )
     p.add_argument("--out", metavar="DIR", required=True, help="output folder")
+    add_force(p)
     add_quiet(p)
     p.set_defaults(func=run)
     return p
@@ -65,7 +67,7 @@ def add_parser(sub):
 def run(args) -> int:
     from ..baselines import baseline
 
-    check_out_dir(Path(args.out), flag="--out")
+    check_output(args, args.out, folder=DESIGN_FILE)
     # identifying values as written
     df = read_table(args.data, text=args.qi, dialect=dialect_of(args))
     takes = BASELINES[args.family].options
@@ -77,7 +79,11 @@ def run(args) -> int:
     alpha = {} if args.alpha is None else {"alpha": args.alpha}
     result = baseline(df, args.qi, args.family, **alpha, **combos_kw(args), **options)
     write_outputs(
-        args.out, result, f"pramopt baseline: {result.method}", kind=f"baseline-{result.method}"
+        args.out,
+        result,
+        f"pramopt baseline: {result.method}",
+        kind=f"baseline-{result.method}",
+        force=args.force,
     )
     say(args, result.summary(), f"written to {args.out}/")
     return 0 if result.success else 1

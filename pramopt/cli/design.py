@@ -7,15 +7,17 @@ import sys
 from pathlib import Path
 
 from ..errors import InvalidParameterError
-from ..io.atomic import check_out_dir
+from ..io.atomic import DESIGN_FILE
 from ..kinds import kind_for
 from ..params import DesignParams
 from ._common import (
     PROG,
     Progress,
     add_csv_options,
+    add_force,
     add_parameter_flags,
     add_quiet,
+    check_output,
     csv_list,
     dialect_of,
     formatter,
@@ -46,7 +48,7 @@ def add_parser(sub):
         "(from_*, to_*, probability), report.html and report.md.",
     )
     p.add_argument("spec", nargs="?", metavar="SPEC.toml", help="a design spec (see models/)")
-    p.add_argument("--data", metavar="FILE", help="microdata: .csv, .parquet or .pq")
+    p.add_argument("--data", metavar="FILE", help="microdata: .csv (.tsv, .txt), .parquet or .pq")
     add_csv_options(p)
     p.add_argument(
         "--qi", type=csv_list, metavar="A,B,C", help="identifying variables, comma-separated"
@@ -68,6 +70,7 @@ def add_parser(sub):
         action="store_true",
         help="with a spec: exit 1 if the spec's expected figures are missed",
     )
+    add_force(p)
     add_quiet(p)
     p.set_defaults(func=run)
     return p
@@ -112,7 +115,7 @@ def run(args) -> int:
     params = DesignParams.from_options("design", **kw)  # every parameter checked before any work
     recoding = _recoding(args, spec, qi)
     out = Path(args.out if args.out is not None else f"design-{name}")
-    check_out_dir(out, flag="--out" if args.out is not None else None)
+    check_output(args, out, folder=DESIGN_FILE, default=args.out is None)
     kind = kind_for(params)
     if kind is not None:
         return _kind_design(args, params, spec, data, qi, name, out, kind, recoding)
@@ -146,7 +149,7 @@ def run(args) -> int:
         if spec is not None
         else {"name": name}
     )
-    write_outputs(out, result, title, extra=extra)
+    write_outputs(out, result, title, extra=extra, force=args.force)
     files = "design.json, matrix.csv" + (", matrix.npz" if (out / "matrix.npz").is_file() else "")
     say(args, result.summary(), f"written to {out}/ ({files}, report.html, report.md)")
     code = 0 if result.success else 1
@@ -192,7 +195,7 @@ def _kind_design(args, params, spec, data, qi, name, out, kind, recoding=None) -
         return dataclasses.replace(rd, recoding=result.details.get("recode"))
 
     # save_design hands the result to its kind's save
-    write_outputs(out, result, title, extra=extra, report=report)
+    write_outputs(out, result, title, extra=extra, report=report, force=args.force)
     say(
         args,
         result.summary(),

@@ -6,8 +6,18 @@ import sys
 
 from .._labels import formula_safe_frame
 from ..io import load_design, read_table, write_table
-from ..io.atomic import PARQUET_SUFFIXES, check_out_file
-from ._common import add_csv_options, add_quiet, csv_list, dialect_of, formatter, say, text_keys
+from ..io.atomic import PARQUET_SUFFIXES
+from ._common import (
+    add_csv_options,
+    add_force,
+    add_quiet,
+    check_output,
+    csv_list,
+    dialect_of,
+    formatter,
+    say,
+    text_keys,
+)
 
 HELP = "unbiased frequency estimates from released data"
 
@@ -50,6 +60,7 @@ def add_parser(sub):
         "stdout); in a CSV a label that starts with =, +, -, @, a tab or a carriage return is "
         "written after a single quote, so that a spreadsheet shows it as text",
     )
+    add_force(p)
     add_quiet(p)
     p.set_defaults(func=run)
     return p
@@ -60,7 +71,7 @@ def run(args) -> int:
 
     res = load_design(args.design)
     if args.out is not None:
-        check_out_file(args.out, flag="--out")
+        check_output(args, args.out, source=args.data)
     dialect = dialect_of(args)
     df = read_table(args.data, text=text_keys(res), dialect=dialect)
     est = estimate(df, res, by=args.by, nonnegative=args.nonnegative)
@@ -71,6 +82,6 @@ def run(args) -> int:
     if args.out is None:
         sys.stdout.write(est.to_csv(index=False, sep=dialect.sep, decimal=dialect.decimal))
     else:
-        write_table(est, args.out, dialect=dialect)
+        write_table(est, args.out, dialect=dialect, overwrite=args.force)
         say(args, f"wrote {len(est)} estimates of {len(df)} released records to {args.out}.")
     return 0

@@ -13,13 +13,15 @@ from typing import TYPE_CHECKING
 
 from ..baselines.registry import BASELINES
 from ..errors import InvalidParameterError
-from ..io.atomic import atomic_dir, atomic_write, check_out_dir, write_text
+from ..io.atomic import atomic_dir, atomic_write, write_text
 from ..params import DesignParams
 from ._common import (
     PROG,
     add_csv_options,
+    add_force,
     add_parameter_flags,
     add_quiet,
+    check_output,
     csv_list,
     dialect_of,
     formatter,
@@ -66,7 +68,7 @@ def add_parser(sub):
     p.add_argument(
         "spec", nargs="?", metavar="SPEC.toml", help="a spec; its [frontier] alphas are the default"
     )
-    p.add_argument("--data", metavar="FILE", help="microdata: .csv, .parquet or .pq")
+    p.add_argument("--data", metavar="FILE", help="microdata: .csv (.tsv, .txt), .parquet or .pq")
     add_csv_options(p)
     p.add_argument(
         "--qi", type=csv_list, metavar="A,B,C", help="identifying variables, comma-separated"
@@ -113,6 +115,7 @@ def add_parser(sub):
     p.add_argument(
         "--out", metavar="DIR", default=None, help="output folder (default: frontier-NAME)"
     )
+    add_force(p)
     add_quiet(p)
     p.set_defaults(func=run)
     return p
@@ -239,10 +242,11 @@ def _progress(args):
     return progress
 
 
-def _write(out: Path, files: tuple, f, csv: str, title: str) -> None:
-    """A frontier's table, figure and page, built aside and renamed (``files[0]`` marks it)."""
+def _write(out: Path, files: tuple, f, csv: str, title: str, force: bool) -> None:
+    """A frontier's table, figure and page, built aside and renamed (``files[0]`` marks it; one
+    that exists is replaced only with ``force``)."""
     png = f.png()
-    with atomic_dir(out, marker=files[0]) as tmp:
+    with atomic_dir(out, marker=files[0], force=force) as tmp:
         write_text(csv, tmp / files[0])
         with atomic_write(tmp / files[1]) as fh:
             fh.write(png)
@@ -265,9 +269,8 @@ def run(args) -> int:
         )
     files, kind = (CHOICE_FILES, "choices") if choices is not None else (FILES, "frontier")
     out = Path(args.out if args.out is not None else f"{kind}-{name}")
-    check_out_dir(
-        out, marker=files[0], flag="--out" if args.out is not None else None
-    )  # the folder, before any counting or solving
+    # the folder, before any counting or solving
+    check_output(args, out, folder=files[0], default=args.out is None)
     if data is None and choices is not None:
         # a recoding maps the records' values: the records themselves, keys as text
         data = read_table(args.data, text=qi, dialect=dialect_of(args))
@@ -302,7 +305,7 @@ def run(args) -> int:
                 **opts,
             )
             csv = f.points.to_csv(index=False)
-    _write(out, files, f, csv, f"pramopt {kind}: {name}")
+    _write(out, files, f, csv, f"pramopt {kind}: {name}", args.force)
     say(
         args,
         f.summary(),

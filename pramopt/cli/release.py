@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .._csv import CSV_SUFFIXES
 from ..errors import InvalidParameterError
 from ..io import load_design, read_table, table_for_design, write_table
-from ..io.atomic import check_out_file
 from ..kinds import kind_of
 from ._common import (
     add_combination_flags,
     add_csv_options,
+    add_force,
     add_quiet,
+    check_output,
     dialect_of,
     formatter,
     say,
@@ -41,7 +43,10 @@ def add_parser(sub):
     )
     add_csv_options(p)
     p.add_argument(
-        "--out", required=True, metavar="FILE", help="released microdata: .csv, .parquet or .pq"
+        "--out",
+        required=True,
+        metavar="FILE",
+        help="released microdata: .csv (.tsv, .txt), .parquet or .pq",
     )
     p.add_argument(
         "--seed",
@@ -63,6 +68,7 @@ def add_parser(sub):
         metavar="FILE",
         help='a JSON policy file, e.g. {"alpha": 0.1, "combination_size": 3}',
     )
+    add_force(p)
     add_quiet(p)
     p.set_defaults(func=run)
     return p
@@ -97,8 +103,8 @@ def _checked(args, res, policy) -> None:
 
 
 def _same_format(src, dst) -> bool:
-    """True when both files are CSV or both Parquet (by extension)."""
-    kind = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+    """True when both files are CSV (.csv, .tsv, .txt) or both Parquet (by extension)."""
+    kind = {**dict.fromkeys(CSV_SUFFIXES, "csv"), ".parquet": "parquet", ".pq": "parquet"}
     a, b = kind.get(Path(src).suffix.lower()), kind.get(Path(dst).suffix.lower())
     return a is not None and a == b
 
@@ -115,7 +121,7 @@ def run(args) -> int:
         return _kind_release(args, res, kind, policy)
     releasable_table(res, "release")  # refuse an unsafe design before reading any data
     _checked(args, res, policy)
-    check_out_file(args.out, flag="--out")
+    check_output(args, args.out, source=args.data)
     if _same_format(args.data, args.out):
         # stream the file in record batches: checked against the design in the same pass
         from ..publish.file_release import release_file
@@ -130,6 +136,7 @@ def run(args) -> int:
             encoding=d.encoding,
             decimal=d.decimal,
             na_values=d.na_values,
+            overwrite=args.force,
         )
         say(
             args,
@@ -141,7 +148,7 @@ def run(args) -> int:
     df = recoded_frame(read_table(args.data, text=text_keys(res), dialect=dialect_of(args)), res)
     check_same_table(table_for_design(df, res), res.table, repr(args.data))
     out = release(df, res, seed=args.seed)
-    write_table(out, args.out)
+    write_table(out, args.out, overwrite=args.force)
     changed = records_changed(df, out, res.qi)
     say(
         args,
@@ -159,7 +166,7 @@ def _kind_release(args, res, kind, policy) -> int:
 
     kind.check_releasable(res)  # refuse an unsafe design before reading any data
     _checked(args, res, policy)
-    check_out_file(args.out, flag="--out")
+    check_output(args, args.out, source=args.data)
     d = dialect_of(args)
     if _same_format(args.data, args.out):  # every non-identifying field written back as read
         rel = release_file(
@@ -171,12 +178,13 @@ def _kind_release(args, res, kind, policy) -> int:
             encoding=d.encoding,
             decimal=d.decimal,
             na_values=d.na_values,
+            overwrite=args.force,
         )
         n, changed = rel.n, rel.changed
     else:  # CSV to Parquet or back: with pandas' types (recoded as for the design)
         df = recoded_frame(read_table(args.data, text=text_keys(res), dialect=d), res)
         out = kind.release(df, res, args.seed)
-        write_table(out, args.out)
+        write_table(out, args.out, overwrite=args.force)
         n, changed = len(out), records_changed(df, out, res.qi)
     say(
         args,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from .._labels import formula_safe_frame
-from ..io.atomic import PARQUET_SUFFIXES, atomic_write, check_out_file
+from ..io.atomic import PARQUET_SUFFIXES, atomic_write
 from ..magnitude.rules import (
     DEFAULT_CELL,
     DEFAULT_TOL,
@@ -17,6 +17,7 @@ from ..magnitude.rules import (
     _compute,
     _raise,
 )
+from ._common import add_force, check_output
 
 HELP = "verdicts of the dominance, p%% and pq and entropy rules and coalition bounds per cell"
 
@@ -78,7 +79,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         default=DEFAULT_TOL,
         help="tolerance of the boundary comparisons (default: %(default)s)",
     )
-    p.add_argument("--out", required=True, help="output file: .csv, or .parquet/.pq")
+    p.add_argument(
+        "--out", required=True, help="output file: .csv (.tsv: tab-separated), or .parquet/.pq"
+    )
+    add_force(p)
     p.set_defaults(func=run)
     return p
 
@@ -95,7 +99,7 @@ def run(args) -> int:
         For bad parameters, an unreadable or malformed input, or an unwritable output.
     """
     owner = "sensitivity"
-    out = check_out_file(args.out, param="out", owner=owner)
+    out = check_output(args, args.out, source=args.input, param="out", owner=owner)
     # the parameters are checked before any reading
     params = _check_params(
         owner, n=args.n, k=args.k, p=args.p, q=args.q, t=args.t, c=args.c, tol=args.tol
@@ -122,8 +126,10 @@ def _read_input(path: str, cell: str, owner: str) -> pd.DataFrame:
     try:
         if src.suffix.lower() in PARQUET_SUFFIXES:
             return pd.read_parquet(src)
-        # cell ids stay text ("007" is not 7)
-        return pd.read_csv(src, dtype={cell: str})
+        # cell ids stay text ("007" is not 7); a .tsv is tab-separated, as every data file
+        return pd.read_csv(
+            src, dtype={cell: str}, sep="\t" if src.suffix.lower() == ".tsv" else ","
+        )
     except (
         ValueError,
         OSError,
@@ -153,6 +159,7 @@ def _write(df: pd.DataFrame, out: Path, owner: str) -> None:
             if out.suffix.lower() in PARQUET_SUFFIXES:
                 df.to_parquet(fh, index=False)
             else:  # cell ids are the data's text: none may start a spreadsheet formula
-                fh.write(formula_safe_frame(df).to_csv(index=False).encode())
+                sep = "\t" if out.suffix.lower() == ".tsv" else ","
+                fh.write(formula_safe_frame(df).to_csv(index=False, sep=sep).encode())
     except (OSError, ValueError, ImportError) as exc:
         _raise("out", owner, "a writable file", f"{str(out)!r} ({type(exc).__name__})")

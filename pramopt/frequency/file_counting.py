@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from .._csv import DEFAULT_DIALECT, CsvDialect, csv_dialect
+from .._csv import CSV_SUFFIXES, DEFAULT_DIALECT, CsvDialect, csv_dialect, parse_error
 from .._validation import InvalidParameterError, check_choice, check_int
 from .table import (
     MAX_CATEGORIES,
@@ -110,19 +110,19 @@ class _Source:
             p = Path(path)
         except TypeError:
             raise InvalidParameterError(
-                f"The {param!r} parameter of {owner} must be a path to a .csv, .parquet or .pq "
-                "file; "
-                f"got {path!r}."
+                f"The {param!r} parameter of {owner} must be a path to a .csv (.tsv, .txt), "
+                f".parquet or .pq file; got {path!r}."
             ) from None
         if fmt is None:
             suffix = p.suffix.lower()
-            if suffix == ".csv":
+            if suffix in CSV_SUFFIXES:
                 fmt = "csv"
             elif suffix in PARQUET_SUFFIXES:
                 fmt = "parquet"
             else:
                 raise InvalidParameterError(
-                    f"Cannot read {str(p)!r}: the file name must end in .csv, .parquet or .pq."
+                    f"Cannot read {str(p)!r}: the file name must end in .csv, .tsv, .txt, "
+                    ".parquet or .pq."
                 )
         check_choice(fmt, "format", owner, ["csv", "parquet"])
         if not p.is_file():
@@ -149,7 +149,9 @@ class _Source:
                 ) as r:
                     self.schema = r.schema
         except (pa.ArrowException, OSError) as e:
-            raise InvalidParameterError(f"Cannot read {str(p)!r}: {e}") from None
+            raise InvalidParameterError(
+                parse_error(p, dialect, e) if fmt == "csv" else f"Cannot read {str(p)!r}: {e}"
+            ) from None
         self.names = list(self.schema.names)
         dup = sorted({n for n in self.names if self.names.count(n) > 1})
         if dup:
@@ -194,7 +196,11 @@ class _Source:
                     for s in range(0, batch.num_rows, batch_size):
                         yield batch.slice(s, batch_size)
         except (pa.ArrowInvalid, pa.ArrowIOError) as e:
-            raise InvalidParameterError(f"Cannot read {str(self.path)!r}: {e}") from None
+            raise InvalidParameterError(
+                parse_error(self.path, self.dialect, e)
+                if self.format == "csv"
+                else f"Cannot read {str(self.path)!r}: {e}"
+            ) from None
 
     def to_pandas(
         self, name: str, values: pa.Array, *, as_str: bool = False, na_values=None
@@ -517,7 +523,7 @@ def count_file(
     batch_size: int = DEFAULT_BATCH_SIZE,
     format: str | None = None,
     keys_as_text: bool = False,
-    sep: str = ",",
+    sep: str | None = None,
     encoding: str = "utf-8",
     decimal: str = ".",
     na_values: Sequence[str] = (),
@@ -531,7 +537,7 @@ def count_file(
     Parameters
     ----------
     path : str or Path
-        A ``.csv``, ``.parquet`` or ``.pq`` file.
+        A ``.csv`` (``.tsv``, ``.txt``), ``.parquet`` or ``.pq`` file.
     qi : list of str
         Identifying variables.
     domains : dict, optional
@@ -549,7 +555,8 @@ def count_file(
         are missing), so that a release writes it back exactly; text that writes numbers is
         ordered by the numbers.  The command line does this.
     sep, encoding, decimal : str
-        CSV only: the field separator, the text encoding and the decimal mark of the file.
+        CSV only: the field separator (by default a comma, or a tab for a ``.tsv``), the text
+        encoding and the decimal mark of the file.
     na_values : list of str, optional
         CSV only: texts that mean a missing value, besides the empty field for keys read as text
         (besides pandas' markers otherwise).  Release the file with the same ``na_values``.
@@ -583,6 +590,6 @@ def count_file(
         format,
         "count_file",
         keys_as_text,
-        csv_dialect(sep, encoding, decimal, "count_file", na_values),
+        csv_dialect(sep, encoding, decimal, "count_file", na_values, path=path),
         recode,
     )

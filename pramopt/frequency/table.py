@@ -105,10 +105,19 @@ def text_categories(cats: pd.Index) -> bool:
     return pd.api.types.is_string_dtype(cats.dtype) and all(isinstance(c, str) for c in vals)
 
 
+def refuse_string_qi(qi, owner: str) -> None:
+    """Refuse a bare string for ``qi``: a list of names is meant, and a string, being a sequence
+    of characters, would be taken for one column or for its letters."""
+    if isinstance(qi, str):
+        raise InvalidParameterError(
+            f"The 'qi' parameter of {owner} must be a list of column names; got the string "
+            f"{qi!r} (write [{qi!r}])."
+        )
+
+
 def check_qi_names(columns, qi, owner: str) -> tuple[str, ...]:
     """Validate the list of identifying variables against a list of column names."""
-    if isinstance(qi, str):
-        qi = [qi]
+    refuse_string_qi(qi, owner)
     try:
         qi = tuple(qi)
     except TypeError:

@@ -149,9 +149,12 @@ def save_household_design(result: HouseholdDesign, folder, extra: dict | None = 
     write_table(
         formula_safe_frame(matrix_long(result.household_matrix, lay.household_table)),
         folder / "household_matrix.csv",
+        overwrite=True,  # save_design decided whether the folder may be written into
     )
     if lay.ppos:
-        write_table(formula_safe_frame(_person_long(result)), folder / "person_matrix.csv")
+        write_table(
+            formula_safe_frame(_person_long(result)), folder / "person_matrix.csv", overwrite=True
+        )
     write_text(
         json.dumps(household_record(result, extra), indent=1, allow_nan=False), folder / DESIGN_FILE
     )

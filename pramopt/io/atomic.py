@@ -19,6 +19,7 @@ import shutil
 import socket
 from pathlib import Path
 
+from .._csv import CSV_SUFFIXES
 from ..errors import InvalidParameterError
 
 __all__ = [
@@ -27,6 +28,8 @@ __all__ = [
     "write_text",
     "check_out_file",
     "check_out_dir",
+    "existing_output",
+    "refuse_overwrite",
     "clean_stale",
     "PARQUET_SUFFIXES",
 ]
@@ -103,21 +106,96 @@ def _not_writable(folder: Path) -> str | None:
     try:
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
     except OSError as e:
-        return f"the folder {str(folder)!r} is not writable ({e.strerror or type(e).__name__})"
+        # the folder exists: the reason (e.g. ENOENT from /proc) is about the new file in it
+        why = e.strerror or type(e).__name__
+        return f"the folder {str(folder)!r} does not accept new files ({why})"
     with contextlib.suppress(OSError):
         os.unlink(probe)
     return None
 
 
+def existing_output(path, marker: str | None = None) -> str | None:
+    """What an output that is already there is, in words (``"a file"``, ``"a design folder"``);
+    None when writing it would lose nothing: no such path, or an empty folder.
+
+    ``marker``: the file that marks an output folder of pramopt's (``design.json``, or
+    ``frontier.csv`` for a frontier); None for an output file.
+    """
+    p = Path(path)
+    if p.is_symlink() and not p.exists():
+        return "a link"  # a dangling link is a name someone made: replacing it loses it
+    if not p.exists():
+        return None
+    if not p.is_dir():
+        return "a file"
+    if not any(p.iterdir()):
+        return None
+    if marker is not None and (p / marker).is_file():
+        return f"{_kind_of_folder(marker)} folder"
+    return "a folder"
+
+
+def _kind_of_folder(marker: str) -> str:
+    """``"a design"``, ``"an assessment"``: the kind of folder that ``marker`` marks."""
+    kind = "design" if marker == DESIGN_FILE else Path(marker).stem
+    return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind}"
+
+
+def _remedy(flag: str | None, writer: str | None) -> str:
+    """How to allow the overwrite: the command line's --force, or the library's parameter."""
+    if flag:
+        return f"Give --force to replace it, or another {flag}"
+    return f"Give overwrite=True{f' to {writer}' if writer else ''} to replace it"
+
+
+def refuse_overwrite(
+    path,
+    marker: str | None = None,
+    *,
+    name: str | None = None,
+    remedy: str = "Give overwrite=True to replace it",
+) -> None:
+    """Refuse an output that is already there (:func:`existing_output`): a file that may have been
+    published is never replaced unasked.
+
+    Parameters
+    ----------
+    path : str or Path
+    marker : str, optional
+        The file that marks an output folder (None: an output file).
+    name : str, optional
+        How the message names the output (default: its path).
+    remedy : str
+        The sentence that says how to replace it anyway (a flag or a parameter).
+
+    Raises
+    ------
+    InvalidParameterError
+        When ``path`` exists (an empty folder excepted).
+    """
+    what = existing_output(path, marker)
+    if what is not None:
+        raise InvalidParameterError(
+            f"Refusing to overwrite {name or repr(str(path))}: it exists ({what}). {remedy}."
+        )
+
+
 def check_out_file(
     path,
-    kinds=(".csv",) + PARQUET_SUFFIXES,
+    kinds=CSV_SUFFIXES + PARQUET_SUFFIXES,
     param: str | None = None,
     owner: str | None = None,
     flag: str | None = None,
+    *,
+    force: bool = False,
+    writer: str | None = None,
 ) -> Path:
-    """Fail early (before any long work) on an output file that cannot be written (``flag``: the
-    command-line option that named it, for the message)."""
+    """Fail early (before any long work) on an output file that cannot be written, or that exists.
+
+    ``flag``: the command-line option that named it, for the messages.  ``force``: an existing
+    file may be replaced; without it one is refused, naming ``--force`` (with ``flag``) or the
+    ``overwrite`` parameter of ``writer``.
+    """
     p = Path(path)
     name = f"{flag} {str(p)!r}" if flag else repr(str(p))
     where = f"The {param!r} parameter of {owner} must be" if param and owner else None
@@ -140,13 +218,26 @@ def check_out_file(
     why = _not_writable(folder)
     if why:
         bad("a file in a writable folder", why)
+    if not force:
+        refuse_overwrite(p, name=name, remedy=_remedy(flag, writer))
     return p
 
 
-def check_out_dir(path, marker: str = DESIGN_FILE, flag: str | None = None) -> Path:
+def check_out_dir(
+    path,
+    marker: str = DESIGN_FILE,
+    flag: str | None = None,
+    *,
+    force: bool = False,
+    writer: str | None = None,
+) -> Path:
     """Fail early on an output folder that cannot be written or holds something else than a design
-    (a folder with ``marker`` in it: ``design.json``, or ``frontier.csv`` for a frontier); ``flag``:
-    the command-line option that named it, for the message."""
+    (a folder with ``marker`` in it: ``design.json``, or ``frontier.csv`` for a frontier).
+
+    ``flag``: the command-line option that named it, for the messages.  ``force``: a folder of
+    that kind may be replaced; without it any folder that is not empty is refused, naming
+    ``--force`` (with ``flag``) or the ``overwrite`` parameter of ``writer``.
+    """
     p = Path(path)
     name = f"{flag} {str(p)!r}" if flag else repr(str(p))
     parent = _parent(p)
@@ -163,11 +254,13 @@ def check_out_dir(path, marker: str = DESIGN_FILE, flag: str | None = None) -> P
                 f"Cannot write the folder {name}: a file of that name exists."
             )
         if any(p.iterdir()) and not (p / marker).is_file():
-            what = "design" if marker == DESIGN_FILE else Path(marker).stem
+            # even when forced: a user's other folder is never wiped
             raise InvalidParameterError(
-                f"Refusing to replace {name}: it is not a {what} folder (not empty, and no "
-                f"{marker})."
+                f"Refusing to replace {name}: it is not {_kind_of_folder(marker)} folder (not "
+                f"empty, and no {marker})."
             )
+    if not force:
+        refuse_overwrite(p, marker, name=name, remedy=_remedy(flag, writer))
     return p
 
 
@@ -205,15 +298,16 @@ def write_text(text: str, path) -> Path:
 
 
 @contextlib.contextmanager
-def atomic_dir(path, marker: str = DESIGN_FILE):
+def atomic_dir(path, marker: str = DESIGN_FILE, *, force: bool = False, writer: str | None = None):
     """Build a folder in a temporary folder next to ``path``; put it in place at the end.
 
-    Yields the temporary folder.  An existing ``path`` is replaced only if it is empty or holds
-    a design (a ``design.json``; the file ``marker`` for another kind of folder), so that a
-    user's other folder is never wiped; the old folder is moved aside first and deleted once the
-    new one is in place.
+    Yields the temporary folder.  An existing ``path`` is replaced only if it is empty, or, with
+    ``force``, holds a design (a ``design.json``; the file ``marker`` for another kind of folder),
+    so that a user's other folder is never wiped; the old folder is moved aside first and deleted
+    once the new one is in place.  ``writer``: the function whose ``overwrite`` parameter gives
+    ``force``, named by the refusal.
     """
-    p = check_out_dir(path, marker)
+    p = check_out_dir(path, marker, force=force, writer=writer)
     clean_stale(p)
     tmp = _temp_name(p, ".tmp")
     os.mkdir(tmp, 0o777)

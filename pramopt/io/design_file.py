@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -188,28 +189,94 @@ def _record(
 
 
 def save_design(
-    result: DesignResult, folder, *, kind: str = "design", extra: dict | None = None
+    result: DesignResult,
+    folder,
+    *,
+    kind: str = "design",
+    extra: dict | None = None,
+    overwrite: bool = False,
 ) -> Path:
-    """Write ``design.json`` and ``matrix.csv`` into an existing ``folder`` (each atomically).
+    """Create ``folder`` and write ``design.json`` and ``matrix.csv`` into it (each atomically).
 
     A design of another kind (:mod:`pramopt.kinds`) is written by its kind, in its format.
+
+    Parameters
+    ----------
+    result : DesignResult or a result of another kind
+    folder : str or Path
+        The design folder: created (its parent must exist); an empty folder is written into.
+    kind : str
+        The ``kind`` written in ``design.json``.
+    extra : dict, optional
+        More fields of ``design.json``.
+    overwrite : bool
+        Write into a folder that is not empty, replacing its design files (its other files are
+        left as they are); without it such a folder is refused, so that a design that may have
+        been published is never replaced unasked.
+
+    Returns
+    -------
+    Path
+        The ``design.json`` written.
+
+    Raises
+    ------
+    InvalidParameterError
+        When the parent folder does not exist, ``folder`` is a file, or ``folder`` is not empty
+        and ``overwrite`` is False.  Nothing is written then.
     """
-    other = kind_of(result)
-    if other is not None:
-        return other.save(result, folder, extra)
     folder = Path(folder)
-    # matrix.csv first, so that design.json can carry its checksum
-    # (an edited matrix.csv is detected)
-    m = write_matrix(result.matrix, result.table, folder / MATRIX_FILE)
-    files = {MATRIX_FILE: file_sha256(m)}
-    sidecar = None
-    if result.matrix.nnz > INLINE_MAX:
-        # millions of entries as JSON lists take gigabytes to write: binary, beside design.json
-        sidecar = MATRIX_ENTRIES_FILE
-        files[sidecar] = file_sha256(_write_entries(result.matrix, folder / sidecar))
-    rec = design_record(result, kind=kind, extra=extra, files=files, matrix_file=sidecar)
-    write_text(json.dumps(rec, indent=1, allow_nan=False), folder / DESIGN_FILE)
+    made = _design_folder(folder, overwrite)
+    try:
+        other = kind_of(result)
+        if other is not None:
+            return other.save(result, folder, extra)
+        # matrix.csv first, so that design.json can carry its checksum
+        # (an edited matrix.csv is detected); the folder was checked above
+        m = write_matrix(result.matrix, result.table, folder / MATRIX_FILE, overwrite=True)
+        files = {MATRIX_FILE: file_sha256(m)}
+        sidecar = None
+        if result.matrix.nnz > INLINE_MAX:
+            # millions of entries as JSON lists take gigabytes to write: binary, beside design.json
+            sidecar = MATRIX_ENTRIES_FILE
+            files[sidecar] = file_sha256(_write_entries(result.matrix, folder / sidecar))
+        rec = design_record(result, kind=kind, extra=extra, files=files, matrix_file=sidecar)
+        write_text(json.dumps(rec, indent=1, allow_nan=False), folder / DESIGN_FILE)
+    except BaseException:
+        if made:  # a folder this call created holds no design: leave nothing behind
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
     return folder / DESIGN_FILE
+
+
+def _design_folder(folder: Path, overwrite: bool) -> bool:
+    """Check (and create) the folder :func:`save_design` writes into; True when it created it."""
+    where = "The 'folder' parameter of save_design must be"
+    if folder.is_dir():
+        if not overwrite and any(folder.iterdir()):
+            raise InvalidParameterError(
+                f"Refusing to write a design into {str(folder)!r}: the folder exists and is not "
+                "empty. Give overwrite=True to save_design to replace its design files, or "
+                "another folder (it is created)."
+            )
+        return False
+    if folder.exists() or folder.is_symlink():
+        raise InvalidParameterError(f"{where} a folder; got {str(folder)!r} (a file).")
+    parent = folder.parent if str(folder.parent) else Path(".")
+    if not parent.is_dir():
+        raise InvalidParameterError(
+            f"{where} a folder in an existing folder; got {str(folder)!r} (the folder "
+            f"{str(parent)!r} does not exist)."
+        )
+    try:
+        folder.mkdir()
+    except FileExistsError:  # made meanwhile by someone else: check it as one found
+        return _design_folder(folder, overwrite)
+    except OSError as e:
+        raise InvalidParameterError(
+            f"Cannot create the design folder {str(folder)!r}: {e.strerror or type(e).__name__}."
+        ) from None
+    return True
 
 
 #: Entries of P written to matrix.csv at a time: a large design has millions, whose long form and
@@ -263,11 +330,12 @@ def _read_entries(m: dict, p: Path, rec: dict):
         ) from None
 
 
-def write_matrix(P, table: FrequencyTable, path) -> Path:
+def write_matrix(P, table: FrequencyTable, path, *, overwrite: bool = False) -> Path:
     """``matrix.csv``: the long form of ``P`` (:func:`pramopt.result.matrix_long`), written
     atomically in pieces of ``MATRIX_CHUNK`` entries (the same bytes as in one piece), its
-    labels safe to open in a spreadsheet (:func:`pramopt._labels.formula_safe`)."""
-    p = check_out_file(path)
+    labels safe to open in a spreadsheet (:func:`pramopt._labels.formula_safe`); a file already
+    at ``path`` is replaced only with ``overwrite=True``."""
+    p = check_out_file(path, force=overwrite, writer="write_matrix")
     n = P.nnz if sp.issparse(P) else np.count_nonzero(np.asarray(P))
     csr = sp.csr_matrix(P)
     with atomic_write(p) as fh:

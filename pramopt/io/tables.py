@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .._csv import DEFAULT_DIALECT, CsvDialect
+from .._csv import CSV_SUFFIXES, DEFAULT_DIALECT, CsvDialect, csv_dialect
 from ..errors import InvalidParameterError
 from .atomic import PARQUET_SUFFIXES, atomic_write, check_out_file
 
@@ -18,14 +18,14 @@ def read_table(
     param: str | None = None,
     owner: str | None = None,
     text=(),
-    dialect: CsvDialect = DEFAULT_DIALECT,
+    dialect: CsvDialect | None = None,
 ) -> pd.DataFrame:
-    """Read microdata from ``.csv`` or ``.parquet``/``.pq`` (by extension).
+    """Read microdata from ``.csv`` (``.tsv``, ``.txt``) or ``.parquet``/``.pq`` (by extension).
 
     ``text`` names CSV columns read as the text written (``03`` stays ``03``, ``NA`` stays ``NA``;
     only an empty field and the dialect's ``na_values`` are missing), as the command line reads
     identifying variables; ``dialect`` gives a CSV's separator, encoding, decimal mark and
-    missing-value markers.
+    missing-value markers (by default a comma, or a tab for a ``.tsv``).
 
     Raises
     ------
@@ -34,10 +34,12 @@ def read_table(
     """
     p = Path(path)
     suffix = p.suffix.lower()
-    if suffix not in (".csv",) + PARQUET_SUFFIXES:
+    if suffix not in CSV_SUFFIXES + PARQUET_SUFFIXES:
         raise InvalidParameterError(
-            f"Cannot read {str(p)!r}: the file name must end in .csv, .parquet or .pq."
+            f"Cannot read {str(p)!r}: the file name must end in .csv, .tsv, .txt, .parquet or .pq."
         )
+    if dialect is None:
+        dialect = csv_dialect(path=p)
     if not p.is_file():
         raise InvalidParameterError(f"Cannot read {str(p)!r}: no such file.")
     try:
@@ -70,10 +72,13 @@ def read_table(
         raise InvalidParameterError(f"Cannot read {str(p)!r}: {first}") from None
 
 
-def write_table(df: pd.DataFrame, path, dialect: CsvDialect = DEFAULT_DIALECT) -> Path:
+def write_table(
+    df: pd.DataFrame, path, dialect: CsvDialect = DEFAULT_DIALECT, *, overwrite: bool = False
+) -> Path:
     """Write ``df`` as CSV (in ``dialect``: separator, encoding, decimal mark) or Parquet (by
-    extension), atomically."""
-    p = check_out_file(path)
+    extension), atomically; a file already at ``path`` is replaced only with ``overwrite=True``
+    (else :class:`~pramopt.errors.InvalidParameterError`)."""
+    p = check_out_file(path, force=overwrite, writer="write_table")
     with atomic_write(p) as fh:
         if p.suffix.lower() in PARQUET_SUFFIXES:
             df.to_parquet(fh, index=False)

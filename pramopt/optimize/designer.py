@@ -22,7 +22,7 @@ import scipy.sparse as sp
 from .._validation import check_choice
 from ..errors import InvalidParameterError, LargeProblemWarning
 from ..frequency.combinations import resolve_combinations
-from ..frequency.table import FrequencyTable, frequency_table
+from ..frequency.table import FrequencyTable, frequency_table, refuse_string_qi
 from ..loss import l2_loss
 from ..params import GAMMA_LADDER, DesignParams, parameters_doc, signature
 from ..result import DesignResult, Status
@@ -87,6 +87,7 @@ def design(
             the same design again.
     """
     owner = "design"
+    refuse_string_qi(qi, owner)  # before any kind of design takes it for a list of letters
     params = DesignParams.from_options(owner, alpha=alpha, **options)
     if progress is not None and not callable(progress):
         raise InvalidParameterError(

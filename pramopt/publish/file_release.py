@@ -64,9 +64,9 @@ from ..frequency.table import (
     is_missing,
     text_categories,
 )
-from ..io.atomic import atomic_write, check_out_file
+from ..io.atomic import atomic_write, check_out_file, refuse_overwrite
 from ..kinds import kind_of
-from .frame import check_same_table, releasable_table
+from .frame import check_same_table, distinct_examples, releasable_table
 from .policy import enforce_policy, refuse_unverified_policy
 from .recoded import recoded_frame, recoded_texts, recoding_of, text_schema
 from .sampling import Sampler, UniformStream, seed_entropy
@@ -209,9 +209,9 @@ class _Releaser:
         return out
 
 
-def _describe_bad(batch: pa.RecordBatch, qi, rows: np.ndarray) -> list[dict]:
-    take = pa.array(rows[:3], type=pa.int64())
-    return batch.select(list(qi)).take(take).to_pylist()
+def _describe_bad(batch: pa.RecordBatch, qi, rows: np.ndarray) -> str:
+    take = pa.array(rows, type=pa.int64())
+    return distinct_examples(batch.select(list(qi)).take(take).to_pandas())
 
 
 def release_file(
@@ -223,11 +223,12 @@ def release_file(
     batch_size: int = DEFAULT_BATCH_SIZE,
     format: str | None = None,
     allow_unverified: bool = False,
-    sep: str = ",",
+    sep: str | None = None,
     encoding: str = "utf-8",
     decimal: str = ".",
     na_values: Sequence[str] = (),
     policy=None,
+    overwrite: bool = False,
 ) -> FileRelease:
     """Release a CSV or Parquet file with a design, streaming it in record batches.
 
@@ -240,10 +241,11 @@ def release_file(
     Parameters
     ----------
     src : str or Path
-        The microdata the design was made for: ``.csv``, ``.parquet`` or ``.pq`` (before its
-        recoding, if the design has one: it is applied here).
+        The microdata the design was made for: ``.csv`` (``.tsv``, ``.txt``), ``.parquet`` or
+        ``.pq`` (before its recoding, if the design has one: it is applied here).
     dst : str or Path
-        The released file, in the same format as ``src`` (``.csv``; ``.parquet`` or ``.pq``).
+        The released file, in the same format as ``src`` (``.csv``, ``.tsv``, ``.txt``;
+        ``.parquet`` or ``.pq``).
     result : DesignResult
         A design that passed verification.
     seed : int or numpy.random.Generator, optional
@@ -257,14 +259,18 @@ def release_file(
     allow_unverified : bool
         Release even with a design that failed verification (never do this for publication).
     sep, encoding, decimal : str
-        CSV only: the source's field separator, text encoding and decimal mark; the released
-        file is written in the same (and with the source's byte order mark, if it has one).
+        CSV only: the source's field separator (by default a comma, or a tab for a ``.tsv``),
+        text encoding and decimal mark; the released file is written in the same (and with the
+        source's byte order mark, if it has one).
     na_values : list of str, optional
         CSV only: texts that mean a missing value, as given to :func:`pramopt.count_file` for
         the design.  Every value a record keeps is written back as the text it was read as.
     policy : ReleasePolicy, optional
         The office's α and Π (:func:`pramopt.release_policy`): a design weaker than it is
         refused before any record is read.
+    overwrite : bool
+        Replace a file already at ``dst``; without it one is refused before any record is read,
+        so that a release that may have been published is never replaced unasked.
 
     Returns
     -------
@@ -275,18 +281,21 @@ def release_file(
     ------
     InvalidParameterError
         For bad parameters, a missing or unreadable ``src``, a ``dst`` in another format or
-        folder that does not exist, or ``dst`` equal to ``src``.
+        folder that does not exist, ``dst`` equal to ``src``, or a ``dst`` that exists without
+        ``overwrite``.
     DesignMismatchError
         For a design that did not pass verification, or data it was not made for (a value or
         cell the design does not have, other counts).  Nothing is written then.
     """
     owner = "release_file"
+    if not overwrite:  # before any other kind's path: every kind's release honours it
+        _refuse_existing(src, dst, owner)
     kind = kind_of(result)
     if kind is not None:
         # e.g. households: household-level values once per household, in memory, verified only
         _refuse_streaming(kind, owner, batch_size, format, allow_unverified)
         enforce_policy(result, policy, owner)
-        dialect = csv_dialect(sep, encoding, decimal, owner, na_values)
+        dialect = csv_dialect(sep, encoding, decimal, owner, na_values, path=src)
         return kind.release_file(src, dst, result, seed, dialect, owner)
     refuse_unverified_policy(policy, allow_unverified, owner)
     table = releasable_table(result, owner, allow_unverified)
@@ -298,7 +307,7 @@ def release_file(
         format,
         owner,
         param="src",
-        dialect=csv_dialect(sep, encoding, decimal, owner, na_values),
+        dialect=csv_dialect(sep, encoding, decimal, owner, na_values, path=src),
     )
     out = _check_dst(dst, source, owner)
     qi = check_qi_names(source.names, table.qi, owner)
@@ -419,7 +428,7 @@ def release_in_memory(
     out = release(df, result, seed)
     changed = records_changed(df, out, qi)
     if source.format == "parquet":
-        write_table(out, out_path)
+        write_table(out, out_path, overwrite=True)  # release_file checked dst
         return FileRelease(out_path, len(out), changed, 1, "parquet")
     raw = pd.read_csv(
         source.path,
@@ -536,8 +545,25 @@ def _released(
     return columns
 
 
+def _refuse_existing(src, dst, owner: str) -> None:
+    """Refuse a ``dst`` that exists (before any record is read); a folder, or the source itself,
+    is refused by :func:`_check_dst` with its own reason."""
+    p = Path(dst)
+    try:
+        if p.is_dir() or (p.exists() and os.path.samefile(p, src)):
+            return
+    except OSError:  # no src to compare with: refused below for that
+        return
+    refuse_overwrite(
+        p,
+        name=f"{str(p)!r} (the 'dst' parameter of {owner})",
+        remedy=f"Give overwrite=True to {owner} to replace it, or another dst",
+    )
+
+
 def _check_dst(dst, source: _Source, owner: str) -> Path:
-    out = check_out_file(dst)
+    # release_file refused an existing dst unless asked (a same-named src is refused below)
+    out = check_out_file(dst, force=True)
     fmt = "parquet" if out.suffix.lower() in PARQUET_SUFFIXES else "csv"
     if fmt != source.format:
         raise InvalidParameterError(

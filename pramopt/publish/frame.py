@@ -28,6 +28,7 @@ __all__ = [
     "check_same_table",
     "record_cells",
     "release_frame",
+    "distinct_examples",
 ]
 
 
@@ -113,12 +114,31 @@ def _check_privacy_again(result, table: FrequencyTable) -> None:
         )
 
 
+def distinct_examples(rows: pd.DataFrame, shown: int = 3) -> str:
+    """The first ``shown`` distinct rows of ``rows`` (a refusal's examples), each with its number
+    of rows, and how many other distinct rows there are: the same example three times would say
+    less.  Values are compared as written (``repr``), so that missing values count as one."""
+    if rows.empty:
+        return "[]"
+    codes = rows.map(repr).groupby(list(rows.columns), sort=False).ngroup().to_numpy()
+    counts = np.bincount(codes)  # groups numbered in order of first appearance
+    first = np.unique(codes, return_index=True)[1][:shown]
+    said = [
+        f"{r} ({k} record{'s' if k != 1 else ''})"
+        for r, k in zip(rows.iloc[first].to_dict("records"), counts)
+    ]
+    more = len(counts) - len(first)
+    if more:
+        said.append(f"and {more} other combination{'s' if more != 1 else ''} of values")
+    return ", ".join(said)
+
+
 def record_cells(df: pd.DataFrame, table: FrequencyTable, owner: str) -> np.ndarray:
     """Index of each record's cell among the design's cells; error if a record has another cell."""
     qi = check_qi(df, table.qi, owner)
     idx = cells_of(df, table)
     if (idx < 0).any():
-        bad = df.loc[idx < 0, list(qi)].head(3).to_dict("records")
+        bad = distinct_examples(df.loc[idx < 0, list(qi)])
         text = [
             q
             for q, c in zip(table.qi, table.categories)
@@ -289,10 +309,10 @@ def estimate(released: pd.DataFrame, result, by=None, *, nonnegative: bool = Fal
     Returns
     -------
     pandas.DataFrame
-        The cell values (and ``by`` values), ``observed`` released counts U, ``estimate`` and
-        ``se``, its standard error (the plug-in variance of :func:`_variances`: the square root
-        of sum_k (P^-1)_kj^2 U_k - estimate_j, at least 0; NaN above ``SE_MAX_CELLS`` cells, where
-        every column of P^-1 would be too slow to solve).
+        The cell values (and ``by`` values), ``observed`` released counts U (integers),
+        ``estimate`` and ``se``, its standard error (the plug-in variance of :func:`_variances`:
+        the square root of sum_k (P^-1)_kj^2 U_k - estimate_j, at least 0; NaN above
+        ``SE_MAX_CELLS`` cells, where every column of P^-1 would be too slow to solve).
     """
     if not isinstance(nonnegative, (bool, np.bool_)):
         raise InvalidParameterError(
@@ -344,12 +364,12 @@ def estimate(released: pd.DataFrame, result, by=None, *, nonnegative: bool = Fal
             yv = yvals[y] if len(by) > 1 else (yvals[y],)
             for b, v in zip(by, yv):
                 f[b] = v
-        f["observed"] = U[y]
+        f["observed"] = U[y].astype(np.int64)  # counts of records: whole numbers, shown so
         f["estimate"] = est[y]
         f["se"] = se[y]
         frames.append(f)
     if not frames:
         return pd.concat([labels.iloc[:0]], ignore_index=True).assign(
-            observed=[], estimate=[], se=[]
+            observed=np.zeros(0, dtype=np.int64), estimate=[], se=[]
         )
     return pd.concat(frames, ignore_index=True)

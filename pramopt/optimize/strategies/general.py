@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ...loss import expected_changes
-from ...params import DENSE_SUPPORT_MAX, GAMMA_LADDER
+from ...params import DENSE_SUPPORT_MAX, GAMMA_LADDER, DesignParams
 from ...result import Reduction
 from ..backends import chain, supports
 from ..constraints.c1 import WorkingSet, membership, protected_groups, reduce_constraints
@@ -565,8 +565,9 @@ def _ladder(
                 f": the reduced problem is infeasible at gamma = {p.gamma:g} (the largest "
                 f"feasible floor is {ph.t:.4g}), so gamma was lowered as the paper suggests."
             )
-        else:
-            why += " (as requested)."
+        else:  # the parameters hold every value, defaults too: say which this one is
+            default = DesignParams.__dataclass_fields__["gamma"].default
+            why += " (the default)." if p.gamma == default else " (as requested)."
         return dataclasses.replace(att, gamma=gam, describe=why)
     return Attempt(
         AttemptStatus.INFEASIBLE,
