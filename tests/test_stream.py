@@ -496,7 +496,7 @@ print(json.dumps({'peak': hwm()}))
                 "-c",
                 script,
                 str(tmp_path / f"{n}.parquet"),
-                str(tmp_path / "o.parquet"),
+                str(tmp_path / f"o{n}.parquet"),
             ],
             capture_output=True,
             text=True,
