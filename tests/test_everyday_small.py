@@ -292,3 +292,42 @@ def test_qi_as_a_bare_string_is_refused(files, tmp_path):
         pramopt.count_file(files["tmp"] / "data.csv", "v1")
     # a list of one name is the way to say it
     assert pramopt.frequency_table(df, ["roof"]).qi == ("roof",)
+
+
+def test_estimate_and_assess_refuse_a_household_design_in_one_sentence(tmp_path):
+    """A household design's release reaches value combinations no record has: estimate and
+    assess, which take a person-level design, refuse it before reading data, in one sentence,
+    instead of a mismatch after reading or a traceback."""
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    import pramopt
+    from pramopt.cli import main
+    from pramopt.households.kind import example_households
+
+    df, qi, opts = example_households()
+    src = tmp_path / "hh.csv"
+    df.to_csv(src, index=False)
+    argv = ["--qi", ",".join(qi), "--household", opts["household"], "--alpha", opts["alpha"]]
+
+    def run(*a):
+        out, err = io.StringIO(), io.StringIO()
+        with redirect_stdout(out), redirect_stderr(err):
+            code = main([str(x) for x in a])
+        return code, err.getvalue()
+
+    code, err = run("design", "--data", src, *argv, "--out", tmp_path / "d", "-q")
+    assert code == 0, err
+    code, err = run("release", "--design", tmp_path / "d", "--data", src, "--out",
+                    tmp_path / "r.csv", "--seed", 7, "-q")  # fmt: skip
+    assert code == 0, err
+    for cmd in (
+        ["estimate", "--design", tmp_path / "d", "--data", tmp_path / "r.csv"],
+        ["assess", "--matrix", tmp_path / "d", "--data", src, "--qi", ",".join(qi)],
+    ):
+        code, err = run(*cmd)
+        assert code == 2 and "household design" in err and "Traceback" not in err, err
+        assert len([ln for ln in err.splitlines() if ln.strip()]) == 1
+    res = pramopt.load_design(tmp_path / "d")
+    with pytest.raises(pramopt.InvalidParameterError, match="household design"):
+        pramopt.estimate(df, res)

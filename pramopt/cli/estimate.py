@@ -67,9 +67,10 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    from ..publish.frame import estimate
+    from ..publish.frame import estimate, refuse_kind
 
     res = load_design(args.design)
+    refuse_kind(res, "estimate", "pramopt estimate")  # before the data are read
     if args.out is not None:
         check_output(args, args.out, source=args.data)
     dialect = dialect_of(args)

@@ -109,6 +109,9 @@ def read_matrix(path, qi, data: pd.DataFrame | None = None) -> tuple[np.ndarray,
     p = Path(path)
     if p.is_dir() or p.name == DESIGN_FILE:
         res = load_design(p)
+        from ..publish.frame import refuse_kind
+
+        refuse_kind(res, "assess", "pramopt assess --matrix")
         if list(res.qi) != qi:
             raise InvalidParameterError(
                 f"The design {str(path)!r} is for identifying variables {list(res.qi)!r}, not "

@@ -284,6 +284,19 @@ def _project_simplex(x: np.ndarray, total: float) -> np.ndarray:
     return np.maximum(x - css[rho] / (rho + 1), 0.0)
 
 
+def refuse_kind(result, owner: str, what: str) -> None:
+    """Refuse, in one sentence, a design of another kind (households) where only a person-level
+    design is understood."""
+    kind = kind_of(result)
+    if kind is not None:
+        raise InvalidParameterError(
+            f"{what} takes a person-level design; this is a {kind.name} design, whose release "
+            "draws household values once per household and so reaches combinations of values "
+            "that no record of the data has. Its record-level risk is checked at release and in "
+            "its report."
+        )
+
+
 def estimate(released: pd.DataFrame, result, by=None, *, nonnegative: bool = False) -> pd.DataFrame:
     """Unbiased estimate of the original cell frequencies (Cator et al., eq. (4)), with
     standard errors.
@@ -320,6 +333,7 @@ def estimate(released: pd.DataFrame, result, by=None, *, nonnegative: bool = Fal
         )
     from .recoded import recoded_frame
 
+    refuse_kind(result, "estimate", "pramopt.estimate (pramopt estimate)")
     table = _table_of(result)
     # idempotent: data released with the design's recoding hold its categories already
     released = recoded_frame(released, result)
