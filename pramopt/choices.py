@@ -40,7 +40,7 @@ from .optimize.designer import design, table_and_combinations
 from .params import DesignParams
 from .recode import Recoding
 from .result import DesignResult
-from .tradeoff import check_alphas
+from .tradeoff import alpha_axes, check_alphas, legend_below
 
 __all__ = [
     "Choice",
@@ -193,7 +193,7 @@ class ChoiceFrontier:
         """
         from matplotlib.figure import Figure  # no pyplot: the caller's backend stays as it is
         from matplotlib.lines import Line2D
-        from matplotlib.ticker import NullLocator, PercentFormatter
+        from matplotlib.ticker import PercentFormatter
 
         fig = Figure(figsize=(12, 4.6))
         left, right = fig.subplots(1, 2)
@@ -202,14 +202,7 @@ class ChoiceFrontier:
         for i, (label, name) in enumerate(zip(self.labels, names)):
             g = self.points[self.points["choice"] == label].sort_values("alpha")
             hidden += _draw_choice(left, right, g, name, f"C{i}", 2.4 if i == 0 else 1.6)
-        log_alpha = max(self.alphas) / min(self.alphas) >= 4
-        for ax in (left, right):
-            if log_alpha:
-                ax.set_xscale("log")
-            ax.set_xticks(list(self.alphas), [f"{a:g}" for a in self.alphas])
-            ax.xaxis.set_minor_locator(NullLocator())  # the α given, not the log scale's ticks
-            ax.set_xlabel("α (C1 security level; smaller is safer)")
-            ax.grid(alpha=0.3)
+        alpha_axes((left, right), self.alphas)
         left.set_ylim(bottom=0)
         left.yaxis.set_major_formatter(PercentFormatter(1.0))
         left.set_ylabel("share of records changed")
@@ -225,20 +218,7 @@ class ChoiceFrontier:
         if not self.points["status"].eq("success").all():
             handles.append(Line2D([], [], marker="x", ls="", color="0.3"))
             labels.append("fails C1 at that α")
-        fig.tight_layout(rect=(0, 0.1, 1, 1))
-        # below the panels, where it hides no point
-        fig.legend(
-            handles,
-            labels,
-            fontsize=8,
-            loc="lower center",
-            bbox_to_anchor=(0.5, 0.01),
-            ncol=min(len(labels), 4),
-            frameon=False,
-        )
-        if hidden:
-            words = "Not drawn on the log scale: " + "; ".join(hidden)
-            fig.text(0.5, 0.0, words, fontsize=8, ha="center", va="top")
+        legend_below(fig, handles, labels, hidden, bottom=0.1, ncol=4)
         return fig
 
     def png(self) -> bytes:

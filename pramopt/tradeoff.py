@@ -72,6 +72,38 @@ COLUMNS = (
 )
 
 
+def alpha_axes(axes, alphas) -> None:
+    """The α axis of a frontier's panels: the α given as ticks, a log scale over a wide range."""
+    from matplotlib.ticker import NullLocator
+
+    log_alpha = max(alphas) / min(alphas) >= 4
+    for ax in axes:
+        if log_alpha:
+            ax.set_xscale("log")
+        ax.set_xticks(list(alphas), [f"{a:g}" for a in alphas])
+        ax.xaxis.set_minor_locator(NullLocator())  # the α given, not the log scale's own ticks
+        ax.set_xlabel("α (C1 security level; smaller is safer)")
+        ax.grid(alpha=0.3)
+
+
+def legend_below(fig, handles, labels, hidden, bottom: float, ncol: int) -> None:
+    """The legend below the panels, where it hides no point (``bottom``: the share of the figure
+    kept for it), and the points a log scale cannot draw said under it."""
+    fig.tight_layout(rect=(0, bottom, 1, 1))
+    fig.legend(
+        handles,
+        labels,
+        fontsize=8,
+        loc="lower center",
+        bbox_to_anchor=(0.5, 0.01),
+        ncol=min(len(labels), ncol),
+        frameon=False,
+    )
+    if hidden:
+        words = "Not drawn on the log scale: " + "; ".join(hidden)
+        fig.text(0.5, 0.0, words, fontsize=8, ha="center", va="top")
+
+
 def check_alphas(alphas, owner: str = "frontier") -> tuple[float, ...]:
     """The α of a frontier, checked and sorted: a non-empty list of distinct numbers in (0, 1).
 
@@ -202,7 +234,6 @@ class Frontier:
         figure.  Returns a :class:`matplotlib.figure.Figure` (pyplot is not used).
         """
         from matplotlib.figure import Figure  # no pyplot: the caller's backend stays as it is
-        from matplotlib.ticker import NullLocator
 
         fig = Figure(figsize=(12, 4.6))
         left, right = fig.subplots(1, 2)
@@ -241,14 +272,7 @@ class Frontier:
                     hidden += [
                         f"{name} at α = {a:g} (loss {v:g})" for a, v in zip(x[~shown], y[~shown])
                     ]
-        log_alpha = max(self.alphas) / min(self.alphas) >= 4
-        for ax in (left, right):
-            if log_alpha:
-                ax.set_xscale("log")
-            ax.set_xticks(list(self.alphas), [f"{a:g}" for a in self.alphas])
-            ax.xaxis.set_minor_locator(NullLocator())  # the α given, not the log scale's own ticks
-            ax.set_xlabel("α (C1 security level; smaller is safer)")
-            ax.grid(alpha=0.3)
+        alpha_axes((left, right), self.alphas)
         if (pts["loss"].replace([np.inf], np.nan) > 0).any():
             left.set_yscale("log")
         left.set_ylabel("exact L2 loss (log scale)")
@@ -263,26 +287,7 @@ class Frontier:
 
             handles.append(Line2D([], [], marker="x", ls="", color="0.3"))
             labels.append("fails C1 at that α")
-        fig.tight_layout(rect=(0, 0.08, 1, 1))
-        # below the panels, where it hides no point
-        fig.legend(
-            handles,
-            labels,
-            fontsize=8,
-            loc="lower center",
-            bbox_to_anchor=(0.5, 0.01),
-            ncol=min(len(labels), 6),
-            frameon=False,
-        )
-        if hidden:
-            fig.text(
-                0.5,
-                0.0,
-                "Not drawn on the log scale: " + "; ".join(hidden),
-                fontsize=8,
-                ha="center",
-                va="top",
-            )
+        legend_below(fig, handles, labels, hidden, bottom=0.08, ncol=6)
         return fig
 
     def png(self) -> bytes:
