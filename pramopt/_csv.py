@@ -15,10 +15,12 @@ from .errors import InvalidParameterError
 __all__ = [
     "CSV_SUFFIXES",
     "CsvDialect",
+    "missing_markers",
     "DEFAULT_DIALECT",
     "bad_line",
     "csv_dialect",
     "has_bom",
+    "missing_markers",
     "line_end",
     "parse_error",
 ]
@@ -99,6 +101,22 @@ def csv_dialect(
             f"value; got {na_values!r}."
         )
     return CsvDialect(sep=sep, encoding=encoding, decimal=decimal, na_values=tuple(sorted(set(na))))
+
+
+def missing_markers(values) -> tuple[str, ...]:
+    """pandas' missing-value markers ('NA', 'null', ...) that stand for a missing value among
+    ``values``: all but those written as values, when ``values`` hold a missing one; none
+    otherwise.  A column with a missing value and no 'NA' was read by pandas' rules (or written
+    by R, which writes NA), so its 'NA' means missing; a column that has 'NA' as a value keeps
+    it."""
+    import pandas as pd
+    from pandas._libs.parsers import STR_NA_VALUES  # pandas' own list, as pd.read_csv uses it
+
+    vals = list(values)
+    if not any(pd.isna(v) for v in vals):
+        return ()
+    have = {v for v in vals if isinstance(v, str)}
+    return tuple(sorted(m for m in STR_NA_VALUES if m not in have))
 
 
 def has_bom(path) -> bool:

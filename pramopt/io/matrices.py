@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .._csv import missing_markers
 from .._labels import formula_unescaped
 from ..errors import InvalidParameterError
 from .atomic import DESIGN_FILE
@@ -69,11 +70,9 @@ def _column_order(p: Path, headers: list[str], rows: list[list[str]]) -> np.ndar
 def _r_missing(df: pd.DataFrame, cols: list, values: pd.Series) -> None:
     """Labels of a variable the data hold as text: R writes a missing value as NA (pandas'
     markers), which is the data's missing value where the data have one and no such text."""
-    from pandas._libs.parsers import STR_NA_VALUES
-
-    if not values.isna().any():
+    markers = missing_markers([np.nan if pd.isna(v) else str(v) for v in pd.unique(values)])
+    if not markers:
         return
-    markers = set(STR_NA_VALUES) - set(values.dropna().astype(str))
     for c in cols:
         if c in df.columns:
             df[c] = df[c].where(~df[c].isin(markers), np.nan)

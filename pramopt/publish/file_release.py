@@ -44,9 +44,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-from pandas._libs.parsers import STR_NA_VALUES  # pandas' missing markers
 
-from .._csv import CsvDialect, csv_dialect, has_bom, line_end
+from .._csv import CsvDialect, csv_dialect, has_bom, line_end, missing_markers
 from .._validation import InvalidParameterError, check_int
 from ..errors import DesignMismatchError
 from ..frequency.file_counting import (
@@ -376,10 +375,9 @@ def _missing_texts(cats: pd.Index, as_text: bool, dialect: CsvDialect) -> tuple[
     design has a missing category and no category of that text, pandas' markers (a design
     made from ``pd.read_csv`` or ``count_file`` without ``keys_as_text``, where 'NA' is missing;
     a design on text keys that keeps 'NA' as a value has it as a category)."""
-    if not as_text or not pd.isna(cats).any():
+    if not as_text:
         return dialect.na_values
-    have = {c for c in cats if isinstance(c, str)}
-    return tuple(dialect.na_values) + tuple(sorted(m for m in STR_NA_VALUES if m not in have))
+    return tuple(dialect.na_values) + missing_markers(cats)
 
 
 def _refuse_streaming(kind, owner: str, batch_size, format, allow_unverified) -> None:
