@@ -16,7 +16,6 @@ from ..errors import DesignMismatchError
 from ..frequency.distributed import _check_frame, _partition_counts, _table
 from ..frequency.table import FrequencyTable, check_qi_names
 from .frame import check_same_table, releasable_table, release_frame
-from .policy import enforce_policy, refuse_unverified_policy
 from .recoded import recoding_of
 from .sampling import Sampler, UniformStream, seed_entropy
 
@@ -75,9 +74,7 @@ def release_dask(ddf, result, seed=None, *, allow_unverified: bool = False, poli
         For a design that did not pass verification, or data it was not made for.
     """
     owner = "release_dask"
-    refuse_unverified_policy(policy, allow_unverified, owner)
-    table = releasable_table(result, owner, allow_unverified)
-    enforce_policy(result, policy, owner)
+    table = releasable_table(result, owner, allow_unverified, policy)
     _check_frame(ddf, owner)
     qi = check_qi_names(ddf.columns, table.qi, owner)
     rec = recoding_of(result)

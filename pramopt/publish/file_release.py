@@ -66,7 +66,7 @@ from ..frequency.table import (
 from ..io.atomic import atomic_write, check_out_file, refuse_overwrite
 from ..kinds import kind_of
 from .frame import check_same_table, distinct_examples, releasable_table
-from .policy import enforce_policy, refuse_unverified_policy
+from .policy import enforce_policy
 from .recoded import recoded_frame, recoded_texts, recoding_of, text_schema
 from .sampling import Sampler, UniformStream, seed_entropy
 from .sinks import _csv_text, _CsvSink, _ParquetSink, _quote
@@ -296,9 +296,7 @@ def release_file(
         enforce_policy(result, policy, owner)
         dialect = csv_dialect(sep, encoding, decimal, owner, na_values, path=src)
         return kind.release_file(src, dst, result, seed, dialect, owner)
-    refuse_unverified_policy(policy, allow_unverified, owner)
-    table = releasable_table(result, owner, allow_unverified)
-    enforce_policy(result, policy, owner)
+    table = releasable_table(result, owner, allow_unverified, policy)
     batch_size = check_int(batch_size, "batch_size", owner, low=1)
     entropy = seed_entropy(seed, owner)
     source = _Source(

@@ -51,15 +51,22 @@ def _table_of(result) -> FrequencyTable:
     return table
 
 
-def releasable_table(result, owner: str, allow_unverified: bool = False) -> FrequencyTable:
+def releasable_table(
+    result, owner: str, allow_unverified: bool = False, policy=None
+) -> FrequencyTable:
     """The design's frequency table, after checking that the design is safe to release with.
 
     A design whose status is not success is refused, and so is one whose matrix does not pass
     the full C1 when :func:`pramopt.verify.c1_risk` checks it again here on the design's own
     cells and counts (a result changed after it was made, or read from a file made
     elsewhere): a release never trusts the ``success`` flag alone.  ``allow_unverified``
-    skips both checks (never do this for publication).
+    skips both checks (never do this for publication).  A design weaker than the office's
+    ``policy`` is refused (:func:`.policy.enforce_policy`); a policy cannot be combined with
+    ``allow_unverified``.
     """
+    from .policy import enforce_policy, refuse_unverified_policy
+
+    refuse_unverified_policy(policy, allow_unverified, owner)
     table = _table_of(result)
     P = result.matrix
     if P.shape != (table.n_cells, table.n_cells):
@@ -84,6 +91,7 @@ def releasable_table(result, owner: str, allow_unverified: bool = False) -> Freq
             f"{result.alpha:g}); refusing to release with it."
         )
     _check_privacy_again(result, table)
+    enforce_policy(result, policy, owner)
     return table
 
 
@@ -212,7 +220,7 @@ def release(
         The office's α and Π (:func:`pramopt.release_policy`): a design weaker than it is
         refused.
     """
-    from .policy import enforce_policy, refuse_unverified_policy
+    from .policy import enforce_policy
     from .recoded import recoded_frame
 
     # a design made on recoded data: the frame is matched, and released, recoded
@@ -221,9 +229,7 @@ def release(
     if kind is not None:  # e.g. a household design: household-level values once per household
         enforce_policy(result, policy)
         return kind.release(df, result, seed)
-    refuse_unverified_policy(policy, allow_unverified, "release")
-    table = releasable_table(result, "release", allow_unverified)
-    enforce_policy(result, policy)
+    table = releasable_table(result, "release", allow_unverified, policy)
     cells = record_cells(df, table, "release")
     if not np.array_equal(np.bincount(cells, minlength=table.n_cells), table.counts):
         raise DesignMismatchError(
