@@ -54,7 +54,8 @@ class Advice:
         ``qi`` (the identifying variables left), ``categories_lost``, ``cells``,
         ``bound_changes`` and ``bound_share`` (the proven minimum of expected changes of any
         design meeting C1, records and share of the records), and for the designs made
-        ``design_changes``, ``design_share``, ``loss``, ``status``.  Row 0 of ``baseline``
+        ``design_changes``, ``design_share``, ``loss``, ``variables_per_changed_record``,
+        ``status``.  Row 0 of ``baseline``
         is the data as given.
     recodings : list of Recoding
         Each option's recoding, in the rows' order.
@@ -384,6 +385,7 @@ def _row(option, step, qi, lost, cells, lb, n) -> dict:
         "design_changes": np.nan,
         "design_share": np.nan,
         "loss": np.nan,
+        "variables_per_changed_record": np.nan,
         "status": "",
     }
 
@@ -408,6 +410,9 @@ def _designs(data, qi, alpha, opts, ranked, recs, count, structure, say) -> dict
         ranked.at[i, "design_share"] = res.expected_changes / len(data)
         ranked.at[i, "loss"] = res.loss
         ranked.at[i, "status"] = res.status.value
+        ranked.at[i, "variables_per_changed_record"] = (
+            res.details.get("changed_variables") or {}
+        ).get("mean", np.nan)
         results[i] = res
         say(f"{ranked.at[i, 'option']}: design changes {ranked.at[i, 'design_share']:.1%}")
     return results
@@ -464,15 +469,18 @@ def _markdown(advice: Advice, table: pd.DataFrame) -> str:
         "is ranked by the same proven minimum on the recoded data (the flow relaxation); the "
         "designs made give the actual share.",
         "",
-        "| rank | option | proven minimum | design | loss | categories lost | cells | file |",
-        "|---|---|---|---|---|---|---|---|",
+        "| rank | option | proven minimum | design | loss | variables per changed record "
+        "| categories lost | cells | file |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for _, r in table.iterrows():
         design = f"{r['design_share']:.1%}" if pd.notna(r["design_share"]) else ""
         loss = f"{r['loss']:.3g}" if pd.notna(r["loss"]) else ""
+        per = r["variables_per_changed_record"]
+        per = f"{per:.2f}" if pd.notna(per) else ""
         option = formula_safe(short_label(str(r["option"]), 120)).replace("|", "/")
         lines.append(
-            f"| {r['rank']} | {option} | {r['bound_share']:.1%} | {design} | {loss} | "
+            f"| {r['rank']} | {option} | {r['bound_share']:.1%} | {design} | {loss} | {per} | "
             f"{r['categories_lost']} | {r['cells']} | {r['recode_file']} |"
         )
     return "\n".join(lines) + "\n"

@@ -74,6 +74,13 @@ def test_the_ranking_bound_lies_below_every_design(advice):
         qi = row["qi"].split(",")
         recoded = a.recodings[i].apply(df) if a.recodings[i] else df
         assert brute_force_risk(res, recoded, qi, {}) <= 0.1
+        # variables changed per changed record, by a dense loop over every transition
+        P, codes, U = res.to_dense(), res.table.codes, res.table.counts
+        moved = sum(U[m] * P[m, k] * (codes[m] != codes[k]).sum() for m in range(len(U))
+                    for k in range(len(U)))  # fmt: skip
+        assert row["variables_per_changed_record"] == pytest.approx(
+            moved / (U @ (1 - np.diag(P))), rel=1e-9
+        )
     shares = a.options["bound_share"].to_numpy()
     assert np.all(np.diff(shares[~np.isnan(shares)]) >= 0)  # ranked by the bound
     assert a.options["bound_share"].iloc[0] < a.baseline["bound_share"]
