@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from .._activity import Heartbeat
 from ..errors import InvalidParameterError, PramoptError
 from ..io import atomic_dir, save_design, write_text
 from ..io.atomic import DESIGN_FILE, check_out_dir, check_out_file, refuse_overwrite
@@ -59,10 +60,11 @@ class Progress:
 
 
 @contextlib.contextmanager
-def stage_log(quiet: bool, stream=None, after: float = 1.0):
+def stage_log(quiet: bool, stream=None, after: float = 1.0, heartbeat: float = 30.0):
     """Show every finished design stage on stderr (the ``pramopt.design`` logger) unless quiet;
     like :class:`Progress`, nothing during the first ``after`` seconds (a fast design stays
-    quiet)."""
+    quiet) but an announcement; after ``heartbeat`` seconds without a line, what is running
+    (:class:`pramopt._activity.Heartbeat`)."""
     if quiet:
         yield
         return
@@ -75,12 +77,14 @@ def stage_log(quiet: bool, stream=None, after: float = 1.0):
 
     h = logging.StreamHandler(stream if stream is not None else sys.stderr)
     h.setFormatter(_Elapsed())
-    h.addFilter(lambda record: time.monotonic() - t0 >= after)
+    # An announcement (work estimated to take long) is shown at once; stages after ``after`` s.
+    h.addFilter(lambda record: getattr(record, "announce", False) or time.monotonic() - t0 >= after)
     old = log.level
     log.addHandler(h)
     log.setLevel(logging.INFO)
     try:
-        yield
+        with Heartbeat(every=heartbeat):
+            yield
     finally:
         log.removeHandler(h)
         log.setLevel(old)

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -24,6 +25,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from .._activity import activity
 from ..errors import InvalidParameterError
 from ..frequency.combinations import resolve_combinations
 from ..frequency.table import FrequencyTable, cells_of
@@ -33,6 +35,19 @@ from .conditional import solve_person_by_household
 from .model import household_codes, household_keys, layout, person_diagonal
 from .person import PERSON_MAX_CELLS, solve_person, solve_person_replacement
 from .result import HouseholdDesign, household_loss, member_pairs, record_check
+
+LOG = logging.getLogger("pramopt.design")
+
+
+class _LoggedStages(list):
+    """The design's stages; each one appended is also said on the ``pramopt.design`` logger (the
+    command line shows it), as the record-level design's stages are."""
+
+    def append(self, stage: Stage) -> None:
+        super().append(stage)
+        detail = f" ({stage.detail})" if stage.detail else ""
+        LOG.info("%s: %.1f s%s", stage.name, stage.seconds, detail)
+
 
 __all__ = ["design_households", "HOUSEHOLD_FRACTIONS"]
 
@@ -111,7 +126,17 @@ def design_households(
         lay.household_table.n_cells,
         lay.person_table.n_cells,
     )
-    stages = [
+    LOG.info(
+        "the household design: up to %d household parts (%d household cells), each with up to 3 "
+        "person parts (%d person cells) tried at up to %d margins; this can take minutes",
+        len(HOUSEHOLD_FRACTIONS if lay.ppos else (1.0,)),
+        lay.household_table.n_cells,
+        lay.person_table.n_cells,
+        len(_MARGINS),
+        extra={"announce": True},
+    )
+    stages = _LoggedStages()
+    stages.append(
         Stage(
             "households",
             time.perf_counter() - t0,
@@ -119,7 +144,7 @@ def design_households(
             f"{int(hh.max()) + 1} households; household-level {list(hkeys)}, person-level "
             f"{list(pkeys)}",
         )
-    ]
+    )
     base = params.to_dict()
     for name in (
         "household",
@@ -139,7 +164,10 @@ def design_households(
     for frac in fractions:
         a_h = alpha * frac
         t1 = time.perf_counter()
-        rh = design(lay.household_table, alpha=a_h, combinations=hcombos, progress=progress, **base)
+        with activity(f"the household part at alpha {a_h:.4g}"):
+            rh = design(
+                lay.household_table, alpha=a_h, combinations=hcombos, progress=progress, **base
+            )
         stages.append(
             Stage(
                 f"households@{frac:g}",
@@ -158,9 +186,10 @@ def design_households(
         seen.append(rh.matrix)
         kinds = ("general", "replacement") + (() if "by-household" in found else ("by-household",))
         for kind in kinds:
-            hit = _person_at_margins(
-                kind, frac, lay, rh, combos, alpha, floor, keep, params, same, stages
-            )
+            with activity(f"the person part ({kind}) at alpha_h {a_h:.4g}", len(_MARGINS)) as act:
+                hit = _person_at_margins(
+                    kind, frac, lay, rh, combos, alpha, floor, keep, params, same, stages, act
+                )
             if hit is None:
                 continue
             loss, indep, Pp, rep, n_cols = hit
@@ -182,11 +211,15 @@ def design_households(
     return _chosen(best, alpha, lay, tried, hd, out)
 
 
-def _person_at_margins(kind, frac, lay, rh, combos, alpha, floor, keep, params, same, stages):
+def _person_at_margins(
+    kind, frac, lay, rh, combos, alpha, floor, keep, params, same, stages, act=None
+):
     """The person part of ``kind`` under the household part ``rh``, at the first margin where
     it meets C1 at record level: ``(loss, indep, Pp, rep, n_cols)``, or None.  Appends a stage
     per try."""
     for margin in _MARGINS:
+        if act is not None and margin != _MARGINS[0]:
+            act.advance()
         t1 = time.perf_counter()
         a_s = alpha * (1 - margin)
         if kind == "general":

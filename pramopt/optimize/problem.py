@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .._activity import activity, current
 from ..errors import CallbackError, InvalidParameterError
 from ..frequency.table import FrequencyTable, cells_of
 from ..params import DesignParams
@@ -299,6 +300,7 @@ class Trace:
     def __init__(self, progress: ProgressFn | None = None):
         self.stages: list[Stage] = []
         self._progress = progress
+        self._steps: dict[str, int] = {}
 
     def add(self, name: str, seconds: float, iterations: int = 0, detail: str = "") -> None:
         self.stages.append(Stage(name, float(seconds), int(iterations), detail))
@@ -312,11 +314,18 @@ class Trace:
         info: dict[str, Any] = {"iterations": 0, "detail": ""}
         t0 = time.perf_counter()
         try:
-            yield info
+            with activity(name):
+                yield info
         finally:
             self.add(name, time.perf_counter() - t0, info["iterations"], info["detail"])
 
     def progress(self, stage: str, iteration: int, loss: float, worst: float) -> None:
+        # A stage run in rounds (the refinement) counts from 1 in each; the user sees one count
+        # per stage name that never goes backwards.
+        iteration = max(self._steps.get(stage, 0) + 1, int(iteration))
+        self._steps[stage] = iteration
+        for act in current()[-1:]:
+            act.advance(1)
         if self._progress is not None:
             try:
                 self._progress(stage, iteration, loss, worst)

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import scipy.sparse as sp
 
+from ..._activity import activity
 from ...result import Reduction
 
 if TYPE_CHECKING:
@@ -117,8 +118,10 @@ class StrategyEntry:
     options: tuple = ()
 
     def solve(self, problem: DesignProblem, level: float, trace: Trace) -> Attempt:
-        """Its module's ``solve``."""
-        return importlib.import_module(f"{__name__}.{self.module}").solve(problem, level, trace)
+        """Its module's ``solve``, marked as the work in progress (the command line's heartbeat)."""
+        solve = importlib.import_module(f"{__name__}.{self.module}").solve
+        with activity(f"the {self.label.lower()} design"):
+            return solve(problem, level, trace)
 
 
 #: name -> strategy (auto mode's order is its policy's, :mod:`pramopt.optimize.auto`).
