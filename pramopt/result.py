@@ -23,6 +23,7 @@ import scipy.sparse as sp
 from ._labels import short_labels
 from .frequency.table import FrequencyTable
 from .price import Price, bound_options, design_price, summary_lines
+from .structured import ReplacementForm
 
 __all__ = [
     "Status",
@@ -87,6 +88,10 @@ class Reduction:
     blocks, block_target_records, min_lambda : int, float or None
         Block designs: number of blocks, their size in records, smallest lambda_b.  Replacement
         designs: number of pools, their size in records (None: one per stratum), smallest retention.
+    form : ReplacementForm or None
+        The parameters of the matrix a replacement or block strategy built, handed to the
+        designer's result (:func:`pramopt.verified_result.finish` moves it to
+        :attr:`DesignResult.form` when it describes the final matrix exactly); not a figure.
     """
 
     structure: str = "general"
@@ -108,10 +113,15 @@ class Reduction:
     blocks: int | None = None
     block_target_records: float | None = None
     min_lambda: float | None = None
+    form: ReplacementForm | None = field(default=None, repr=False, compare=False)
 
     def as_dict(self) -> dict:
-        """The figures that are set, by name."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        """The figures that are set, by name (the form is not a figure)."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name != "form" and getattr(self, f.name) is not None
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping) -> Reduction:
@@ -243,6 +253,12 @@ class DesignResult:
         made: the spread of the designer's starts).
     table : FrequencyTable
         The cells and counts the design was made for (a read-only copy).
+    form : ReplacementForm or None
+        For a replacement or block design, the parameters the matrix is made of
+        (``diag(retention) + rate weights^T`` within each pool): saved instead of the matrix's
+        entries, drawn from at release and inverted in closed form by the estimator.  It
+        describes ``matrix`` exactly (checked when the result is made: a form that does not is
+        dropped); None for any other matrix.
     """
 
     matrix: sp.csr_array
@@ -265,10 +281,15 @@ class DesignResult:
     method: str = "optimal"
     params: Mapping = field(default_factory=lambda: MappingProxyType({}))
     details: Mapping = field(default_factory=lambda: MappingProxyType({}))
+    form: ReplacementForm | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         if not isinstance(self.matrix, ReadOnlyCSR):
             object.__setattr__(self, "matrix", frozen_matrix(self.matrix))
+        # what is saved, released and inverted is the form: only when it is this very matrix (a
+        # matrix replaced after, e.g. by dataclasses.replace, is a matrix without a form)
+        if self.form is not None and not self.form.describes(self.matrix):
+            object.__setattr__(self, "form", None)
         object.__setattr__(self, "table", frozen_table(self.table))
         object.__setattr__(self, "params", frozen_value(dict(self.params)))
         object.__setattr__(self, "details", frozen_value(dict(self.details)))
@@ -495,11 +516,14 @@ class DesignResult:
 
 def entries(P) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Row, column and value of every nonzero entry, in row-major order (never densified)."""
-    M = sp.csr_array(P, dtype=float, copy=True)
-    M.eliminate_zeros()
-    M.sort_indices()
+    M = sp.csr_array(P, dtype=float)
+    # a design's frozen matrix is already canonical: only other matrices are copied and cleaned
+    if not (M.has_canonical_format and np.all(M.data != 0.0)):
+        M = sp.csr_array(P, dtype=float, copy=True)
+        M.eliminate_zeros()
+        M.sort_indices()
     rows = np.repeat(np.arange(M.shape[0], dtype=np.int64), np.diff(M.indptr))
-    return rows, M.indices.astype(np.int64), M.data
+    return rows, M.indices.astype(np.int64), M.data.copy()
 
 
 def matrix_long(P, table: FrequencyTable, tol: float = 0.0, row_offset: int = 0) -> pd.DataFrame:

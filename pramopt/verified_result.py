@@ -9,6 +9,7 @@ the same way for every method, from the sparse matrix one connected component at
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 
@@ -70,6 +71,12 @@ def finish(
     """
     stages = list(stages)
     K = table.n_cells
+    # a strategy's parameters travel with its reduction; the result keeps them only where they
+    # describe this very matrix (DesignResult checks), e.g. not after a diagonal was raised
+    form = None
+    if reduction is not None and reduction.form is not None:
+        form = reduction.form
+        reduction = dataclasses.replace(reduction, form=None)
     P = sp.csr_array(P, dtype=float)
     if report is None:
         report, st = verify_stage(P, table, combos)
@@ -107,6 +114,7 @@ def finish(
         method=method,
         params=dict(params or {}),
         details=details,
+        form=form,
     )
 
 

@@ -775,7 +775,7 @@ def test_a_large_matrix_is_kept_beside_design_json_checked_and_required(tmp_path
 
     df = pramopt.example_data(n=600, seed=1)
     qi = list(df.columns[:4])
-    res = pramopt.design(df, qi, alpha=0.2)
+    res = pramopt.design(df, qi, alpha=0.2, structure="general")
     monkeypatch.setattr(DF, "INLINE_MAX", 0)
     pramopt.save_design(res, tmp_path)
     rec = json.loads((tmp_path / "design.json").read_text())

@@ -281,12 +281,13 @@ def write_outputs(
     extra: dict | None = None,
     report: ReportData | Callable[[], ReportData] | None = None,
     force: bool = False,
+    matrix_csv: bool | None = None,
 ) -> Path:
     """Write the design folder, then its report.
 
-    ``design.json`` and ``matrix.csv`` are built in a temporary folder then renamed; the reports
-    are written into the folder after, so that no failure of a report (a drawing out of memory)
-    can lose a design.
+    ``design.json`` and the files beside it (``matrix.csv``, or a replacement or block design's
+    parameters) are built in a temporary folder then renamed; the reports are written into the
+    folder after, so that no failure of a report (a drawing out of memory) can lose a design.
 
     Parameters
     ----------
@@ -300,6 +301,10 @@ def write_outputs(
     report : ReportData or callable, optional
         The report's data, or a function that makes it (called once the design is saved);
         default :func:`pramopt.report.from_result`.
+    force : bool
+        Replace an existing design folder.
+    matrix_csv : bool, optional
+        Passed to :func:`pramopt.io.save_design` (a structured design's ``matrix.csv``).
 
     Raises
     ------
@@ -308,7 +313,7 @@ def write_outputs(
     """
     out = Path(out)
     with atomic_dir(out, DESIGN_FILE, force=force) as tmp:
-        save_design(result, tmp, kind=kind, extra=extra)
+        save_design(result, tmp, kind=kind, extra=extra, matrix_csv=matrix_csv)
     missing = ["report.md", "report.html"]
     try:
         if report is None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..errors import InvalidParameterError
 from ..io.atomic import DESIGN_FILE
+from ..io.parameters import MATRIX_CSV_MAX_ENTRIES
 from ..kinds import kind_for
 from ..params import DesignParams
 from ._common import (
@@ -45,7 +46,11 @@ def add_parser(sub):
         "  pramopt design --data survey.csv --qi "
         "region,sex,age5 --alpha 0.1 --fixed region --out d\n\n"
         "The folder gets design.json (read back by release, assess and estimate), matrix.csv\n"
-        "(from_*, to_*, probability), report.html and report.md.",
+        "(from_*, to_*, probability), report.html and report.md.  A replacement or block design\n"
+        "is kept as its parameters (parameters.npz, and parameters.csv to read: per cell its\n"
+        "pool, keep and redraw probabilities and its share of the redraws); its matrix.csv, up\n"
+        "to K^2 rows, is written only with --matrix-csv or when it has at most "
+        f"{MATRIX_CSV_MAX_ENTRIES:,} rows.",
     )
     p.add_argument("spec", nargs="?", metavar="SPEC.toml", help="a design spec (see models/)")
     p.add_argument("--data", metavar="FILE", help="microdata: .csv (.tsv, .txt), .parquet or .pq")
@@ -69,6 +74,13 @@ def add_parser(sub):
         "--check",
         action="store_true",
         help="with a spec: exit 1 if the spec's expected figures are missed",
+    )
+    p.add_argument(
+        "--matrix-csv",
+        action="store_true",
+        help="write matrix.csv (every transition) also for a replacement or block design, "
+        f"whose folder otherwise keeps its parameters alone beyond {MATRIX_CSV_MAX_ENTRIES:,} "
+        "transitions",
     )
     add_force(p)
     add_quiet(p)
@@ -149,8 +161,14 @@ def run(args) -> int:
         if spec is not None
         else {"name": name}
     )
-    write_outputs(out, result, title, extra=extra, force=args.force)
-    files = "design.json, matrix.csv" + (", matrix.npz" if (out / "matrix.npz").is_file() else "")
+    write_outputs(
+        out, result, title, extra=extra, force=args.force, matrix_csv=args.matrix_csv or None
+    )
+    files = ", ".join(
+        f
+        for f in ("design.json", "matrix.csv", "matrix.npz", "parameters.npz", "parameters.csv")
+        if (out / f).is_file()
+    )
     say(args, result.summary(), f"written to {out}/ ({files}, report.html, report.md)")
     code = 0 if result.success else 1
     if spec is not None and spec.expected:

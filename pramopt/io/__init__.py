@@ -3,6 +3,8 @@
 * :mod:`.atomic` -- every file written to a temporary name and renamed.
 * :mod:`.tables` -- microdata files.
 * :mod:`.design_file` -- ``design.json`` and ``matrix.csv``.
+* :mod:`.parameters` -- a replacement or block design kept as its parameters (``parameters.npz``,
+  ``parameters.csv``) instead of its K x K entries.
 * :mod:`.matrices` -- matrices made by other tools.
 """
 

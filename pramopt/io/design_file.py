@@ -1,4 +1,5 @@
-"""Designs on disk: ``design.json`` and ``matrix.csv`` in a design folder.
+"""Designs on disk: ``design.json`` and ``matrix.csv`` (or a structured design's parameters) in a
+design folder.
 
 ``design.json``
     Everything :func:`load_design` needs to rebuild the :class:`~pramopt.DesignResult`: the
@@ -9,7 +10,9 @@
     ``matrix.csv``; and one of the fields that decide a release (status, alpha, Π, the files).
 ``matrix.csv``
     The matrix in long form: ``from_<var>`` ..., ``to_<var>`` ..., ``probability``, one row per
-    nonzero transition.
+    nonzero transition.  A replacement or block design keeps its parameters instead
+    (``parameters.npz``, ``parameters.csv``: :mod:`pramopt.io.parameters`), so that its folder
+    grows with them and not with K^2; its ``matrix.csv`` is written only when asked or small.
 
 Each file is written atomically (:mod:`pramopt.io.atomic`).
 """
@@ -36,6 +39,16 @@ from ..kinds import kind_of, kind_of_format
 from ..result import DesignResult, Reduction, Stage, Status, matrix_long
 from ..result import entries as _entries
 from .atomic import DESIGN_FILE, atomic_write, check_out_file, write_text
+from .parameters import (
+    MATRIX_CSV_MAX_ENTRIES,
+    PARAMETERS_CSV,
+    PARAMETERS_FILE,
+    STRUCTURED_FORMAT,
+    checked_sidecar,
+    read_form,
+    write_form,
+    write_parameters_csv,
+)
 
 __all__ = [
     "DESIGN_FILE",
@@ -59,9 +72,10 @@ def matrix_sha256(P) -> str:
     """SHA-256 of a matrix's shape and nonzero entries (row, column, float64 value), row-major."""
     r, c, v = _entries(P)
     h = hashlib.sha256(repr(tuple(int(x) for x in P.shape)).encode())
+    # the arrays' buffers themselves (no copy as bytes: a design may have millions of entries)
     for a in (r, c):
-        h.update(np.ascontiguousarray(a, dtype="<i8").tobytes())
-    h.update(np.ascontiguousarray(v, dtype="<f8").tobytes())
+        h.update(np.ascontiguousarray(a, dtype="<i8").data)
+    h.update(np.ascontiguousarray(v, dtype="<f8").data)
     return h.hexdigest()
 
 
@@ -122,11 +136,13 @@ def design_record(
     extra: dict | None = None,
     files: dict | None = None,
     matrix_file: str | None = None,
+    form_file: str | None = None,
 ) -> dict:
     """The content of ``design.json`` for a result (plain JSON values); ``files`` maps the names of
     the files written beside it to their SHA-256.  With ``matrix_file`` the matrix's entries are
-    in that file beside it (which ``files`` must list), not inline."""
-    rec = _record(result, kind, extra, matrix_file)
+    in that file beside it (which ``files`` must list), not inline; with ``form_file`` the
+    matrix is kept as the result's form's parameters in that file (``pramopt-design/3``)."""
+    rec = _record(result, kind, extra, matrix_file, form_file)
     if files:
         rec["files"] = dict(files)
     rec["record_sha256"] = record_sha256(rec)
@@ -134,10 +150,16 @@ def design_record(
 
 
 def _record(
-    result: DesignResult, kind: str, extra: dict | None, matrix_file: str | None = None
+    result: DesignResult,
+    kind: str,
+    extra: dict | None,
+    matrix_file: str | None = None,
+    form_file: str | None = None,
 ) -> dict:
     table = result.table
-    if matrix_file is None:
+    if form_file is not None:
+        matrix: dict = {"shape": list(result.matrix.shape), "form": form_file}
+    elif matrix_file is None:
         r, c, v = _entries(result.matrix)
         # repr of a float round-trips exactly through JSON
         matrix = {
@@ -149,7 +171,7 @@ def _record(
     else:
         matrix = {"shape": list(result.matrix.shape), "file": matrix_file}
     return {
-        "format": FORMAT,
+        "format": STRUCTURED_FORMAT if form_file is not None else FORMAT,
         "kind": kind,
         "method": result.method,
         "qi": list(table.qi),
@@ -195,10 +217,14 @@ def save_design(
     kind: str = "design",
     extra: dict | None = None,
     overwrite: bool = False,
+    matrix_csv: bool | None = None,
 ) -> Path:
     """Create ``folder`` and write ``design.json`` and ``matrix.csv`` into it (each atomically).
 
-    A design of another kind (:mod:`pramopt.kinds`) is written by its kind, in its format.
+    A design of another kind (:mod:`pramopt.kinds`) is written by its kind, in its format.  A
+    design with a form (:attr:`~pramopt.DesignResult.form`: the replacement and block designs)
+    is kept as its parameters, ``parameters.npz`` and ``parameters.csv``
+    (:mod:`pramopt.io.parameters`): its folder grows with K, not K^2.
 
     Parameters
     ----------
@@ -213,6 +239,10 @@ def save_design(
         Write into a folder that is not empty, replacing its design files (its other files are
         left as they are); without it such a folder is refused, so that a design that may have
         been published is never replaced unasked.
+    matrix_csv : bool, optional
+        Write ``matrix.csv`` (True) or not (False).  By default it is written for every design
+        kept as entries, and for a design kept as parameters only up to
+        ``MATRIX_CSV_MAX_ENTRIES`` entries (its long form then stays a few MB).
 
     Returns
     -------
@@ -231,17 +261,33 @@ def save_design(
         other = kind_of(result)
         if other is not None:
             return other.save(result, folder, extra)
-        # matrix.csv first, so that design.json can carry its checksum
-        # (an edited matrix.csv is detected); the folder was checked above
-        m = write_matrix(result.matrix, result.table, folder / MATRIX_FILE, overwrite=True)
-        files = {MATRIX_FILE: file_sha256(m)}
-        sidecar = None
-        if result.matrix.nnz > INLINE_MAX:
+        # the files first, so that design.json can carry their checksums (an edited one is
+        # detected); the folder was checked above
+        form = result.form  # a result keeps a form only when it is exactly its matrix
+        if matrix_csv is None:
+            matrix_csv = form is None or result.matrix.nnz <= MATRIX_CSV_MAX_ENTRIES
+        files = {}
+        if matrix_csv:
+            m = write_matrix(result.matrix, result.table, folder / MATRIX_FILE, overwrite=True)
+            files[MATRIX_FILE] = file_sha256(m)
+        sidecar = form_file = None
+        if form is not None:
+            form_file = PARAMETERS_FILE
+            files[form_file] = file_sha256(write_form(form, folder / form_file))
+            csv = write_parameters_csv(form, result.table, folder / PARAMETERS_CSV)
+            files[PARAMETERS_CSV] = file_sha256(csv)
+        elif result.matrix.nnz > INLINE_MAX:
             # millions of entries as JSON lists take gigabytes to write: binary, beside design.json
             sidecar = MATRIX_ENTRIES_FILE
             files[sidecar] = file_sha256(_write_entries(result.matrix, folder / sidecar))
-        rec = design_record(result, kind=kind, extra=extra, files=files, matrix_file=sidecar)
+        rec = design_record(
+            result, kind=kind, extra=extra, files=files, matrix_file=sidecar, form_file=form_file
+        )
         write_text(json.dumps(rec, indent=1, allow_nan=False), folder / DESIGN_FILE)
+        for stale in {MATRIX_FILE, MATRIX_ENTRIES_FILE, PARAMETERS_FILE, PARAMETERS_CSV} - set(
+            files
+        ):
+            (folder / stale).unlink(missing_ok=True)  # a replaced design's, not this one's
     except BaseException:
         if made:  # a folder this call created holds no design: leave nothing behind
             shutil.rmtree(folder, ignore_errors=True)
@@ -303,20 +349,7 @@ def _read_entries(m: dict, p: Path, rec: dict):
     """Rows, columns and values of a matrix kept beside ``design.json`` (``m["file"]``), after its
     checksum (in the guarded ``files``) is checked: without the file there is no matrix."""
     name = str(m["file"])
-    f = p.parent / name
-    digest = (rec.get("files") or {}).get(name)
-    if digest is None or "/" in name or "\\" in name:
-        raise DesignFileError(
-            f"The design {str(p)!r} is malformed: its matrix file {name!r} is not among its files."
-        )
-    if not f.is_file():
-        raise DesignFileError(
-            f"The design {str(p)!r} keeps its matrix in {name}, which is missing beside it."
-        )
-    if file_sha256(f) != digest:
-        raise DesignFileError(
-            f"The design {str(p)!r} was modified: {name} does not match its checksum."
-        )
+    f = checked_sidecar(name, p, rec)
     try:
         with np.load(f, allow_pickle=False) as z:
             return (
@@ -393,7 +426,7 @@ def load_design(path) -> DesignResult:
     kind = kind_of_format(rec.get("format")) if isinstance(rec, dict) else None
     if kind is not None:  # a design of another kind (pramopt.kinds), e.g. households
         return kind.load(rec, p)
-    if not isinstance(rec, dict) or rec.get("format") not in (FORMAT, _FORMAT_1):
+    if not isinstance(rec, dict) or rec.get("format") not in (FORMAT, _FORMAT_1, STRUCTURED_FORMAT):
         raise DesignFileError(f"{str(p)!r} is not a pramopt design file (format {FORMAT!r}).")
     return design_from_record(rec, p)
 
@@ -408,7 +441,7 @@ def design_from_record(rec: dict, p) -> DesignResult:
         table = FrequencyTable(qi=qi, categories=cats, codes=codes, counts=counts)
         m = rec["matrix"]
         shape = tuple(int(x) for x in m["shape"])
-        inline = "file" not in m
+        inline = "file" not in m and "form" not in m
         if inline:
             r = np.asarray(m["rows"], dtype=np.int64)
             c = np.asarray(m["cols"], dtype=np.int64)
@@ -421,7 +454,16 @@ def design_from_record(rec: dict, p) -> DesignResult:
         ]
     except (KeyError, TypeError, ValueError, IndexError) as e:
         raise DesignFileError(f"The design {str(p)!r} is malformed: {e!r}") from None
-    if not inline:  # beside design.json (its own errors say what is wrong with it)
+    form = None
+    if "form" in m:  # parameters beside design.json: the matrix is made from them
+        form = read_form(m, p, rec)
+        if form.n_cells != shape[0] or shape[0] != shape[1]:
+            raise DesignFileError(
+                f"The design {str(p)!r} is malformed: {form.n_cells} cells of parameters for a "
+                f"matrix {shape}."
+            )
+        P = sp.csr_array(form.matrix())
+    elif not inline:  # beside design.json (its own errors say what is wrong with it)
         r, c, v = _read_entries(m, p, rec)
         try:
             P = sp.csr_array((v, (r, c)), shape=shape)
@@ -431,12 +473,14 @@ def design_from_record(rec: dict, p) -> DesignResult:
         raise DesignFileError(
             f"The design {str(p)!r} was modified: its cells or counts do not match their checksum."
         )
-    expected = matrix_sha256(P) if rec["format"] == FORMAT else _dense_sha256(shape, r, c, v)
+    current = rec["format"] in (FORMAT, STRUCTURED_FORMAT)
+    # a form read back makes the very matrix it was saved with: an edited one does not
+    expected = matrix_sha256(P) if current else _dense_sha256(shape, r, c, v)
     if expected != rec.get("matrix_sha256"):
         raise DesignFileError(
             f"The design {str(p)!r} was modified: its matrix does not match its checksum."
         )
-    if rec["format"] == FORMAT and record_sha256(rec) != rec.get("record_sha256"):
+    if current and record_sha256(rec) != rec.get("record_sha256"):
         raise DesignFileError(
             f"The design {str(p)!r} was modified: its status, alpha, combinations or recoding do "
             "not match their checksum."
@@ -480,6 +524,7 @@ def design_from_record(rec: dict, p) -> DesignResult:
         method=rec.get("method", "optimal"),
         params=dict(rec.get("params") or {}),
         details=dict(rec.get("details") or {}),
+        form=form,
     )
 
 

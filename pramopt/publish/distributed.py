@@ -17,7 +17,7 @@ from ..frequency.distributed import _check_frame, _partition_counts, _table
 from ..frequency.table import FrequencyTable, check_qi_names
 from .frame import check_same_table, releasable_table, release_frame
 from .recoded import recoding_of
-from .sampling import Sampler, UniformStream, seed_entropy
+from .sampling import AnySampler, UniformStream, sampler_for, seed_entropy
 
 __all__ = ["release_dask"]
 
@@ -25,7 +25,9 @@ __all__ = ["release_dask"]
 class _PartitionRelease:
     """Release of one partition, whose first record is record ``offsets[number]`` of the frame."""
 
-    def __init__(self, table: FrequencyTable, sampler: Sampler, entropy: int, offsets: np.ndarray):
+    def __init__(
+        self, table: FrequencyTable, sampler: AnySampler, entropy: int, offsets: np.ndarray
+    ):
         self.table, self.sampler, self.entropy, self.offsets = table, sampler, entropy, offsets
 
     def __call__(self, part: pd.DataFrame, partition_info=None) -> pd.DataFrame:
@@ -97,5 +99,5 @@ def release_dask(ddf, result, seed=None, *, allow_unverified: bool = False, poli
         .to_numpy(dtype=np.int64)
     )
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-    fn = _PartitionRelease(table, Sampler(result.matrix), entropy, offsets)
+    fn = _PartitionRelease(table, sampler_for(result), entropy, offsets)
     return ddf.map_partitions(fn, meta=ddf._meta)

@@ -68,7 +68,7 @@ from ..kinds import kind_of
 from .frame import check_same_table, distinct_examples, releasable_table
 from .policy import enforce_policy
 from .recoded import recoded_frame, recoded_texts, recoding_of, text_schema
-from .sampling import Sampler, UniformStream, seed_entropy
+from .sampling import AnySampler, UniformStream, sampler_for, seed_entropy
 from .sinks import _csv_text, _CsvSink, _ParquetSink, _quote
 
 __all__ = ["release_file", "FileRelease", "ROW_GROUP_SIZE", "release_in_memory"]
@@ -310,7 +310,7 @@ def release_file(
     qi = check_qi_names(source.names, table.qi, owner)
     counter, releaser = _reading(source, table, result, qi, owner)
     n, changed, batches = _write(
-        out, source, table, Sampler(result.matrix), counter, releaser, entropy, batch_size
+        out, source, table, sampler_for(result), counter, releaser, entropy, batch_size
     )
     return FileRelease(path=out, n=n, changed=changed, batches=batches, format=source.format)
 
@@ -319,7 +319,7 @@ def _write(
     out: Path,
     source: _Source,
     table: FrequencyTable,
-    sampler: Sampler,
+    sampler: AnySampler,
     counter: _Counter,
     releaser: _Releaser,
     entropy: int,

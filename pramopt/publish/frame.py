@@ -19,7 +19,7 @@ from ..errors import DesignMismatchError
 from ..frequency.table import FrequencyTable, cells_of, check_qi, text_categories
 from ..kinds import kind_of
 from ..verify import c1_risk
-from .sampling import Sampler, UniformStream, seed_entropy
+from .sampling import AnySampler, UniformStream, sampler_for, seed_entropy
 
 __all__ = [
     "release",
@@ -171,7 +171,7 @@ def record_cells(df: pd.DataFrame, table: FrequencyTable, owner: str) -> np.ndar
 def release_frame(
     df: pd.DataFrame,
     table: FrequencyTable,
-    sampler: Sampler,
+    sampler: AnySampler,
     uniforms: UniformStream,
     offset: int,
     owner: str = "release",
@@ -237,7 +237,7 @@ def release(
             f"{', '.join(map(str, table.qi))} differ from the design's."
         )
     return release_frame(
-        df, table, Sampler(result.matrix), UniformStream(seed_entropy(seed, "release")), 0
+        df, table, sampler_for(result), UniformStream(seed_entropy(seed, "release")), 0
     )
 
 
@@ -331,7 +331,8 @@ def estimate(released: pd.DataFrame, result, by=None, *, nonnegative: bool = Fal
         The cell values (and ``by`` values), ``observed`` released counts U (integers),
         ``estimate`` and ``se``, its standard error (the plug-in variance of :func:`_variances`:
         the square root of sum_k (P^-1)_kj^2 U_k - estimate_j, at least 0; NaN above
-        ``SE_MAX_CELLS`` cells, where every column of P^-1 would be too slow to solve).
+        ``SE_MAX_CELLS`` cells, where every column of P^-1 would be too slow to solve, except for
+        a design with a form, whose P^-1 is a closed form).
     """
     if not isinstance(nonnegative, (bool, np.bool_)):
         raise InvalidParameterError(
@@ -345,7 +346,10 @@ def estimate(released: pd.DataFrame, result, by=None, *, nonnegative: bool = Fal
     released = recoded_frame(released, result)
     cells = record_cells(released, table, "estimate")
     K = table.n_cells
-    lu = _factor(result.matrix)
+    # a design kept as parameters has P^-1 in closed form (Sherman and Morrison, per pool): no
+    # factorisation of its up to K^2 entries, and standard errors at any K
+    form = getattr(result, "form", None)
+    lu = _factor(result.matrix) if form is None else None
     labels = result.cells.reset_index(drop=True)
     if by is None:
         ycode, yvals, Y = np.zeros(len(cells), dtype=np.int64), None, 1
@@ -372,8 +376,13 @@ def estimate(released: pd.DataFrame, result, by=None, *, nonnegative: bool = Fal
         Y = int(ycode.max()) + 1 if ycode.size else 0
     U = np.zeros((Y, K))
     np.add.at(U, (ycode, cells), 1.0)
-    est = lu.solve(np.ascontiguousarray(U.T), trans="T").T if Y else U  # row y: P^-T U(.; y)
-    se = np.sqrt(_variances(lu, U, est)) if Y and K <= SE_MAX_CELLS else np.full_like(U, np.nan)
+    if form is not None:
+        est = form.inverse_times(U) if Y else U
+        se = np.sqrt(np.maximum(form.inverse_squares_times(U) - est, 0.0)) if Y else U
+    else:
+        assert lu is not None  # factorised without a form
+        est = lu.solve(np.ascontiguousarray(U.T), trans="T").T if Y else U  # row y: P^-T U(.; y)
+        se = np.sqrt(_variances(lu, U, est)) if Y and K <= SE_MAX_CELLS else np.full_like(U, np.nan)
     if nonnegative:
         est = np.vstack([_project_simplex(e, u.sum()) for e, u in zip(est, U)]) if Y else est
     frames = []

@@ -1,4 +1,6 @@
-"""Random draws of a release: a secure default seed, split-invariant uniforms, a row sampler."""
+"""Random draws of a release: a secure default seed, split-invariant uniforms, a row sampler
+(:class:`Sampler`, or :class:`pramopt.structured.FormSampler` for a design kept as parameters:
+:func:`sampler_for`)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._validation import InvalidParameterError, check_int
+from ..structured import FormSampler
 
 #: Records per block of the random stream: record ``i`` takes its uniform from block
 #: ``i // BLOCK``, whose generator is spawned from the release's entropy, so that the draw of a
@@ -104,3 +107,15 @@ class Sampler:
         # guard against rounding at the end of a row
         pos = np.minimum(pos, self.last[cells])
         return self.indices[pos]
+
+
+#: What a release draws with: both have ``draw(cells, u)``.
+AnySampler = Sampler | FormSampler
+
+
+def sampler_for(result) -> AnySampler:
+    """The sampler of a release with ``result``: from its form when it has one (a replacement or
+    block design: O(K) to build, O(log K) per record, never its K^2 entries), else from its
+    matrix.  Both give the same draw for the same uniform (up to the last bits of a sum)."""
+    form = getattr(result, "form", None)
+    return FormSampler(form) if form is not None else Sampler(result.matrix)

@@ -28,6 +28,7 @@ import scipy.sparse as sp
 from ...frequency.table import FrequencyTable
 from ...loss import expected_changes, l2_loss
 from ...result import Reduction
+from ...structured import ReplacementForm, form_or_none
 from ..backends import chain
 from ..constraints.c1 import WorkingSet
 from ..constraints.invariance import Invariance
@@ -230,6 +231,8 @@ def _solve_at_size(problem: DesignProblem, target: float, a_solve: float, trace:
         min_lambda=float(lam.min()),
         final_working_set=int(ws.m.size),
         support=int(sup.size),
+        # the design's parameters: saved, released and inverted instead of its entries
+        form=form_or_none(ReplacementForm.from_blocks, lam, z[bm.B :], bm.block_of),
     )
     return Attempt(AttemptStatus.OK, P=bm.matrix(z), reduction=reduction, solver=out.solver)
 

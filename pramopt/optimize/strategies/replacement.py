@@ -39,6 +39,7 @@ import time
 import numpy as np
 
 from ...result import Reduction
+from ...structured import ReplacementForm, form_or_none
 from ..constraints.c1 import build_groups
 from ..problem import DesignProblem, Trace
 from ..relaxation import FlowSolution, flow_relaxation
@@ -285,6 +286,8 @@ def _finish(problem, trace, verify, floor, o, w, pools, P, rep, target):
         block_target_records=target,
         min_lambda=float(np.min(1.0 - o, initial=1.0)),
         support=int(P.nnz),
+        # the design's parameters: saved, released and inverted instead of its K^2 entries
+        form=form_or_none(ReplacementForm.from_replacement, o, w, pools),
     )
     describe = (
         f"A replacement design was made (each cell keeps its records with probability >= "
