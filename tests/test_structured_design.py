@@ -439,3 +439,20 @@ def test_overwriting_a_folder_leaves_no_file_of_the_design_replaced(designs, tmp
     names = {p.name for p in d.iterdir()}
     assert names == {"design.json", "matrix.csv", "notes.txt"}
     assert pramopt.load_design(d).form is None
+
+
+def test_the_uniform_design_keeps_its_form_and_it_is_its_matrix(example):
+    # the last resort is a replacement design too: its form rebuilds its matrix entry by entry
+    from pramopt.frequency.combinations import resolve_combinations
+    from pramopt.optimize.problem import DesignProblem, Trace
+    from pramopt.optimize.strategies import strategy
+    from pramopt.params import DesignParams
+
+    table = pramopt.frequency_table(example, QI)
+    params = DesignParams(alpha=0.1)
+    problem = DesignProblem.build(table, resolve_combinations(table.qi, 3, None, "t"), params)
+    att = strategy("uniform").solve(problem, 0.1, Trace())
+    assert att.ok and att.reduction is not None and att.reduction.form is not None
+    f = att.reduction.form
+    dense = dense_from_definition(f.retention, f.rate, f.weights, f.pools)
+    assert np.abs(dense - att.P.toarray()).max() < 1e-15

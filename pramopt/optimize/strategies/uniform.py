@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from ...result import Reduction
+from ...structured import ReplacementForm, form_or_none
 from ..problem import DesignProblem, Trace
 from . import Attempt, AttemptStatus, beyond_distance
 from .blocks import LAMBDA_MIN
@@ -93,6 +94,7 @@ def solve_uniform(problem: DesignProblem, trace: Trace, verify) -> Attempt | Non
         blocks=int(np.unique(pools).size),
         min_lambda=float(lam),
         support=int(P.nnz),
+        form=form_or_none(ReplacementForm.from_replacement, o, w, pools),
     )
     return Attempt(
         AttemptStatus.OK,
