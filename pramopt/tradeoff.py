@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from ._validation import InvalidParameterError, check_int, check_real, fail
-from .baselines.registry import ALIASES, BASELINES
+from .baselines.registry import BASELINES, canonical_name
 from .errors import CallbackError
 from .frequency.table import FrequencyTable
 from .optimize.designer import design, table_and_combinations
@@ -152,20 +152,26 @@ def _check_baselines(baselines, n_cells: int, owner: str) -> tuple[tuple[str, ..
                     "computes them anyway)."
                 )
             chosen = names
-        elif ALIASES.get(baselines, baselines) in names:
-            chosen = (ALIASES.get(baselines, baselines),)
         else:
-            fail("baselines", owner, allowed, baselines)
+            chosen = (_registered(baselines, owner, allowed),)
     else:
         try:
-            chosen = tuple(baselines)
+            given = tuple(baselines)
         except TypeError:
             fail("baselines", owner, allowed, baselines)
-        chosen = tuple(ALIASES.get(b, b) if isinstance(b, str) else b for b in chosen)
-        bad = [b for b in chosen if not isinstance(b, str) or b not in names]
-        if bad or len(set(chosen)) != len(chosen):
-            fail("baselines", owner, allowed, list(chosen))
+        chosen = tuple(_registered(b, owner, allowed, given) for b in given)
+        if len(set(chosen)) != len(chosen):
+            fail("baselines", owner, allowed, list(given))
     return tuple(n for n in names if n in chosen), None
+
+
+def _registered(name, owner: str, allowed: str, given=None) -> str:
+    """The registered name of one of ``baselines`` (an old spelling with an OldNameWarning)."""
+    try:
+        return canonical_name(name, owner, "baselines")
+    except InvalidParameterError:
+        fail("baselines", owner, allowed, name if given is None else list(given))
+        raise  # fail raised; for the type checker
 
 
 @dataclass(frozen=True)
@@ -424,6 +430,9 @@ def frontier(
         The calibrated baselines (names of :data:`pramopt.baselines.BASELINES`: retention,
         retention-per-attribute, ifpr, sdcmicro) computed beside the optimal design.  ``"auto"``
         (default): all of them up to :data:`BASELINE_MAX_CELLS` cells, none beyond (with a note).
+        The old spellings ``"rr"`` and ``"invariant"`` run ``"retention"`` and ``"sdcmicro"``,
+        with an :class:`~pramopt.baselines.registry.OldNameWarning`; the points name the family
+        as registered.
     seed : int
         Seed of the sdcmicro baseline's random diagonals.
     progress : callable, optional

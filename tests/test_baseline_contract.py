@@ -23,6 +23,7 @@ import pytest
 
 import pramopt
 from pramopt.baselines import ALIASES, BASELINES, BaselineFamily, register
+from pramopt.baselines.registry import OldNameWarning
 from pramopt.cli import build_parser, main
 
 ALPHA = 0.2
@@ -123,10 +124,12 @@ def test_the_command_runs_every_family(name, data, produced, tmp_path):
 def test_old_spellings_are_read_never_written(data, produced, tmp_path):
     assert set(ALIASES.values()) <= set(NAMES)
     for old, name in ALIASES.items():
-        r = pramopt.baseline(data, QI, old, ALPHA)
+        with pytest.warns(OldNameWarning, match=f"write '{name}'"):
+            r = pramopt.baseline(data, QI, old, ALPHA)
         assert r.method == name and r.params["family"] == name
         assert (r.matrix != produced[name].matrix).nnz == 0
-    fr = pramopt.frontier(data, QI, [ALPHA], baselines=["rr"])
+    with pytest.warns(OldNameWarning, match="write 'retention'"):
+        fr = pramopt.frontier(data, QI, [ALPHA], baselines=["rr"])
     assert list(fr.points["design"]) == ["optimal", "retention"]
     data.to_csv(tmp_path / "d.csv", index=False)
     code, _, err = run_main(
@@ -157,7 +160,8 @@ def test_a_design_file_with_an_old_family_name_still_reproduces(produced, tmp_pa
     (tmp_path / "design.json").write_text(json.dumps(rec))
     back = pramopt.load_design(tmp_path)
     assert back.method == "retention-per-attribute"
-    again = pramopt.baseline(back.table, **back.params)
+    with pytest.warns(OldNameWarning, match="'rr' is an old name"):
+        again = pramopt.baseline(back.table, **back.params)
     assert again.method == "retention-per-attribute" and (again.matrix != r.matrix).nnz == 0
 
 

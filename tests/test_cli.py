@@ -502,7 +502,7 @@ def test_assess_of_identity_reports_the_raw_risk_and_fails(example, tmp_path):
 def test_baseline_outputs_like_design(example, tmp_path):
     code, out, err = run_main(
         "baseline",
-        "rr",
+        "retention",
         "--data",
         example["tmp"] / "data.csv",
         "--qi",

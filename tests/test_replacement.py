@@ -48,8 +48,8 @@ def test_flow_bound_is_above_the_floor_of_every_verified_design(seed):
     assert bound is not None and 0.0 <= bound <= 1.0
     designs = [
         pramopt.design(df, qi, alpha=0.1, structure="general", support="dense"),
-        pramopt.baseline(df, qi, "rr", 0.1),
-        pramopt.baseline(df, qi, "rr", 0.1, per_attribute=True),
+        pramopt.baseline(df, qi, "retention", 0.1),
+        pramopt.baseline(df, qi, "retention", 0.1, per_attribute=True),
     ]
     used = 0
     for res in designs:

@@ -39,9 +39,12 @@ from .registry import (
     ALIASES,
     BASELINES,
     BaselineFamily,
+    OldNameWarning,
     baseline,
     calibrate_all,
+    canonical_name,
     family_named,
+    old_name_note,
     register,
 )
 from .retention import (
@@ -59,6 +62,9 @@ __all__ = [
     "BASELINES",
     "ALIASES",
     "BaselineFamily",
+    "OldNameWarning",
+    "canonical_name",
+    "old_name_note",
     "register",
     "family_named",
     "baseline",

@@ -7,16 +7,22 @@ options the calibration takes and one line for help texts.  Every reader goes th
 baselines``) and the ``pramopt baseline`` command.  A result's ``method`` and its
 ``params["family"]`` are the registered name.
 
-Old spellings that scripts and saved design files may hold (:data:`ALIASES`: ``"rr"``,
-``"invariant"``) are read as the name they stand for, through :func:`family_named` only.
+Old spellings that scripts, specs and saved design files may hold (:data:`ALIASES`: ``"rr"``,
+``"invariant"``) are read as the name they stand for, never written or shown: every reader
+turns a name into the registered one through :func:`canonical_name`, which says so (an
+:class:`OldNameWarning` in Python, a note on stderr from the commands, both from
+:func:`old_name_note`).
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import sys
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
+from types import FrameType, MappingProxyType
 
 import numpy as np
 
@@ -37,9 +43,12 @@ __all__ = [
     "ALIASES",
     "BASELINES",
     "BaselineFamily",
+    "OldNameWarning",
     "baseline",
     "calibrate_all",
+    "canonical_name",
     "family_named",
+    "old_name_note",
     "register",
 ]
 
@@ -112,15 +121,67 @@ def register(family: BaselineFamily) -> BaselineFamily:
     return family
 
 
-def family_named(name, owner: str = "baseline", parameter: str = "family") -> BaselineFamily:
-    """The family registered as ``name`` or as the old spelling ``name`` stands for."""
-    key = ALIASES.get(name, name) if isinstance(name, str) else name
-    if not isinstance(key, str) or key not in _REGISTRY:
+class OldNameWarning(FutureWarning):
+    """An old spelling of a baseline family's name was given: the family it stands for runs,
+    under its registered name.  A FutureWarning, so that scripts show it by default."""
+
+
+def old_name_note(old: str) -> str:
+    """The sentence that says what the old spelling ``old`` (a key of :data:`ALIASES`) runs."""
+    name = ALIASES[old]
+    return (
+        f"{old!r} is an old name of the baseline family {name!r}, which it runs; "
+        f"write {name!r} (the old name will be removed)."
+    )
+
+
+def _first_caller_outside() -> int:
+    """The ``stacklevel`` of the first frame outside pramopt, counted from the caller of this
+    function: a warning then points at the line of the user's script that gave the name."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame: FrameType | None = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(root):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def canonical_name(
+    name, owner: str = "baseline", parameter: str = "family", *, warn: bool = True
+) -> str:
+    """The registered name that ``name`` is, or that the old spelling ``name`` stands for.
+
+    Parameters
+    ----------
+    name : str
+        A name of :data:`BASELINES` or a key of :data:`ALIASES`.
+    owner, parameter : str
+        The function and parameter named in the error.
+    warn : bool
+        Issue an :class:`OldNameWarning` for an old spelling (a command says it in its own
+        words instead, with :func:`old_name_note`).
+
+    Raises
+    ------
+    InvalidParameterError
+        When ``name`` is neither, naming the registered names.
+    """
+    if isinstance(name, str) and name in ALIASES:
+        if warn:
+            warnings.warn(old_name_note(name), OldNameWarning, stacklevel=_first_caller_outside())
+        return ALIASES[name]
+    if not isinstance(name, str) or name not in _REGISTRY:
         raise InvalidParameterError(
             f"The {parameter!r} parameter of {owner} must be one of {list(_REGISTRY)!r}; "
             f"got {name!r}."
         )
-    return _REGISTRY[key]
+    return name
+
+
+def family_named(name, owner: str = "baseline", parameter: str = "family") -> BaselineFamily:
+    """The family registered as ``name`` or as the old spelling ``name`` stands for (with an
+    :class:`OldNameWarning`, :func:`canonical_name`)."""
+    return _REGISTRY[canonical_name(name, owner, parameter)]
 
 
 def calibrate_all(table: FrequencyTable, combinations, alpha, *, seed=0) -> dict[str, DesignResult]:
@@ -152,7 +213,8 @@ def baseline(
         variable), ``"retention-per-attribute"``, ``"ifpr"`` (:func:`calibrate_ifpr`) or
         ``"sdcmicro"`` (sdcMicro's per-variable PRAM restricted to the present cells, rows
         renormalised, :func:`calibrate_sdcmicro`; not invariant).  The old spellings ``"rr"``
-        and ``"invariant"`` are read as ``"retention"`` and ``"sdcmicro"``.
+        and ``"invariant"`` run ``"retention"`` and ``"sdcmicro"``, with an
+        :class:`OldNameWarning`; the result names the family as registered.
     alpha : float in (0, 1)
     combinations, combination_size
         Π, as for :func:`pramopt.design`.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ..baselines.registry import ALIASES, BASELINES
+from ..baselines.registry import ALIASES, BASELINES, old_name_note
 from ..io import read_table
 from ..io.atomic import DESIGN_FILE
 from ._common import (
@@ -23,16 +23,12 @@ HELP = "closed-form designs calibrated to meet C1"
 
 
 def _family(text: str) -> str:
-    """The registered name; an old spelling is read as its name, with a note on stderr."""
-    name = ALIASES.get(text)
-    if name is None:
+    """The registered name; an old spelling is read as its name, with a note on stderr (any
+    other text is left to argparse's choices, which name the registered names)."""
+    if text not in ALIASES:
         return text
-    print(
-        f"pramopt baseline: {text!r} is an old name of the family {name!r}, which it runs; "
-        f"write {name!r}.",
-        file=sys.stderr,
-    )
-    return name
+    print(f"pramopt baseline: note: {old_name_note(text)}", file=sys.stderr)
+    return ALIASES[text]
 
 
 def add_parser(sub):
@@ -45,9 +41,16 @@ def add_parser(sub):
         description="A closed-form PRAM family tuned to just meet C1 at α on the data, with the\n"
         "same outputs as 'design':\n" + families,
         epilog="example:\n  pramopt baseline retention --data testdata.csv "
-        "--qi urbrur,roof,walls,water --alpha 0.1 --out rr",
+        "--qi urbrur,roof,walls,water --alpha 0.1 --out retention",
     )
-    p.add_argument("family", type=_family, choices=list(BASELINES), help="the closed-form family")
+    p.add_argument(
+        "family",
+        type=_family,
+        choices=list(BASELINES),
+        help="the closed-form family (the old names "
+        + ", ".join(f"{old} for {name}" for old, name in ALIASES.items())
+        + " still run, with a note)",
+    )
     add_data_options(p, required=True)
     p.add_argument(
         "--per-attribute",

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..baselines.registry import BASELINES
+from ..baselines.registry import ALIASES, BASELINES, old_name_note
 from ..errors import InvalidParameterError
 from ..io.atomic import atomic_dir, atomic_write, write_text
 from ..params import DesignParams
@@ -83,8 +83,11 @@ def add_parser(sub):
         "--baselines",
         metavar="NAMES",
         default=None,
-        help="auto (default: all up to 2000 cells), all, none, or names from "
-        + ", ".join(BASELINES),
+        help="auto (default: all up to 2000 cells), all, none, or comma-separated names from "
+        + ", ".join(BASELINES)
+        + " (the old names "
+        + ", ".join(f"{old} for {name}" for old, name in ALIASES.items())
+        + " still run, with a note)",
     )
     p.add_argument(
         "--seed", type=int, default=0, help="seed of the sdcmicro baseline's diagonals (default 0)"
@@ -140,6 +143,17 @@ def _baselines(text):
     return names[0] if len(names) == 1 and names[0] in ("auto", "all", "none") else names
 
 
+def _registered(baselines):
+    """``baselines`` (of --baselines or a spec) with each old spelling replaced by the name it
+    stands for, said in a note on stderr (other names are checked by :func:`pramopt.frontier`)."""
+    many = not isinstance(baselines, str)
+    given = list(baselines) if many else [baselines]
+    for old in dict.fromkeys(b for b in given if isinstance(b, str) and b in ALIASES):
+        print(f"{PROG} frontier: note: {old_name_note(old)}", file=sys.stderr)
+    names = [ALIASES.get(b, b) if isinstance(b, str) else b for b in given]
+    return names if many else names[0]
+
+
 def _inputs(args) -> tuple:
     """(data, qi, design options, name, α, baselines) from the spec, --data or the example;
     data is None for --data (counted or read once the output folder is checked)."""
@@ -174,6 +188,8 @@ def _inputs(args) -> tuple:
     )  # errors name --alphas (cli._in_flags), before any work
     if args.baselines is not None:
         baselines = _baselines(args.baselines)
+    if isinstance(baselines, (str, list, tuple)):
+        baselines = _registered(baselines)
     given = parameters_given(args)
     if "combinations" in given or "combination_size" in given:
         kw.pop("combinations", None)

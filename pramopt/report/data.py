@@ -5,9 +5,12 @@ identifying variables, worst first; the points of the paper's Figure 1 (expected
 U0(m)(1 - P_mm) against the frequency U0(m), Cator et al., Section 4, beside the probability of
 change 1 - P_mm); the utility per variable: the share of records whose value changes, the
 categories before and expected after, the variable's transition matrix over the data (categories
-x categories, labelled) and the largest expected flows with the values that change; the reduction
-and the solver stages.  Everything per variable is summed from P's nonzero entries, so a design on
-50,000 cells makes nothing of size K x K.
+x categories, labelled), the largest expected flows with the values that change (flows of one
+size on one line) and the records per set of variables changed together; the reduction and the
+solver stages.  Shares and records below :data:`NEGLIGIBLE` are solver round-off and shown as 0.
+Everything per variable is summed from P's nonzero entries, a piece at a time (:mod:`.flows`,
+which also makes the two tables of flows), so a design on 50,000 cells makes nothing of size
+K x K.
 
 :data:`FIGURES` says which figures a report has, in display order: figure id -> the function that
 computes its data from a :class:`ReportData` (None: the report leaves that figure out).  The words
@@ -25,9 +28,17 @@ import pandas as pd
 import scipy.sparse as sp
 
 from .._labels import short_label, short_labels
-from ..frequency.table import FrequencyTable, is_missing
+from ..frequency.table import FrequencyTable
 from ..price import Price
 from ..verify import c1_risk
+from .flows import (
+    NEGLIGIBLE,
+    TIE_DIGITS,
+    _flows,
+    changed_together,
+    top_flows,
+    variable_labels,
+)
 from .recoding import recoding_figure
 
 __all__ = [
@@ -40,6 +51,10 @@ __all__ = [
     "variable_margins",
     "variable_transitions",
     "top_flows",
+    "changed_together",
+    "negligible_as_zero",
+    "NEGLIGIBLE",
+    "TIE_DIGITS",
     "ChangePoints",
     "change_points",
     "stages_table",
@@ -216,58 +231,6 @@ def risk_by_combination(
 # per-variable matrices are categories x categories)
 # ---------------------------------------------------------------------------------------------
 
-#: Entries of P handled at a time when summing flows: the codes of both ends of each entry are
-#: (entries x variables) arrays, 1.4 GB at once for the 18 million entries of a 5-key census design.
-FLOW_CHUNK = 1 << 20
-
-
-def _flows(P, table: FrequencyTable, col_codes=None):
-    """Per piece of at most about ``FLOW_CHUNK`` nonzero entries of P: original codes and released
-    codes (each (entries, d)), the expected records U0(m) P_mk of each entry, and its row m."""
-    M = sp.csr_array(P)
-    indptr, indices, data = M.indptr, M.indices, M.data
-    codes = np.asarray(table.codes)
-    cc = codes if col_codes is None else np.asarray(col_codes)
-    counts = np.asarray(table.counts, dtype=float)
-    K = M.shape[0]
-    a = 0
-    while a < K:
-        # rows a..b-1 hold at most FLOW_CHUNK entries (at least one row)
-        b = max(a + 1, int(np.searchsorted(indptr, indptr[a] + FLOW_CHUNK, side="right")) - 1)
-        b = min(b, K)
-        lo, hi = indptr[a], indptr[b]
-        r = np.repeat(np.arange(a, b), np.diff(indptr[a : b + 1]))
-        c, v = indices[lo:hi], data[lo:hi].astype(float)
-        keep = v != 0
-        r, c = r[keep], c[keep]
-        yield codes[r], cc[c], counts[r] * v[keep], r
-        a = b
-
-
-def _label(x) -> str:
-    return "missing" if is_missing(x) else str(x)
-
-
-def variable_labels(table: FrequencyTable, col_codes=None, col_cells=None) -> list[list[str]]:
-    """Per identifying variable, the label of each code (a missing value reads 'missing').
-
-    Codes beyond the table's categories (released categories absent from the data, in a matrix
-    made elsewhere) take their labels from ``col_cells``, the cells of the matrix's columns.
-    """
-    cc = None if col_codes is None else np.asarray(col_codes)
-    out = []
-    for j, (q, cats) in enumerate(zip(table.qi, table.categories)):
-        lab = [_label(x) for x in cats]
-        if cc is not None and cc.shape[0] and int(cc[:, j].max()) >= len(lab):
-            extra = [f"#{k}" for k in range(len(lab), int(cc[:, j].max()) + 1)]
-            if col_cells is not None:
-                for code, value in zip(cc[:, j].tolist(), col_cells[q].tolist()):
-                    if code >= len(lab):
-                        extra[code - len(lab)] = _label(value)
-            lab += extra
-        out.append(lab)
-    return out
-
 
 def variable_changes(P, table: FrequencyTable, col_codes=None) -> pd.DataFrame:
     """Per identifying variable, the records expected to have that variable's value changed.
@@ -348,53 +311,6 @@ def variable_transitions(
     return out
 
 
-def top_flows(P, table: FrequencyTable, n: int = 15, col_codes=None, labels=None) -> pd.DataFrame:
-    """The changes moving the most records in expectation (U0(m) P_mk over k != m).
-
-    ``from`` and ``to`` are the cells' values in the order of ``table.qi``; ``changes`` names
-    each variable whose value changes, e.g. ``roof: 4→2, walls: 3→2``.
-    """
-    labels = labels if labels is not None else variable_labels(table, col_codes)
-    parts = []
-    for frm, to, flow, r in _flows(P, table, col_codes):
-        moved = (frm != to).any(axis=1) & (flow > 0)
-        frm, to, flow, r = frm[moved], to[moved], flow[moved], r[moved]
-        # the n largest of the whole are among the pieces' n largest
-        top = np.argsort(-flow, kind="stable")[:n]
-        parts.append((frm[top], to[top], flow[top], r[top]))
-    d = len(table.qi)
-    empty = (
-        np.empty((0, d), np.int64),
-        np.empty((0, d), np.int64),
-        np.empty(0),
-        np.empty(0, np.int64),
-    )
-    frm, to, flow, r = (
-        np.concatenate([p[i] for p in parts]) if parts else empty[i] for i in range(4)
-    )
-    order = np.argsort(-flow, kind="stable")[:n]
-
-    def cell(code):
-        return ", ".join(labels[j][code[j]] for j in range(d))
-
-    def changes(a, b):
-        return ", ".join(
-            f"{table.qi[j]}: {labels[j][a[j]]}→{labels[j][b[j]]}" for j in range(d) if a[j] != b[j]
-        )
-
-    u = np.asarray(table.counts)[r[order]]
-    return pd.DataFrame(
-        {
-            "from": [cell(frm[i]) for i in order],
-            "to": [cell(to[i]) for i in order],
-            "changes": [changes(frm[i], to[i]) for i in order],
-            "records in cell": u,
-            "probability": flow[order] / u,
-            "expected records": flow[order],
-        }
-    )
-
-
 # ---------------------------------------------------------------------------------------------
 # The figures of a report, by id
 # ---------------------------------------------------------------------------------------------
@@ -445,6 +361,7 @@ class Utility:
     margins: pd.DataFrame
     transitions: dict
     flows: pd.DataFrame
+    together: pd.DataFrame
 
 
 def utility(d: ReportData) -> Utility:
@@ -456,7 +373,19 @@ def utility(d: ReportData) -> Utility:
         margins=variable_margins(d.matrix, d.table, d.col_codes, labels),
         transitions=variable_transitions(d.matrix, d.table, d.col_codes, labels),
         flows=top_flows(d.matrix, d.table, col_codes=d.col_codes, labels=labels),
+        together=changed_together(d.matrix, d.table, col_codes=d.col_codes),
     )
+
+
+def negligible_as_zero(obj):
+    """A table (or a dict of tables) as the report shows it: numbers below :data:`NEGLIGIBLE`
+    in size are 0, so that solver round-off (``3e-09``) is neither printed nor coloured."""
+    if isinstance(obj, dict):
+        return {k: negligible_as_zero(v) for k, v in obj.items()}
+    out = obj.copy()
+    cols = [c for c, t in out.dtypes.items() if pd.api.types.is_float_dtype(t)]
+    out[cols] = out[cols].mask(out[cols].abs() < NEGLIGIBLE, 0.0)
+    return out
 
 
 @dataclass(frozen=True)
@@ -477,9 +406,10 @@ FIGURES: dict[str, Callable[[ReportData, Utility], object]] = {
     ),
     "change_vs_frequency": lambda d, u: change_points(d.diagonal(), d.table, d.gamma),
     "change_rates": lambda d, u: u.changes,
-    "margins": lambda d, u: u.margins,
-    "transitions": lambda d, u: u.transitions,
+    "margins": lambda d, u: negligible_as_zero(u.margins),
+    "transitions": lambda d, u: negligible_as_zero(u.transitions),
     "flows": lambda d, u: u.flows,
+    "changed_together": lambda d, u: u.together if len(u.together) else None,
     "reduction": lambda d, u: d.reduction or None,
     "stages": lambda d, u: stages_table(d.stages) if d.stages else None,
 }

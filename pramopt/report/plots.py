@@ -19,12 +19,15 @@ import pandas as pd
 from .._labels import short_labels
 from ..frequency.table import FrequencyTable
 from .data import ChangePoints, change_points
+from .flows import NEGLIGIBLE
 
 __all__ = [
     "change_vs_frequency_figure",
     "figure_change_vs_frequency",
     "variables_figure",
     "transitions_figure",
+    "thinned_ticks",
+    "colorbar_ticks",
     "PLOTS",
     "png",
 ]
@@ -53,7 +56,7 @@ def change_points_figure(points: ChangePoints):
     """:func:`change_vs_frequency_figure` of Figure 1's points."""
     from matplotlib.figure import Figure  # no pyplot: the caller's backend stays as it is
 
-    fig = Figure(figsize=(11, 4))
+    fig = Figure(figsize=(11, 4), layout="constrained")
     left, right = fig.subplots(1, 2)
     u, change, gamma = points.frequency, points.change, points.gamma
     left.scatter(u, u * change, s=18, color="#1f5fa8", alpha=0.8)
@@ -76,10 +79,36 @@ def change_points_figure(points: ChangePoints):
             f"(diagonal floor γ = {gamma:.3g})",
         )
         right.set_ylim(0, max(1.3 * (1.0 - gamma), 1.05 * float(change.max(initial=0))))
-        right.legend(loc="upper center", fontsize=8)
+        # below the panel, off the points and the ticks
+        right.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=8, frameon=False)
+    right.xaxis.set_major_formatter(_plain)
+    right.xaxis.set_minor_formatter(_plain_minor(u))
     for ax in (left, right):
         ax.grid(alpha=0.3)
     return fig
+
+
+def _plain(v, _=None) -> str:
+    """A tick of a log axis as a plain number (``3``, ``100``, ``0.001``), not ``3×10⁰``."""
+    return f"{v:g}"
+
+
+def _plain_minor(values):
+    """The minor ticks' labels of a log axis over ``values``: 2, 3 and 5 times a power of ten as
+    plain numbers when the axis spans less than a decade (then its only labels; 8 and 9 would
+    run into each other), else none (they would crowd the decades')."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    pos = np.asarray(values, dtype=float)
+    pos = pos[pos > 0]
+    if not (pos.size and pos.max() < 10 * pos.min()):
+        return NullFormatter()
+
+    def label(v, _=None) -> str:
+        lead = round(v / 10 ** math.floor(math.log10(v))) if v > 0 else 0
+        return _plain(v) if lead in (2, 3, 5) else ""
+
+    return FuncFormatter(label)
 
 
 def figure_change_vs_frequency(diag, table: FrequencyTable, gamma=None) -> str:
@@ -88,7 +117,7 @@ def figure_change_vs_frequency(diag, table: FrequencyTable, gamma=None) -> str:
 
 
 #: At most this many categories are drawn in one variable's panel (the largest before).
-PANEL_CATEGORIES = 30
+PANEL_CATEGORIES = 20
 
 #: The longest label on a drawing's axes (characters): the tables show up to
 #: :data:`pramopt._labels.LABEL_LIMIT`, a small panel has room for fewer.
@@ -130,7 +159,9 @@ def variables_figure(changes: pd.DataFrame, margins: pd.DataFrame):
         turn = len(m) > 8 or max(map(len, ticks), default=0) > 8  # long labels would overlap
         ax.set_xticks(x, ticks, rotation=90 if turn else 0, fontsize=8)
         ax.set_title(
-            f"{title}: largest difference {m['difference'].abs().max():.3g} records", fontsize=10
+            # two lines: one would run into the next panel's title
+            f"{title}\nlargest difference {m['difference'].abs().max():.3g} records",
+            fontsize=10,
         )
         pos = m[["before", "after (expected)"]].to_numpy(dtype=float)
         pos = pos[pos > 0]
@@ -139,15 +170,56 @@ def variables_figure(changes: pd.DataFrame, margins: pd.DataFrame):
             ax.set_ylabel("records (log scale)")
         else:
             ax.set_ylabel("records")
-        ax.legend(fontsize=7)
     for ax in axes[panels:]:
         ax.set_visible(False)
+    if panels > 1:
+        # one legend for every panel, above them: a legend inside a panel covers its bars
+        fig.legend(*axes[1].get_legend_handles_labels(), loc="outside upper center", ncols=2)
     return fig
+
+
+#: Up to this many categories every one is named on a heat map's axis; beyond, every few.
+HEAT_TICKS = 15
+
+
+def thinned_ticks(n: int, most: int = HEAT_TICKS) -> list[int]:
+    """Positions of the ticks of an axis of ``n`` categories: every one up to ``most``, else
+    every ``ceil(n / most)``-th from the first, so that no two labels overprint."""
+    step = max(1, math.ceil(n / most))
+    return list(range(0, n, step))
+
+
+def _share(v, _=None) -> str:
+    return f"{100 * v:.2g}%"
+
+
+def colorbar_ticks(lo: float, hi: float, most: int = 8) -> list[float]:
+    """Ticks of a log colour scale from ``lo`` to ``hi``: 1, 2 and 5 times a power of ten, or
+    fewer of them (only 1 and 3, only powers of ten, every other power) until at most ``most``
+    remain; ``lo`` and ``hi`` themselves when the scale holds fewer than two."""
+    k0, k1 = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    ticks: list[float] = []
+    for mults, every in (((1, 2, 5), 1), ((1, 3), 1), ((1,), 1), ((1,), 2), ((1,), 4)):
+        ticks = [
+            m * 10.0**k
+            for k in range(k0, k1 + 1)
+            if (k - k0) % every == 0
+            for m in mults
+            if lo <= m * 10.0**k <= hi * (1 + 1e-12)
+        ]
+        if len(ticks) <= most:
+            break
+    return ticks if len(ticks) >= 2 else [lo, hi] if hi > lo else [lo]
 
 
 def transitions_figure(transitions: dict):
     """Per variable, its transition matrix as a small heat map (a matplotlib Figure): colour for
-    the changes (off the diagonal, log scale), the share kept written on the diagonal."""
+    the changes (off the diagonal, log scale), the share kept written on the diagonal.
+
+    Axes are labelled with the categories as the matrices' labels write them (every few when
+    there are many: :func:`thinned_ticks`); shares below :data:`.flows.NEGLIGIBLE` are solver
+    round-off, left blank and out of the colour scale.
+    """
     from matplotlib.colors import LogNorm
     from matplotlib.figure import Figure  # no pyplot: the caller's backend stays as it is
     from matplotlib.patches import Rectangle
@@ -160,61 +232,70 @@ def transitions_figure(transitions: dict):
     offs = []
     for T in transitions.values():
         off = T.to_numpy(dtype=float).copy()
+        off[off < NEGLIGIBLE] = np.nan
         k = min(off.shape)
         off[np.arange(k), np.arange(k)] = np.nan
         offs.append(off)
-    pos = np.concatenate([o[np.isfinite(o) & (o > 0)] for o in offs]) if offs else np.array([])
-    norm = None
+    pos = np.concatenate([o[np.isfinite(o)].ravel() for o in offs]) if offs else np.array([])
+    norm, lo, hi = None, 0.0, 0.0
     if pos.size:
-        norm = LogNorm(vmin=max(pos.min(), 1e-6), vmax=max(pos.max(), 1.01 * max(pos.min(), 1e-6)))
+        lo, hi = float(pos.min()), float(max(pos.max(), 1.01 * pos.min()))
+        norm = LogNorm(vmin=lo, vmax=hi)
     im = None
     for ax, (q, T), off in zip(axes, transitions.items(), offs):
-        shown = np.where(off > 0, off, np.nan)
-        im = ax.imshow(shown, cmap="viridis", norm=norm, interpolation="nearest", aspect="auto")
+        im = ax.imshow(off, cmap="viridis", norm=norm, interpolation="nearest", aspect="auto")
         L0, L1 = T.shape
-        k = min(L0, L1)
-        for a in range(k):
+        for a in range(min(L0, L1)):
             ax.add_patch(Rectangle((a - 0.5, a - 0.5), 1, 1, color="#e6e6e6"))
         if L1 <= 8:  # few categories: every share written in its square
-            for a in range(L0):
-                for b in range(L1):
-                    v = T.iat[a, b]
-                    if np.isfinite(v) and (v > 0 or a == b):
-                        dark = a != b and norm is not None and norm(v) < 0.6
-                        ax.text(
-                            b,
-                            a,
-                            f"{100 * v:.3g}%" if a == b else f"{100 * v:.2g}%",
-                            ha="center",
-                            va="center",
-                            fontsize=7,
-                            color="white" if dark else "black",
-                        )
-        if max(L0, L1) <= 40:
-            cols = short_labels(map(str, T.columns), TICK_LIMIT)
-            same = list(map(str, T.index)) == list(map(str, T.columns[:L0]))
-            rows = cols[:L0] if same else short_labels(map(str, T.index), TICK_LIMIT)
-            long = max(len(c) for c in cols) > 3
-            ax.set_xticks(range(L1), cols, rotation=90 if long else 0, fontsize=7)
-            ax.set_yticks(range(L0), rows, fontsize=7)
-        ax.set_xlabel(f"released {q}")
-        ax.set_ylabel(f"original {q}")
+            _write_shares(ax, T, off, norm)
+        cols = short_labels(map(str, T.columns), TICK_LIMIT)
+        rows = short_labels(map(str, T.index), TICK_LIMIT)
+        xt, yt = thinned_ticks(L1), thinned_ticks(L0)
+        # turned upright when side by side they would not fit
+        turn = len(xt) > 8 or max((len(cols[i]) for i in xt), default=0) > 3
+        ax.set_xticks(xt, [cols[i] for i in xt], rotation=90 if turn else 0, fontsize=7)
+        ax.set_yticks(yt, [rows[i] for i in yt], fontsize=7)
+        ax.set_xlabel(f"released {q}" + ("" if len(xt) == L1 else f" ({L1} categories)"))
+        ax.set_ylabel(f"original {q}" + ("" if len(yt) == L0 else f" ({L0} categories)"))
         ax.set_title(q, fontsize=10)
     for ax in axes[len(names) :]:
         ax.set_visible(False)
     if im is not None and norm is not None:
-        from matplotlib.ticker import FuncFormatter
+        from matplotlib.ticker import FuncFormatter, NullFormatter
 
-        pct = FuncFormatter(lambda v, _: f"{100 * v:.2g}%")
         cb = fig.colorbar(
             im,
             ax=list(axes[: len(names)]),
             shrink=0.8,
-            format=pct,
             label="share of the row's records changed into the column",
         )
-        cb.ax.yaxis.set_minor_formatter(pct)
+        # named ticks only: the log scale's own minor labels overprint each other
+        cb.set_ticks(colorbar_ticks(lo, hi))
+        cb.ax.yaxis.set_major_formatter(FuncFormatter(_share))
+        cb.ax.yaxis.set_minor_formatter(NullFormatter())
     return fig
+
+
+def _write_shares(ax, T: pd.DataFrame, off: np.ndarray, norm) -> None:
+    """Each share of a small transition matrix written in its square (a blank for none)."""
+    for a in range(T.shape[0]):
+        for b in range(T.shape[1]):
+            v = T.iat[a, b]
+            if a != b and not np.isfinite(off[a, b]):
+                continue  # no change, or round-off
+            if not np.isfinite(v):
+                continue
+            dark = a != b and norm is not None and norm(v) < 0.6
+            ax.text(
+                b,
+                a,
+                f"{100 * v:.3g}%" if a == b else f"{100 * v:.2g}%",
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="white" if dark else "black",
+            )
 
 
 #: Figure id -> its drawing, from the report's figure data (id -> data); the HTML report embeds

@@ -13,6 +13,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .flows import NEGLIGIBLE, TIE_DIGITS
+
+#: The threshold of solver round-off as the captions write it, as a share and in records.
+_SHARE = f"{100 * NEGLIGIBLE:g}%"
+_RECORDS = f"{NEGLIGIBLE:.12f}".rstrip("0")
+
 __all__ = [
     "FigureWords",
     "WORDS",
@@ -114,6 +120,7 @@ WORDS: dict[str, FigureWords] = {
     ),
     "margins": FigureWords(
         title="Categories before and after, as a table",
+        text=f"Expected records below {_RECORDS} (solver round-off) are shown as 0.",
         md_title="Categories before and after (expected)",
     ),
     "transitions": FigureWords(
@@ -122,12 +129,27 @@ WORDS: dict[str, FigureWords] = {
         "another (column), summed over the cells: colour for the changes (log scale, empty: "
         "none), grey on the diagonal for the records kept.",
         alt="transition matrix per variable",
-        caption="Row a, column b: expected share of the records with category a released as b.",
+        caption="Row a, column b: expected share of the records with category a released as b. "
+        "Axes are labelled with the categories as the data write them (with many categories, "
+        f"every few). Shares below {_SHARE} (solver round-off) are left blank.",
         table_title="{variable}: transitions as a table (%)",
         md_title="Transitions per variable (% of the row's records)",
         md_text="{categories} categories: in report.html.",
+        note=f"Shares below {_SHARE} (solver round-off) are left blank.",
     ),
-    "flows": FigureWords(title="Largest expected flows (cells as {qi})"),
+    "flows": FigureWords(
+        title="Largest expected flows (cells as {qi})",
+        text="A flow is the expected number of records of one cell released as another. Flows of "
+        f"the same size (to {TIE_DIGITS} significant digits) are one line, which shows one of "
+        "them and counts them ('flows of this size'). Flows below "
+        f"{_RECORDS} records (solver round-off) are left out.",
+    ),
+    "changed_together": FigureWords(
+        title="Variables changed together",
+        text="The expected records whose identifying values change, by the set of variables that "
+        "change together (a record counts once, for the set it changes), and the number of "
+        f"flows (nonzero entries of P) that do so. Flows below {_RECORDS} records are left out.",
+    ),
     "reduction": FigureWords(title="Reduction of the C1 constraints"),
     "stages": FigureWords(title="Solver stages"),
 }
