@@ -13,10 +13,13 @@ nothing.
 
 # imported for its effect: it registers the household kind of design (pramopt.kinds)
 from . import households as _households
-from . import magnitude
+
+# per_variable is imported for its effect too: it registers the per-variable kind of design
+from . import magnitude, per_variable
 from .advise import Advice, advise, write_advice
 from .baselines import (
     IFPRDesign,
+    OldNameWarning,
     baseline,
     calibrate_all,
     calibrate_ifpr,
@@ -170,6 +173,7 @@ __all__ = [
     "retention_on_cells",
     "sdcmicro_on_cells",
     "IFPRDesign",
+    "OldNameWarning",
     "ifpr_block_matrix",
     "ifpr_block_size",
     "ifpr_design",
@@ -194,6 +198,8 @@ __all__ = [
     "load_spec",
     # magnitude tables
     "magnitude",
+    # one matrix per variable
+    "per_variable",
 ]
 
 del _households

@@ -32,7 +32,8 @@ class DesignKind:
     formats : tuple of str
         The ``design.json`` format tags ``load`` reads (the first is the one ``save`` writes).
     files : tuple of str
-        The files ``save`` writes into a design folder (named by the ``design`` command).
+        The files ``save`` writes into a design folder (named by the ``design`` command); a
+        pattern such as ``matrix_*.csv`` stands for one file per identifying variable.
     applies : callable
         ``applies(params) -> bool``: whether a :class:`~pramopt.DesignParams` asks for this kind.
     design : callable
@@ -59,6 +60,13 @@ class DesignKind:
     example : callable
         ``example() -> (data, qi, options)``: a small problem of this kind that
         ``design(data, qi, **options)`` solves in seconds (the contract test designs it).
+    estimate : callable or None
+        ``estimate(released, result, by=None, *, nonnegative=False) -> DataFrame``: the
+        unbiased estimate from a release, for a kind whose estimate :func:`pramopt.estimate`
+        should call (None: the kind has none, and estimate refuses its designs).
+    record_level_note : str
+        What a command that takes only a record-level matrix (``assess --matrix``, and
+        ``estimate`` for a kind without one) says of this kind's designs after refusing them.
     """
 
     name: str
@@ -75,7 +83,12 @@ class DesignKind:
     report: Callable[[Any, str], Any]
     release_note: Callable[[Any], str]
     example: Callable[[], tuple]
+    estimate: Callable[..., Any] | None = None
+    record_level_note: str = ""
 
+
+#: Capabilities a kind may leave out (None).
+OPTIONAL = ("estimate",)
 
 #: The registered kinds, by name, in the order registered.
 KINDS: dict[str, DesignKind] = {}
@@ -94,9 +107,13 @@ def register_kind(kind: DesignKind) -> DesignKind:
     """
     if not isinstance(kind, DesignKind):
         raise TypeError(f"register_kind needs a DesignKind; got {type(kind).__name__}.")
-    data = ("name", "result_type", "formats", "files")
+    data = ("name", "result_type", "formats", "files", "record_level_note")
     missing = [
-        f.name for f in fields(kind) if f.name not in data and not callable(getattr(kind, f.name))
+        f.name
+        for f in fields(kind)
+        if f.name not in data
+        and not callable(getattr(kind, f.name))
+        and not (f.name in OPTIONAL and getattr(kind, f.name) is None)
     ]
     if missing or not kind.formats or not kind.files or not isinstance(kind.result_type, type):
         raise ValueError(

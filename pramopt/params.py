@@ -47,6 +47,10 @@ __all__ = [
 GAMMA_LADDER = (0.95, 0.9, 0.8, 0.7, 0.6, 0.51)
 #: Up to this many cells the support of a general design is dense (every pair of cells).
 DENSE_SUPPORT_MAX = 300
+#: The values of ``structure``: the strategies' (:data:`~pramopt.optimize.strategies.STRUCTURES`)
+#: and "per_variable", one matrix per identifying variable, a kind of design of its own
+#: (:mod:`pramopt.per_variable`, reached through :mod:`pramopt.kinds`).
+STRUCTURE_CHOICES = (*STRUCTURES, "per_variable")
 #: Designs under epsilon or k are dense over the present cells (every entry of a column is
 #: positive together): refused above this many cells, as each trust-region LP has 2 K^2 ratio
 #: rows.
@@ -377,8 +381,8 @@ class DesignParams:
     )
     structure: str = _param(
         "auto",
-        _choice(*STRUCTURES),
-        "{" + ", ".join(f'"{s}"' for s in STRUCTURES) + "}",
+        _choice(*STRUCTURE_CHOICES),
+        "{" + ", ".join(f'"{s}"' for s in STRUCTURE_CHOICES) + "}",
         "'general': any row-stochastic P with every diagonal entry above 1/2 (invertible by "
         "strict diagonal dominance); where phase one finds no floor within its pricing rounds, "
         "the replacement design when its diagonal clears the floor.  'blocks': block-diagonal "
@@ -388,14 +392,27 @@ class DesignParams:
         "flow relaxation of C1; invertible for any diagonal, found in seconds.  'auto': the "
         "replacement design, the general design where one can exist (the flow relaxation and "
         "phase one say so; up to 600 cells) and blocks where it cannot (up to 4,000 cells, or "
-        "when there is no replacement design); the verified design of smallest loss.",
+        "when there is no replacement design); the verified design of smallest loss.  "
+        "'per_variable': one row-stochastic, invertible matrix per identifying variable (as "
+        "sdcMicro's pram() and mu-ARGUS release), applied independently, of minimal exact L2 loss "
+        "under the full C1 over the product space of the categories (see "
+        ":mod:`pramopt.per_variable`).",
         cli={
-            "choices": list(STRUCTURES),
+            "choices": list(STRUCTURE_CHOICES),
             "help": "general: any P with every diagonal entry above 1/2; blocks: block-diagonal "
             "retention-replacement blocks; replacement: a retention per cell and one replacement "
-            "distribution; auto: the verified design of smallest loss among those that can exist "
+            "distribution; auto: the verified design of smallest loss among those that can exist; "
+            "per_variable: one matrix per identifying variable, applied independently "
             "(default auto)",
         },
+    )
+    perturb: tuple | None = _param(
+        None,
+        _names,
+        "list of str, optional",
+        "With structure='per_variable': the identifying variables that are perturbed (the others "
+        "are released unchanged).  Default: all of them.",
+        cli={"type": "names", "metavar": "A,B"},
     )
     epsilon: float | None = _param(
         None,
@@ -465,6 +482,14 @@ class DesignParams:
         for f in dataclasses.fields(self):
             value = f.metadata["check"](getattr(self, f.name), f.name, "design")
             object.__setattr__(self, f.name, value)
+        if self.perturb is not None and self.structure != "per_variable":
+            from .errors import InvalidParameterError
+
+            raise InvalidParameterError(
+                "The 'perturb' parameter of design applies only to structure='per_variable' (one "
+                f"matrix per variable); got perturb={list(self.perturb)!r} with "
+                f"structure={self.structure!r}."
+            )
         if self.alpha is None and self.epsilon is None and self.k is None:
             from .errors import InvalidParameterError
 

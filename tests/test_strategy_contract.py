@@ -86,8 +86,14 @@ def test_it_is_reached_by_auto_mode_or_by_its_options(name):
 
 def test_every_choice_and_policy_entry_is_registered():
     choices = _structure_field().metadata["cli"]["choices"]
-    assert list(choices) == list(STRUCTURES) and choices[0] == "auto"
-    assert set(choices) - {"auto"} <= set(STRATEGIES)
+    from pramopt import kinds
+    from pramopt.params import STRUCTURE_CHOICES, DesignParams
+
+    assert list(choices) == list(STRUCTURE_CHOICES) and choices[0] == "auto"
+    assert list(STRUCTURE_CHOICES[: len(STRUCTURES)]) == list(STRUCTURES)
+    assert set(STRUCTURES) - {"auto"} <= set(STRATEGIES)
+    for c in set(choices) - set(STRUCTURES):  # kinds of design (pramopt.kinds)
+        assert kinds.kind_for(DesignParams(structure=c)) is not None
     assert AUTO.structures() <= set(STRATEGIES)
 
 

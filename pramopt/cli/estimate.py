@@ -67,10 +67,13 @@ def add_parser(sub):
 
 
 def run(args) -> int:
+    from ..kinds import kind_of
     from ..publish.frame import estimate, refuse_kind
 
     res = load_design(args.design)
-    refuse_kind(res, "estimate", "pramopt estimate")  # before the data are read
+    kind = kind_of(res)
+    if kind is None or kind.estimate is None:
+        refuse_kind(res, "estimate", "pramopt estimate")  # before the data are read
     if args.out is not None:
         check_output(args, args.out, source=args.data)
     dialect = dialect_of(args)

@@ -58,4 +58,9 @@ HOUSEHOLDS = DesignKind(
     report=from_household,
     release_note=release_note,
     example=example_households,
+    record_level_note=(
+        "Its release draws household values once per household and so reaches combinations of "
+        "values that no record of the data has. Its record-level risk is checked at release and "
+        "in its report."
+    ),
 )

@@ -291,15 +291,13 @@ def _project_simplex(x: np.ndarray, total: float) -> np.ndarray:
 
 
 def refuse_kind(result, owner: str, what: str) -> None:
-    """Refuse, in one sentence, a design of another kind (households) where only a person-level
-    design is understood."""
+    """Refuse, in a sentence and the kind's own note, a design of another kind (households, one
+    matrix per variable) where only a record-level design is understood."""
     kind = kind_of(result)
     if kind is not None:
+        note = f" {kind.record_level_note}" if kind.record_level_note else ""
         raise InvalidParameterError(
-            f"{what} takes a person-level design; this is a {kind.name} design, whose release "
-            "draws household values once per household and so reaches combinations of values "
-            "that no record of the data has. Its record-level risk is checked at release and in "
-            "its report."
+            f"{what} takes a record-level design; this is a {kind.name} design.{note}"
         )
 
 
@@ -340,6 +338,13 @@ def estimate(released: pd.DataFrame, result, by=None, *, nonnegative: bool = Fal
         )
     from .recoded import recoded_frame
 
+    kind = kind_of(result)
+    if kind is not None and kind.estimate is not None:
+        from .recoded import recoded_frame
+
+        return kind.estimate(
+            recoded_frame(released, result), result, by=by, nonnegative=nonnegative
+        )
     refuse_kind(result, "estimate", "pramopt.estimate (pramopt estimate)")
     table = _table_of(result)
     # idempotent: data released with the design's recoding hold its categories already
