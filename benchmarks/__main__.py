@@ -1,8 +1,8 @@
 """``python -m benchmarks [study ...] [--quick] [--out DIR]``
 
 Studies: optimal_vs_closed, peers, solvers, scaling, records, figures, cells, census, refine, refine_models, strata,
-privacy_design, changed_variables, frontier, households, optimality, reliability, advise, per_variable
-(default: all, in that order).
+privacy_design, changed_variables, frontier, households, optimality, reliability, advise, per_variable,
+auto_testdata (default: all, in that order).
 ``--quick`` runs tiny cases (what the smoke test uses); results go to benchmarks/results/ by default.
 """
 
@@ -37,6 +37,7 @@ STUDIES = (
     "reliability",
     "advise",
     "per_variable",
+    "auto_testdata",
 )
 
 

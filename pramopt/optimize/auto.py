@@ -10,7 +10,11 @@ rows of the reduced C1 (and, where there is no general design, whenever no repla
 found); the uniform design only
 when none of those is found.  On the package example, testdata and rare-heavy tables the better
 of the replacement and block designs comes within 1.3% of the general design's loss in a
-fraction of its time.  Every candidate is verified, and the smallest objective wins -- unless
+fraction of its time.  Above ``START_MIN_CELLS`` cells (without ``max_changed_variables``)
+they are made first, and where the best of them keeps every diagonal entry above a rung of the
+floor's ladder it is itself a general design at that floor: the general design is then refined
+from it (:mod:`.strategies.general_start`), without phase one and the linear stage, and its loss
+is never above that start's.  Every candidate is verified, and the smallest objective wins -- unless
 another candidate's objective is within ``COMPARABLE_OBJECTIVE`` of it while its records change
 at most ``FEWER_CHANGED_VALUES`` as many identifying values (:func:`pick`): then the one of those
 that changes the fewest.  Every candidate's loss, objective, expected changes and variables

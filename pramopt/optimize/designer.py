@@ -204,6 +204,8 @@ class _Designer:
         self.problem, self.trace, self.p = problem, trace, problem.params
         # (P, report, margin) of a block design that failed the check
         self._unverified: tuple[object, C1Report, float] | None = None
+        # the structures beside the general design, when made before it
+        self._beside: list[Candidate] | None = None
 
     def finish(self, c: Candidate, status: Status, message: str, details=None) -> DesignResult:
         pb = self.problem
@@ -269,6 +271,10 @@ class _Designer:
         """The general design at each margin until one passes the check; in auto mode beside
         the structures of ``AUTO.beside``, or, where there is none, those that need no floor."""
         pb = self.problem
+        if auto and self.p.refine_loss:
+            done = self._general_from_start()
+            if done is not None:
+                return done
         for margin in margins(self.p.margin):
             att = strategy("general").solve(pb, pb.alpha * (1.0 - margin), self.trace)
             if auto and att.auto_reason is not None:
@@ -285,13 +291,39 @@ class _Designer:
             if general.report.max_risk <= pb.alpha:
                 # the structures that need no floor, made in seconds, may still have the smaller
                 # loss (by loss: without the refinement the general design minimises changes)
-                others = self._candidates(AUTO.beside) if auto and self.p.refine_loss else []
+                others: list[Candidate] = []
+                if auto and self.p.refine_loss:
+                    others = self._beside or self._candidates(AUTO.beside)
                 return self._finish_best([general, *others], "")
             last = (
                 f"verification failed (max risk {general.report.max_risk:.8g} > "
                 f"{pb.alpha:g}) at margin {margin:g}"
             )
         return self.finish(dataclasses.replace(general, loss=None), Status.UNVERIFIED, last)
+
+    def _general_from_start(self) -> DesignResult | None:
+        """Auto mode where a structure that needs no floor clears a rung of the floor's ladder
+        (:func:`.strategies.general_start.start_for`): those structures first, then the general
+        design refined from the best of them, never to a larger loss; None where auto mode makes
+        the general design as usual (the structures made are kept for it)."""
+        from .strategies.general_start import START_MIN_CELLS, refine_from, start_for
+
+        pb = self.problem
+        if pb.K <= START_MIN_CELLS or pb.max_changed is not None:
+            return None
+        others = self._beside = self._candidates(AUTO.beside)
+        start, gamma = start_for(pb, others, self._score)
+        if start is None:
+            return None
+        for margin in margins(self.p.margin):
+            level = pb.alpha * (1.0 - margin)
+            att = refine_from(pb, level, self.trace, start.P, gamma, start.name)
+            general = self._candidate("general", att, f" Solved at alpha*(1-{margin:g}).")
+            assert general.report is not None  # _candidate checks every matrix
+            if general.report.max_risk <= pb.alpha:
+                return self._finish_best([general, *others], "")
+        # the start itself passed the check: it stands for the general design
+        return self._finish_best(others, "")
 
     def _replacement_as_general(self, att) -> DesignResult:
         """Phase one found no floor, and proved none impossible: a replacement design whose every
@@ -310,7 +342,8 @@ class _Designer:
     def without_general(self, reason: str) -> DesignResult:
         """No general design exists (or none was found): the best of ``AUTO.without``, else the
         first of ``AUTO.last_resort`` found."""
-        found = self._candidates(AUTO.without)
+        # (those made beside a general design that was then not found are the same structures)
+        found = self._beside or self._candidates(AUTO.without)
         for rule in AUTO.last_resort if not found else ():
             found = found or self._candidates((rule,))
         if found:

@@ -49,8 +49,7 @@ def refine_loss(cg, x, trace: Trace):
         evaluate = problem.objective.on_support(sup, counts, sparse=cg.mode != "dense")
         # the curved model needs the objective's curvature (None: linear steps only)
         model = problem.objective.curvature_on_support(sup, counts, sparse=cg.mode != "dense")
-        qp_max = G.REFINE_QP_MAX_AT_SCALE if cg.elastic else G.REFINE_QP_MAX
-        curvature = model if sup.size <= qp_max else None
+        curvature = model if sup.size <= _qp_max(cg) else None
         chunk = _chunk_size(model, curvature)
         # in chunks, so that pricing can widen the support while the refinement runs
         x, info = G.refine(
@@ -105,6 +104,15 @@ def refine_loss(cg, x, trace: Trace):
             break
     cg.sup = sup
     return x, its, info, stop
+
+
+def _qp_max(cg) -> int:
+    """The largest support on which the refinement's steps are curved: ``cg.qp_max`` when the
+    solve sets one (a start of another structure, :mod:`.general_start`), else the module's."""
+    own = getattr(cg, "qp_max", None)
+    if own is not None:
+        return int(own)
+    return G.REFINE_QP_MAX_AT_SCALE if cg.elastic else G.REFINE_QP_MAX
 
 
 def _chunk_size(model, curvature) -> int:
@@ -200,7 +208,7 @@ def _reprice(cg, sup: Support, x, lp, info, dropped, curved: bool):
         # larger support price as many as before: their drops trim it)
         room = max(G.REFINE_MAX_ADD, 2 * K)
         if curved:
-            room = min(room, G.REFINE_QP_MAX - (sup.size - int(drop.sum())))
+            room = min(room, _qp_max(cg) - (sup.size - int(drop.sum())))
         if room > 0:
             r, cc, _ = cg.price(lp, info.duals, cost_fn=info.grad_columns, tol=tol, max_add=room)
     return r, cc, drop, keys
