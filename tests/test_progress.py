@@ -9,6 +9,8 @@ import logging
 import re
 import time
 
+import pytest
+
 import pramopt
 from pramopt._activity import Activity, Heartbeat, activity
 from pramopt.cli._common import stage_log
@@ -87,3 +89,24 @@ def test_the_household_design_is_announced_first_and_shows_its_stages():
     assert "the household design: up to" in lines[0] and "this can take minutes" in lines[0]
     for stage in res.stages:  # every stage of the household design's result was shown
         assert any(f"] {stage.name}: " in x for x in lines), stage.name
+
+
+def test_a_design_of_many_cells_is_announced_before_its_first_stage():
+    # 5 keys of the seeded example: more cells than the announcement's threshold
+    from pramopt.optimize import designer
+
+    data = pramopt.example_data(n=2000, seed=3)
+    qi = list(data.columns[:5])
+    cells = len(data[qi].drop_duplicates())
+    buf = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(designer, "ANNOUNCE_CELLS", cells - 1)
+        with stage_log(False, stream=buf, after=3600.0):
+            pramopt.design(data, qi, alpha=0.1, structure="replacement")
+    assert f"{cells} cells and" in buf.getvalue() and "may take minutes" in buf.getvalue()
+    buf = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(designer, "ANNOUNCE_CELLS", cells)
+        with stage_log(False, stream=buf, after=3600.0):
+            pramopt.design(data, qi, alpha=0.1, structure="replacement")
+    assert buf.getvalue() == ""

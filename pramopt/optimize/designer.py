@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 import warnings
 
 import numpy as np
@@ -44,12 +45,18 @@ from .support import hold_floor
 
 __all__ = ["design", "GAMMA_LADDER"]
 
+LOG = logging.getLogger("pramopt.design")
+
 #: Above this many rows of the reduced C1 the designer warns before it starts
 #: (see LargeProblemWarning).
 LARGE_PROBLEM_ROWS = 1_000_000
 #: Present cells above which a design is announced as large before any work (census-shaped data
 #: of 47,000 cells take minutes; see benchmarks/README.md).
 LARGE_PROBLEM_CELLS = 200_000
+
+#: Above this many cells, or rows of C1 for rare cells, the command line announces that the design
+#: may take minutes before it starts (on testdata's 7 keys, 412 cells, it takes about a minute).
+ANNOUNCE_CELLS, ANNOUNCE_ROWS = 300, 100_000
 
 
 def design(
@@ -146,6 +153,14 @@ def design(
         info["detail"] = (
             f"{problem.groups.n_groups} (pi, k0) groups, {problem.rare_rows} rows of C1 for rare "
             "cells"
+        )
+    if table.n_cells > ANNOUNCE_CELLS or problem.rare_rows > ANNOUNCE_ROWS:
+        LOG.info(
+            "%d cells and %d rows of C1 for rare cells: the design may take minutes; each stage "
+            "is shown as it finishes",
+            table.n_cells,
+            problem.rare_rows,
+            extra={"announce": True},
         )
     if problem.rare_rows > LARGE_PROBLEM_ROWS and table.n_cells <= LARGE_PROBLEM_CELLS:
         # before minutes of work: say what makes it large and how to make it smaller
