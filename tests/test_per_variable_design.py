@@ -308,8 +308,12 @@ def test_matrices_under_the_floor_are_not_reported_successful(small):
 
 def test_refusals_name_the_parameter(small):
     df, qi, _, _ = small
-    with pytest.raises(InvalidParameterError, match="'fixed'.*per_variable"):
-        pramopt.design(df, qi, alpha=0.2, structure="per_variable", fixed=["sex"])
+    with pytest.raises(InvalidParameterError, match="'fixed'.*identifying.*'age'"):
+        pramopt.design(df, qi, alpha=0.2, structure="per_variable", fixed=["age"])
+    with pytest.raises(InvalidParameterError, match="'fixed'.*epsilon"):
+        pramopt.design(df, qi, epsilon=2.0, structure="per_variable", fixed=["sex"])
+    with pytest.raises(InvalidParameterError, match="'fixed'.*no variable to perturb"):
+        pramopt.design(df, qi, alpha=0.2, structure="per_variable", fixed=["sex"], perturb=["sex"])
     with pytest.raises(InvalidParameterError, match="'k'.*per_variable"):
         pramopt.design(df, qi, alpha=0.2, structure="per_variable", k=2.0)
     with pytest.raises(InvalidParameterError, match="'perturb'.*every identifying.*epsilon"):

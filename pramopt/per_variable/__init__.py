@@ -6,7 +6,9 @@ with every combination of categories a released cell: :mod:`.model` (the loss an
 projected tables), :mod:`.step` (a trust-region LP on one matrix), :mod:`.designer`, :mod:`.check`
 (the independent check), :mod:`.release` (release and the per-variable estimate),
 :mod:`.design_file` (``design.json`` and ``matrix_<variable>.csv`` in R's ``write.csv`` layout),
-:mod:`.report`, :mod:`.compare` (sdcMicro's matrices calibrated over the product space).
+:mod:`.report` (every figure without the product space), :mod:`.strata` (one set of matrices
+per stratum of ``fixed`` variables), :mod:`.compare` (sdcMicro's matrices calibrated over the
+product space).
 Importing this package registers the kind (:mod:`.kind`) with :mod:`pramopt.kinds`.
 """
 

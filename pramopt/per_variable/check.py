@@ -9,7 +9,9 @@ counts and the matrices it recomputes, for every combination π, every present p
 
 the variables outside π summing to 1 in every row.  It is what :func:`pramopt.verify.c1_risk`
 computes on the released rows over the product space (``col_codes`` every combination), without
-forming them; the tests compare both on small cases.  It fails closed: a matrix that is not
+forming them; the tests compare both on small cases.  With ``fixed`` strata each cell's records
+are drawn with its stratum's matrices: the projected cells are keyed by stratum and every
+denominator sums over all the strata (the whole data).  It fails closed: a matrix that is not
 square, has a NaN, infinite or negative entry or a row not summing to 1 gives NaN.
 """
 
@@ -42,11 +44,17 @@ class ProductCheck:
         ``(combination index, projected cell codes, group codes)`` where it is attained.
     risk_by_combination : tuple of float
         The largest left-hand side per combination.
+    groups : tuple of int
+        The released groups of each combination (its product space).
+    groups_over : tuple of int
+        With ``alpha``: per combination, the released groups some row of which is above it.
     """
 
     max_risk: float
     worst: tuple
     risk_by_combination: tuple
+    groups: tuple = ()
+    groups_over: tuple = ()
 
     def holds(self, alpha: float) -> bool:
         """Whether C1 holds at ``alpha`` (False for NaN)."""
@@ -54,6 +62,8 @@ class ProductCheck:
 
 
 def _valid(mats: Sequence[np.ndarray], levels: Sequence[int]) -> bool:
+    if len(mats) != len(levels):
+        return False
     for M, L in zip(mats, levels):
         M = np.asarray(M)
         if M.ndim != 2 or M.shape[0] != M.shape[1] or M.shape[0] < L:
@@ -65,29 +75,56 @@ def _valid(mats: Sequence[np.ndarray], levels: Sequence[int]) -> bool:
     return True
 
 
-def _released_mass(cells: np.ndarray, weights: np.ndarray, mats: list) -> np.ndarray:
-    """``sum_c weights[c] prod_j mats[j][cells[c, j], g_j]`` for every group g, by one einsum."""
+def _rows(stacks: list, strata: np.ndarray, cells: np.ndarray) -> list[np.ndarray]:
+    """Per variable j, row ``cells[c, j]`` of the matrix of cell c's stratum, (C, L_j) each."""
+    return [S[strata, cells[:, j]] for j, S in enumerate(stacks)]
+
+
+def _released_mass(rows: list, weights: np.ndarray) -> np.ndarray:
+    """``sum_c weights[c] prod_j rows[j][c, g_j]`` for every group g, by one einsum."""
     letters = string.ascii_letters
-    q = len(mats)
-    rows = [M[cells[:, j]] for j, M in enumerate(mats)]  # each (C, L_j)
+    q = len(rows)
     spec = ",".join(f"z{letters[j]}" for j in range(q)) + ",z->" + letters[:q]
     return np.einsum(spec, *rows, weights, optimize=True)
 
 
-def _own_mass(cells: np.ndarray, mats: list) -> np.ndarray:
-    """``prod_j mats[j][cells[c, j], g_j]`` for each cell c and group g (no sum over the cells)."""
+def _own_mass(rows: list) -> np.ndarray:
+    """``prod_j rows[j][c, g_j]`` for each cell c and group g (no sum over the cells)."""
     letters = string.ascii_letters
-    q = len(mats)
-    rows = [M[cells[:, j]] for j, M in enumerate(mats)]
+    q = len(rows)
     spec = ",".join(f"z{letters[j]}" for j in range(q)) + "->z" + letters[:q]
     return np.einsum(spec, *rows)
+
+
+def _stacks(sets: list, codes: np.ndarray, counts: np.ndarray, at: np.ndarray):
+    """Per variable the strata's matrices stacked, (S, L, L); None when anything is invalid
+    (shapes, a stratum index, a NaN, infinite or negative entry, a row not summing to 1)."""
+    try:
+        sets = [[np.asarray(M, dtype=float) for M in m] for m in sets]
+    except (TypeError, ValueError):
+        return None
+    if codes.ndim != 2 or codes.shape[0] != counts.shape[0] or at.shape != counts.shape:
+        return None
+    d = codes.shape[1]
+    if not sets or any(len(m) != d for m in sets) or not np.all(np.isfinite(counts)):
+        return None
+    if at.size and (at.min() < 0 or at.max() >= len(sets)):
+        return None
+    levels = [int(codes[:, v].max()) + 1 if codes.size else 0 for v in range(d)]
+    if not all(_valid(m, levels) for m in sets):
+        return None
+    if any(len({m[v].shape for m in sets}) != 1 for v in range(d)):
+        return None
+    return [np.stack([m[v] for m in sets]) for v in range(d)]
 
 
 def check_product_c1(
     codes: np.ndarray,
     counts: np.ndarray,
-    matrices: Sequence[np.ndarray],
+    matrices: Sequence,
     combinations: Sequence[Sequence[int]],
+    alpha: float | None = None,
+    strata: np.ndarray | None = None,
 ) -> ProductCheck:
     """Check C1 of the per-variable ``matrices`` (rows: original category codes of ``codes``).
 
@@ -96,49 +133,67 @@ def check_product_c1(
     codes : ndarray of shape (K, d)
         The present cells.
     counts : ndarray of shape (K,)
-    matrices : sequence of d square arrays
+    matrices : sequence of d square arrays, or with ``strata`` a sequence of such sequences
         ``matrices[v][a, b]``: the probability that category a of variable v is released as b
-        (a matrix may have more categories than ``codes`` uses).
+        (a matrix may have more categories than ``codes`` uses); with ``strata``,
+        ``matrices[s][v]`` is stratum s's.
     combinations : sequence of tuples of int
         Π.
+    alpha : float, optional
+        Count, per combination, the released groups with a left-hand side above it.
+    strata : ndarray of shape (K,), optional
+        Each cell's stratum: its records are drawn with that stratum's matrices, and every
+        denominator sums over all the strata.
     """
     codes = np.asarray(codes, dtype=np.int64)
     counts = np.asarray(counts, dtype=float)
-    mats = [np.asarray(M, dtype=float) for M in matrices]
-    nan = ProductCheck(float("nan"), (), ())
-    if codes.ndim != 2 or codes.shape[1] != len(mats) or codes.shape[0] != counts.shape[0]:
-        return nan
-    levels = [int(codes[:, v].max()) + 1 if codes.size else 0 for v in range(len(mats))]
-    if not combinations or not _valid(mats, levels) or not np.all(np.isfinite(counts)):
-        return nan
-    best, per = -np.inf, []
+    at = np.zeros(len(codes), dtype=np.int64) if strata is None else np.asarray(strata)
+    stacks = _stacks([matrices] if strata is None else list(matrices), codes, counts, at)
+    if stacks is None or not combinations:
+        return ProductCheck(float("nan"), (), ())
+    best, per, sizes, over = -np.inf, [], [], []
     worst: tuple = ()
     for ci, pi in enumerate(combinations):
         pi = list(pi)
-        cells, inverse = np.unique(codes[:, pi], axis=0, return_inverse=True)
+        # a projected cell per stratum: its records are drawn with their stratum's matrices
+        # (one integer per cell: np.unique over rows is many times slower at census scale)
+        shape = (len(stacks[0]), *(stacks[v].shape[1] for v in pi))
+        flat = np.ravel_multi_index((at, *codes[:, pi].T), shape)
+        keys, inverse = np.unique(flat, return_inverse=True)
+        units = np.stack(np.unravel_index(keys, shape), axis=1).astype(np.int64)
         weights = np.bincount(np.asarray(inverse).ravel(), weights=counts)
         # a cell of c records has every left-hand side <= 1/c (its records are in the
         # denominator): fewest records first, stopping once 1/c cannot beat the maximum found
         by_count = np.argsort(weights, kind="stable")
-        cells, weights = cells[by_count], weights[by_count]
-        sub = [mats[v] for v in pi]
-        den = _released_mass(cells, weights, sub)  # every released group of π
+        units, weights = units[by_count], weights[by_count]
+        unit_strata, cells = units[:, 0], units[:, 1:]
+        sub = [stacks[v] for v in pi]
+        den = _released_mass(_rows(sub, unit_strata, cells), weights)  # every released group
         top = 0.0
+        hit = np.zeros(den.shape, dtype=bool)  # groups with a row above alpha
         step = max(1, _BLOCK // max(den.size, 1))
         for s in range(0, cells.shape[0], step):
-            if weights[s] > 0 and 1.0 / weights[s] <= top:
+            # with alpha, rows go on until none left can exceed it either
+            bound = top if alpha is None else min(top, alpha)
+            if weights[s] > 0 and 1.0 / weights[s] <= bound:
                 break
             block = cells[s : s + step]
-            mass = _own_mass(block, sub)  # (cells of the block, groups...)
+            mass = _own_mass(_rows(sub, unit_strata[s : s + step], block))
             with np.errstate(divide="ignore", invalid="ignore"):
                 r = np.where(mass > 0, mass / den[None], 0.0)
             r = np.where((mass > 0) & ~(den[None] > 0), np.inf, r)
+            if alpha is not None:
+                hit |= (r > alpha).any(axis=0)
             k = int(np.argmax(r))
             if r.flat[k] > top:
                 top = float(r.flat[k])
             if r.flat[k] > best:
                 best = float(r.flat[k])
-                at = np.unravel_index(k, r.shape)
-                worst = (ci, tuple(block[at[0]].tolist()), tuple(int(x) for x in at[1:]))
+                at_k = np.unravel_index(k, r.shape)
+                worst = (ci, tuple(block[at_k[0]].tolist()), tuple(int(x) for x in at_k[1:]))
         per.append(top)
-    return ProductCheck(float(best), worst, tuple(per))
+        sizes.append(int(den.size))
+        over.append(int(hit.sum()))
+    return ProductCheck(
+        float(best), worst, tuple(per), tuple(sizes), tuple(over) if alpha is not None else ()
+    )

@@ -6,6 +6,9 @@ all of it; a reader that knows only record-level designs refuses the format.  Ea
 ``matrix_<variable>.csv`` is the variable's square matrix in R's ``write.csv`` layout (an empty
 first header over the row labels, then one column per released category), which
 ``pramopt assess --matrix VARIABLE=FILE`` and R's ``read.csv(..., row.names = 1)`` read back.
+A design with ``fixed`` strata writes one ``matrix_<variable>_<stratum>.csv`` per variable and
+stratum (every one, the fixed variables' the identity), which ``assess --matrix`` reads for the
+records of that stratum.
 """
 
 from __future__ import annotations
@@ -24,17 +27,27 @@ from ..errors import DesignFileError
 from ..frequency.table import FrequencyTable, is_missing
 from ..io.atomic import DESIGN_FILE, write_text
 from ..result import Stage, Status
-from .result import PerVariableDesign, figures_of, labelled
+from .result import PerVariableDesign, figures_of, labelled, stratum_of
 
 __all__ = ["FORMAT", "save_per_variable", "load_per_variable", "matrix_file", "r_matrix_csv"]
 
 FORMAT = "pramopt-per-variable/1"
 
 
-def matrix_file(variable: str) -> str:
-    """The file name of a variable's matrix (characters other than letters, digits, ``.``,
-    ``-`` and ``_`` replaced by ``_``)."""
-    return f"matrix_{re.sub(r'[^A-Za-z0-9._-]', '_', str(variable))}.csv"
+def matrix_file(variable: str, stratum: str | None = None) -> str:
+    """The file name of a variable's matrix, ``matrix_<variable>.csv``, or with ``fixed``
+    strata ``matrix_<variable>_<stratum>.csv`` (``sex=f, region=north`` as
+    ``sex_f_region_north``); characters other than letters, digits, ``.``, ``-`` and ``_``
+    replaced by ``_``."""
+    name = str(variable) if stratum is None else f"{variable}_{stratum.replace(', ', '_')}"
+    return f"matrix_{re.sub(r'[^A-Za-z0-9._-]', '_', name)}.csv"
+
+
+def _files(result: PerVariableDesign) -> dict:
+    """File name -> labelled matrix, every stratum's with ``fixed``."""
+    if not result.strata:
+        return {matrix_file(q): result.variable_matrices[q] for q in result.qi}
+    return {matrix_file(q, label): m[q] for label, m in result.strata.items() for q in result.qi}
 
 
 def _r_text(label) -> str:
@@ -88,9 +101,19 @@ def per_variable_record(result: PerVariableDesign, extra: dict | None = None) ->
             "checksum": t.checksum(),
         },
         "matrices": {
-            q: np.asarray(result.variable_matrices[q].to_numpy(dtype=float)).tolist() for q in t.qi
+            q: np.asarray(M.to_numpy(dtype=float)).tolist()
+            for q, M in result.variable_matrices.items()
         },
-        "files": {q: matrix_file(q) for q in t.qi},
+        "files": (
+            {lab: {q: matrix_file(q, lab) for q in t.qi} for lab in result.strata}
+            if result.strata
+            else {q: matrix_file(q) for q in t.qi}
+        ),
+        "fixed": list(result.fixed),
+        "strata": {
+            label: {q: np.asarray(M.to_numpy(dtype=float)).tolist() for q, M in m.items()}
+            for label, m in result.strata.items()
+        },
         "perturbed": list(result.perturbed),
         "combinations": [list(c) for c in result.combinations],
         "alpha": result.alpha,
@@ -126,13 +149,14 @@ def per_variable_record(result: PerVariableDesign, extra: dict | None = None) ->
 def save_per_variable(result: PerVariableDesign, folder, extra: dict | None = None) -> Path:
     """Write ``design.json`` and one ``matrix_<variable>.csv`` per identifying variable."""
     folder = Path(folder)
-    names = [matrix_file(q) for q in result.qi]
-    if len(set(names)) != len(names):
+    files = _files(result)
+    if len(files) != len(result.qi) * max(1, len(result.strata)):
         raise DesignFileError(
-            f"Two identifying variables {list(result.qi)!r} give the same matrix file name."
+            f"Two identifying variables {list(result.qi)!r} (or strata) give the same matrix "
+            "file name."
         )
-    for q, name in zip(result.qi, names):
-        write_text(r_matrix_csv(result.variable_matrices[q]), folder / name)
+    for name, M in files.items():
+        write_text(r_matrix_csv(M), folder / name)
     write_text(
         json.dumps(per_variable_record(result, extra), indent=1, allow_nan=False),
         folder / DESIGN_FILE,
@@ -165,9 +189,19 @@ def load_per_variable(rec: dict, path) -> PerVariableDesign:
             raise DesignFileError(
                 f"The design {str(path)!r} has a table that does not match its checksum."
             )
+        fixed = tuple(rec.get("fixed", ()))
+        strata = {
+            label: {q: labelled(table, v, np.asarray(m[q], dtype=float)) for v, q in enumerate(qi)}
+            for label, m in rec.get("strata", {}).items()
+        }
+        if fixed and list(strata) != stratum_of(table, fixed)[0]:
+            raise DesignFileError(
+                f"The design {str(path)!r} has strata that are not those of its table."
+            )
         mats = {
             q: labelled(table, v, np.asarray(rec["matrices"][q], dtype=float))
             for v, q in enumerate(qi)
+            if not fixed
         }
         return PerVariableDesign(
             table=table,
@@ -183,6 +217,8 @@ def load_per_variable(rec: dict, path) -> PerVariableDesign:
             expected_changes=_number(rec["expected_changes"]),
             changed_variables=_number(rec["changed_variables"]),
             epsilon=None if rec.get("epsilon") is None else float(rec["epsilon"]),
+            fixed=fixed,
+            strata=strata,
             params=dict(rec["params"]),
             details=dict(rec["details"]),
             stages=tuple(Stage(**s) for s in rec["stages"]),

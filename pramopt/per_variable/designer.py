@@ -29,14 +29,13 @@ from ..frequency.table import FrequencyTable, frequency_table
 from ..params import DesignParams
 from ..result import Stage, Status
 from .model import GROUPS_MAX, Projection, loss_gradient, loss_value, max_risk, projections
-from .result import PerVariableDesign, expected_figures, labelled
+from .result import PerVariableDesign, check_details, expected_figures, labelled
 from .step import StepProblem, c1_rows, ratio_rows, solve_step
 
 __all__ = ["design_per_variable", "Problem", "start_matrices", "improve", "finish"]
 
 #: Parameters a per-variable design does not take (a value other than the default is refused).
 _REFUSED = (
-    "fixed",
     "workers",
     "keep_cells",
     "max_changed_variables",
@@ -46,7 +45,6 @@ _REFUSED = (
     "household_keys",
     "solver",
 )
-_WHY = {"fixed": "strata of fixed variables are not designed per variable yet"}
 
 
 class Problem:
@@ -297,7 +295,7 @@ def _resolve(data, qi, params: DesignParams, owner: str):
     for name in _REFUSED:
         default = DesignParams.__dataclass_fields__[name].default
         if getattr(params, name) != default:
-            why = _WHY.get(name, "it does not apply to one matrix per variable")
+            why = "it does not apply to one matrix per variable"
             raise InvalidParameterError(
                 f"The '{name}' parameter of {owner} cannot be combined with "
                 f"structure='per_variable' ({why}); got {name}={getattr(params, name)!r}."
@@ -356,6 +354,10 @@ def design_per_variable(
         )
     t0 = time.perf_counter()
     table, combos, perturbed = _resolve(data, qi, params, owner)
+    if params.fixed:
+        from .strata import design_fixed
+
+        return design_fixed(table, combos, perturbed, params, design_per_variable, progress, owner)
     pb = Problem(table, combos, perturbed, params)
     stages: list[Stage] = []
     if pb.alpha is not None and pb.n * pb.alpha <= 1.0:
@@ -453,7 +455,7 @@ def finish(
     # alpha None (epsilon alone) is kept as alpha 1, as the record-level designs keep it: C1 at
     # 1 holds for every matrix, and the releases check and print it alike
     alpha = 1.0 if pb.alpha is None else pb.alpha
-    rep = check_product_c1(pb.codes, pb.counts, mats, pb.combos)
+    rep = check_product_c1(pb.codes, pb.counts, mats, pb.combos, alpha=alpha)
     c1_ok = rep.holds(alpha)
     risk = float(rep.max_risk)
     eps = dp_epsilon_product(mats) if pb.params.epsilon is not None else None
@@ -497,6 +499,6 @@ def finish(
         expected_changes=changes,
         changed_variables=per,
         params=pb.params.to_dict(),
-        details=dict(details or {}),
+        details={**(details or {}), **check_details(rep, mats)},
         stages=tuple(stages),
     )

@@ -59,6 +59,7 @@ PER_VARIABLE = DesignKind(
     estimate=estimate_per_variable,
     record_level_note=(
         "Its matrices are one per variable, released over every combination of categories: "
-        "assess them with --matrix VAR=<folder>/matrix_VAR.csv for each variable."
+        "assess them with --matrix VAR=<folder>/matrix_VAR.csv for each variable (with fixed "
+        "strata, matrix_VAR_<stratum>.csv on that stratum's records)."
     ),
 )

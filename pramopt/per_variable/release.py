@@ -42,7 +42,8 @@ def check_releasable(result: PerVariableDesign) -> None:
             f"The per-variable design's status is {result.status.value!r}: it did not pass the "
             "C1 verification, so it is not safe to release with."
         )
-    for q, M in result.variable_matrices.items():
+    named = [(q, M) for m in result.strata.values() for q, M in m.items()]
+    for q, M in named or result.variable_matrices.items():
         A = M.to_numpy(dtype=float)
         if (
             not np.all(np.isfinite(A))
@@ -63,7 +64,7 @@ def check_releasable(result: PerVariableDesign) -> None:
     if target is not None:
         from ..risk.dp_pk_anonymity import dp_epsilon_product
 
-        eps = dp_epsilon_product(result.matrices())
+        eps = max(dp_epsilon_product(m) for m in result.matrix_sets())
         if not eps <= target:
             raise DesignMismatchError(
                 f"The per-variable design's epsilon is {eps:.6g} when measured again, above its "
@@ -111,11 +112,15 @@ def release_per_variable(df: pd.DataFrame, result: PerVariableDesign, seed=None)
     )
     entropy = seed_entropy(seed, "release")
     out = df.copy()
+    sets, rec_strata = result.matrix_sets(), record_strata(codes, result)
     for v, q in enumerate(table.qi):
         if q not in result.perturbed:
             continue
-        M = result.variable_matrices[q].to_numpy(dtype=float)
-        new = Sampler(M).draw(codes[:, v], _stream(entropy, v)(0, len(df)))
+        u = _stream(entropy, v)(0, len(df))
+        new = np.empty(len(df), dtype=np.int64)
+        for s, mats in enumerate(sets):  # each record with its stratum's matrix
+            at = np.flatnonzero(rec_strata == s)
+            new[at] = Sampler(mats[v]).draw(codes[at, v], u[at])
         vals = pd.Series(
             np.asarray(table.categories[v].take(new), dtype=object), index=df.index, name=q
         )
@@ -125,6 +130,22 @@ def release_per_variable(df: pd.DataFrame, result: PerVariableDesign, seed=None)
             pass
         out[q] = vals
     return out
+
+
+def record_strata(codes: np.ndarray, result: PerVariableDesign) -> np.ndarray:
+    """Each record's stratum (an index into ``result.matrix_sets()``; 0 without ``fixed``),
+    from its codes under the design's categories; -1 for a stratum the design has not."""
+    if not result.fixed:
+        return np.zeros(len(codes), dtype=np.int64)
+    qi = list(result.table.qi)
+    idx = [qi.index(f) for f in result.fixed]
+    levels = [len(result.table.categories[j]) for j in idx]
+    t = result.table
+    keys = np.unique(np.asarray(t.codes)[:, idx], axis=0)  # the strata, in stratum_of's order
+    flat_keys = np.ravel_multi_index(tuple(keys.T), levels)
+    lookup = np.full(math.prod(levels), -1, dtype=np.int64)
+    lookup[flat_keys] = np.arange(len(keys))
+    return lookup[np.ravel_multi_index(tuple(np.asarray(codes)[:, idx].T), levels)]
 
 
 def release_per_variable_file(
@@ -139,7 +160,8 @@ def release_per_variable_file(
 
 def release_note(result: PerVariableDesign) -> str:
     """What ``pramopt release`` adds to its summary: the variables drawn independently."""
-    return f"; {', '.join(map(str, result.perturbed))} drawn independently, one matrix each"
+    each = f"one matrix per stratum of {', '.join(result.fixed)}" if result.fixed else "one matrix"
+    return f"; {', '.join(map(str, result.perturbed))} drawn independently, {each} each"
 
 
 def _contract(T: np.ndarray, mats: list) -> np.ndarray:
@@ -156,6 +178,21 @@ def _simplex(x: np.ndarray, total: float) -> np.ndarray:
     css = np.cumsum(u) - total
     rho = np.flatnonzero(u - css / np.arange(1, x.size + 1) > 0)[-1]
     return np.maximum(x - css[rho] / (rho + 1), 0.0)
+
+
+def _estimated(codes, mask, rec_strata, invs, levels) -> tuple:
+    """The released table of the records in ``mask``, its unbiased estimate and plug-in
+    variance: per stratum, the released table with each axis multiplied by ``M_v^-1`` (and by
+    its squared entries, minus the estimate), summed over the strata (independent)."""
+    size = math.prod(levels)
+    U, est, var = (np.zeros(levels) for _ in range(3))
+    for s, inv in enumerate(invs):
+        rows = mask & (rec_strata == s)
+        flat = np.ravel_multi_index(tuple(codes[rows].T), levels)
+        Us = np.bincount(flat, minlength=size).astype(float).reshape(levels)
+        e = _contract(Us, inv)
+        U, est, var = U + Us, est + e, var + _contract(Us, [N * N for N in inv]) - e
+    return U, est, var
 
 
 def estimate_per_variable(
@@ -203,8 +240,17 @@ def estimate_per_variable(
             f"The 'variables' parameter of {owner} spans {math.prod(levels):,} combinations "
             f"(more than {ESTIMATE_MAX_CELLS:,}); estimate fewer variables at once."
         )
-    codes = _codes(released, table, owner)[:, idx]
-    inv = [np.linalg.inv(result.variable_matrices[names[j]].to_numpy(dtype=float)) for j in idx]
+    all_codes = _codes(released, table, owner)
+    codes = all_codes[:, idx]
+    # a stratified design: each stratum's records inverted with its own matrices (the fixed
+    # values are released unchanged, so a released record's stratum is its original one)
+    rec_strata = record_strata(all_codes, result)
+    if (rec_strata < 0).any():
+        raise DesignMismatchError(
+            f"The released data have values of the fixed variables {list(result.fixed)!r} that "
+            "no stratum of the design has."
+        )
+    invs = [[np.linalg.inv(m[j]) for j in idx] for m in result.matrix_sets()]
     groups: list = [(None, np.ones(len(released), dtype=bool))]
     if by is not None:
         by = [by] if isinstance(by, str) else list(by)
@@ -219,10 +265,7 @@ def estimate_per_variable(
     grid = pd.MultiIndex.from_product([list(table.categories[j]) for j in idx], names=variables)
     frames = []
     for key, mask in groups:
-        flat = np.ravel_multi_index(tuple(codes[mask].T), levels)
-        U = np.bincount(flat, minlength=math.prod(levels)).astype(float).reshape(levels)
-        est = _contract(U, inv)
-        var = _contract(U, [N * N for N in inv]) - est
+        U, est, var = _estimated(codes, mask, rec_strata, invs, levels)
         f = grid.to_frame(index=False)
         if by is not None:
             for b, x in zip(by, key):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -51,6 +52,14 @@ class PerVariableDesign:
     epsilon : float or None
         Under ``epsilon``: the ε of the product, the sum of the matrices' ε (Ikarashi et al.,
         Corollary 1), measured.
+    fixed : tuple of str
+        With ``fixed``: the variables released unchanged whose strata (the records sharing one
+        combination of their values) each have their own matrices.
+    strata : dict of str to dict
+        With ``fixed``: per stratum, labelled ``"sex=f, region=north"`` (the fixed values as
+        written), its matrices as ``variable_matrices`` holds them (the fixed variables' the
+        identity); a record is drawn with its stratum's.  ``variable_matrices`` is then empty:
+        no one set of matrices describes the release.
     params : dict
         Every parameter of :func:`pramopt.design` that made it.
     details : dict
@@ -70,6 +79,8 @@ class PerVariableDesign:
     expected_changes: float
     changed_variables: float
     epsilon: float | None = None
+    fixed: tuple = ()
+    strata: Mapping = field(default_factory=dict)
     params: dict = field(default_factory=dict)
     details: dict = field(default_factory=dict)
     stages: tuple = ()
@@ -89,13 +100,37 @@ class PerVariableDesign:
         return tuple(tuple(qi.index(v) for v in c) for c in self.combinations)
 
     def matrices(self) -> list[np.ndarray]:
-        """The matrices in the table's codes (rows and columns in the order of its categories)."""
+        """The matrices in the table's codes (rows and columns in the order of its categories);
+        a design with ``fixed`` has one set per stratum (:meth:`matrix_sets`)."""
+        if self.strata:
+            raise ValueError(
+                "A design with fixed strata has one set of matrices per stratum: use "
+                "matrix_sets() or strata."
+            )
         return [self.variable_matrices[q].to_numpy(dtype=float, copy=True) for q in self.table.qi]
+
+    def matrix_sets(self) -> list[list[np.ndarray]]:
+        """One list of matrices per stratum, in the order of :meth:`cell_strata` (one set
+        without ``fixed``)."""
+        if not self.strata:
+            return [self.matrices()]
+        return [
+            [m[q].to_numpy(dtype=float, copy=True) for q in self.table.qi]
+            for m in self.strata.values()
+        ]
+
+    def cell_strata(self) -> np.ndarray:
+        """Each present cell's stratum (an index into :meth:`matrix_sets`)."""
+        return stratum_of(self.table, self.fixed)[1]
 
     def check(self) -> ProductCheck:
         """The full C1 checked again, independently, over the product space."""
         return check_product_c1(
-            self.table.codes, self.table.counts, self.matrices(), self.combination_indices
+            self.table.codes,
+            self.table.counts,
+            self.matrix_sets(),
+            self.combination_indices,
+            strata=self.cell_strata(),
         )
 
     def figures(self) -> dict:
@@ -111,15 +146,20 @@ class PerVariableDesign:
             f"({self.changed_variables:.2f} values per changed record).",
             self.message,
         ]
+        if self.strata:
+            lines.append(f"  {len(self.strata)} strata of {', '.join(self.fixed)}, one set each")
+        sets = self.matrix_sets()
         for q in self.perturbed:
-            d = np.diag(self.variable_matrices[q].to_numpy())
+            j = list(self.qi).index(q)
+            d = np.concatenate([np.diag(m[j]) for m in sets])
             lines.append(f"  {q}: diagonal {d.min():.3f} to {d.max():.3f}")
         return "\n".join(line for line in lines if line)
 
 
 def figures_of(result: PerVariableDesign) -> dict:
     """The design's figures by name (JSON-safe)."""
-    diag = {q: float(np.diag(result.variable_matrices[q].to_numpy()).min()) for q in result.qi}
+    sets = result.matrix_sets()
+    diag = {q: min(float(np.diag(m[j]).min()) for m in sets) for j, q in enumerate(result.qi)}
     return {
         "status": result.status.value,
         "max_risk": float(result.max_risk),
@@ -131,6 +171,28 @@ def figures_of(result: PerVariableDesign) -> dict:
         "n_records": result.n,
         "n_cells": int(len(result.table.counts)),
         "product_space": int(np.prod([len(c) for c in result.table.categories])),
+        "strata": len(sets),
+    }
+
+
+def matrices_digest(mats) -> str:
+    """A digest of the matrices' values (tells whether kept figures are of these matrices)."""
+    h = hashlib.sha256()
+    for M in mats:
+        h.update(np.ascontiguousarray(M, dtype=np.float64).tobytes())
+    return h.hexdigest()
+
+
+def check_details(rep: ProductCheck, mats) -> dict:
+    """What the report shows of the independent check ``rep`` of ``mats``, per combination,
+    with the digest of the matrices it checked (JSON-safe)."""
+    return {
+        "check": {
+            "matrices_sha256": matrices_digest(mats),
+            "risk_by_combination": [float(x) for x in rep.risk_by_combination],
+            "groups": list(rep.groups),
+            "groups_over": list(rep.groups_over),
+        }
     }
 
 
@@ -145,13 +207,32 @@ def labelled(table: FrequencyTable, v: int, M: np.ndarray) -> pd.DataFrame:
     )
 
 
-def expected_figures(table: FrequencyTable, mats) -> tuple[float, float]:
-    """Expected changed records and identifying values changed per changed record."""
+def stratum_of(table: FrequencyTable, fixed) -> tuple[list[str], np.ndarray]:
+    """The strata of the ``fixed`` variables present, in the order of their codes: each one's
+    label (``"sex=f, region=north"``, the values as written) and each present cell's stratum."""
+    qi = list(table.qi)
+    idx = [qi.index(f) for f in fixed]
+    codes = np.asarray(table.codes, dtype=np.int64)
+    if not idx:
+        return ["all"], np.zeros(len(codes), dtype=np.int64)
+    keys, inv = np.unique(codes[:, idx], axis=0, return_inverse=True)
+    labels = [
+        ", ".join(f"{qi[j]}={table.categories[j][c]}" for j, c in zip(idx, key)) for key in keys
+    ]
+    return labels, np.asarray(inv, dtype=np.int64).ravel()
+
+
+def expected_figures(table: FrequencyTable, mats, strata=None) -> tuple[float, float]:
+    """Expected changed records and identifying values changed per changed record (``mats``
+    one set of matrices, or one per stratum with ``strata`` each cell's)."""
     U0 = np.asarray(table.counts, dtype=float)
     stay = np.ones(len(U0))
     values = np.zeros(len(U0))
-    for v, M in enumerate(mats):
-        d = np.diag(M)[table.codes[:, v]]
+    sets = [mats] if strata is None else mats
+    at = np.zeros(len(U0), dtype=np.int64) if strata is None else np.asarray(strata)
+    for v in range(len(table.qi)):
+        diags = np.stack([np.diag(m[v]) for m in sets])  # (strata, categories)
+        d = diags[at, table.codes[:, v]]
         stay *= d
         values += 1.0 - d
     changes = float(U0 @ (1.0 - stay))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -112,6 +113,10 @@ class ReportData:
     recoding: dict | None = None
     #: the share of records the design changes and the least any design could (said at the top)
     price: Price | None = None
+    #: figure id -> its data, computed without ``matrix`` (a design of one matrix per variable,
+    #: whose matrix over the product space is never made); the figures that need ``matrix`` and
+    #: are not here are left out
+    computed: dict | None = None
 
     def diagonal(self) -> np.ndarray:
         if self.diag is not None:
@@ -415,6 +420,13 @@ FIGURES: dict[str, Callable[[ReportData, Utility], object]] = {
 }
 
 
+#: The figures computed from the matrix (the others from the summary, recoding and stages).
+_OF_MATRIX = frozenset(
+    ("risk", "change_vs_frequency", "change_rates", "margins", "transitions", "flows",
+     "changed_together")
+)  # fmt: skip
+
+
 def shown(d: ReportData) -> ReportData:
     """``d`` with its variables' names shortened for display (the table's cells unchanged)."""
     t = d.table
@@ -430,6 +442,15 @@ def sections(d: ReportData) -> list[Section]:
     (:func:`shown`, :func:`utility`), so that a long value cannot make a table or a drawing
     huge."""
     d = shown(d)
+    if d.computed is not None:
+        given = d.computed
+        none: Any = None  # the figures not of the matrix need no Utility
+        out = [
+            Section(key, given[key] if key in given else build(d, none))
+            for key, build in FIGURES.items()
+            if key in given or key not in _OF_MATRIX
+        ]
+        return [s for s in out if s.data is not None]
     u = utility(d)
     out = [Section(key, build(d, u)) for key, build in FIGURES.items()]
     return [s for s in out if s.data is not None]
