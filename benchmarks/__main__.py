@@ -2,7 +2,7 @@
 
 Studies: optimal_vs_closed, peers, solvers, scaling, records, figures, cells, census, refine, refine_models, strata,
 privacy_design, changed_variables, frontier, households, optimality, reliability, advise, per_variable,
-auto_testdata (default: all, in that order).
+per_variable_compare, auto_testdata (default: all, in that order).
 ``--quick`` runs tiny cases (what the smoke test uses); results go to benchmarks/results/ by default.
 """
 
@@ -37,6 +37,7 @@ STUDIES = (
     "reliability",
     "advise",
     "per_variable",
+    "per_variable_compare",
     "auto_testdata",
 )
 
