@@ -6,7 +6,8 @@ every record unique) designed once at alpha = 0.1 (a replacement design, one poo
 entries), then saved twice: as its parameters (``parameters.npz``, ``parameters.csv``: what
 ``save_design`` writes now) and as entries (``matrix.csv``, ``matrix.npz``: what it wrote before,
 and still writes for a result without a form).  For each folder: its bytes, the time to save and
-load it, to release the 4,000 records and to estimate from the release.  Results in
+load it, to release the 4,000 records (and of the release's C1 check alone), to estimate from the
+release and to assess the design.  Results in
 ``design_size.md``.  ``--quick``: 1,000 records.
 """
 
@@ -38,6 +39,7 @@ def _timed(fn, *args, **kwargs):
 
 def run(out: Path, quick: bool = False, log=print) -> pd.DataFrame:
     import pramopt
+    from pramopt.publish.frame import full_c1_check
 
     n = 1000 if quick else 4000
     df = register_data(n, seed=0)
@@ -56,6 +58,10 @@ def run(out: Path, quick: bool = False, log=print) -> pd.DataFrame:
             back, t_load = _timed(pramopt.load_design, folder)
             released, t_release = _timed(pramopt.release, df, back, seed=1)
             _, t_estimate = _timed(pramopt.estimate, released, back)
+            # the release's C1 check alone: from the form, or from the matrix's entries
+            check, t_check = _timed(full_c1_check, back, back.table, back.combination_indices)
+            # assess: from the form, or on the dense K x K matrix (a result without a form)
+            assessed, t_assess = _timed(pramopt.assess, df, back, qi=qi, alpha=0.1)
             files = _bytes(folder)
             rows.append(
                 {
@@ -67,7 +73,11 @@ def run(out: Path, quick: bool = False, log=print) -> pd.DataFrame:
                     "save s": t_save,
                     "load s": t_load,
                     "release s": t_release,
+                    "C1 check s": t_check,
+                    "max risk": f"{check.max_risk:.16g}",  # every digit: the two checks agree
                     "estimate s": t_estimate,
+                    "assess s": t_assess,
+                    "assess loss": f"{float(assessed.loss):.12g}",
                     "changed": int(np.sum(np.any(released[qi].to_numpy() != df[qi].to_numpy(), 1))),
                 }
             )
@@ -82,8 +92,13 @@ def run(out: Path, quick: bool = False, log=print) -> pd.DataFrame:
         f"Design folder kept as parameters or as entries: the register case, {n} records",
         notes=[
             f"Design (auto mode, alpha = 0.1) {t_design:.0f} s, once; the same result saved both "
-            "ways. Release and estimate read the loaded folder; both include the C1 check "
-            "every release makes of the matrix.",
+            "ways. Release and estimate read the loaded folder; the release includes the C1 "
+            "check every release makes: from the parameters (`verify.c1_risk_form`) in the "
+            "first row, from the matrix's entries (`verify.c1_risk`) in the second; "
+            "`C1 check s` times that check alone, `max risk` is its result.",
+            "`assess s`: `pramopt.assess` of the loaded design, from its parameters in the "
+            "first row, on the dense K x K matrix in the second (a result without a form); "
+            "`assess loss` is its exact L2 loss.",
             "`changed`: records whose identifying values the release changed (seed 1): the same "
             "draw from the parameters as from the entries.",
         ],

@@ -11,7 +11,7 @@ import numpy as np
 from .._plain import plain
 from ..errors import InvalidParameterError
 from ..io import atomic_dir, read_matrix, read_table, write_text
-from ..io.atomic import DESIGN_FILE
+from ..io.matrices import is_design, read_design
 from ..report import ReportData, render_html, render_markdown
 from ._common import (
     add_data_options,
@@ -94,8 +94,18 @@ def run(args) -> int:
     )  # identifying values as written
     if per_variable is not None:
         return _run_per_variable(args, df, per_variable)
-    df = _recoded_for_design(Path(args.matrix[0]), df)
-    P, cells = read_matrix(args.matrix[0], args.qi, data=df)
+    design = read_design(args.matrix[0], args.qi) if is_design(args.matrix[0]) else None
+    if design is not None:  # a design made on recoded data: the data recoded as for it
+        from ..publish.recoded import recoded_frame
+
+        df = recoded_frame(df, design)
+    if design is not None and design.form is not None and args.renormalize is None:
+        # kept as parameters: assessed from them, and reported from its sparse matrix
+        P, cells = design, design.cells
+    elif design is not None:
+        P, cells = design.to_dense(), design.cells
+    else:
+        P, cells = read_matrix(args.matrix[0], args.qi, data=df)
     if args.renormalize is not None:  # once, so that the report shows the matrix assessed
         from .._validation import as_transition_matrix, check_real
 
@@ -128,15 +138,18 @@ def run(args) -> int:
         rows = np.array([lookup[tuple(r)] for r in table.codes.tolist()], dtype=np.int64)
         d = a.to_dict()
         figures = _figures(a, d)
+        sparse = design is not None and P is design
+        # a design's sparse matrix, never made dense
+        M = design.matrix if design is not None and sparse else P
         rd = ReportData(
             title=f"pramopt assessment: {Path(args.matrix[0]).name}",
-            matrix=P[rows],
+            matrix=M[rows],
             table=table,
             combinations=combos,
             alpha=a.alpha,
             figures=figures,
             col_codes=col_codes,
-            diag=P[rows, rows],
+            diag=M.diagonal()[rows] if sparse else P[rows, rows],
             col_cells=cells,
         )
         _write(args, d, rd)
@@ -205,17 +218,6 @@ def _per_variable_files(args) -> dict | None:
     if twice:
         raise InvalidParameterError(f"--matrix names each variable once; {twice!r} given twice.")
     return dict(parts)
-
-
-def _recoded_for_design(matrix: Path, df):
-    """The data recoded as for the design, when ``--matrix`` is a design folder made on recoded
-    data (its categories are the recoded ones)."""
-    if not (matrix.is_dir() or matrix.name == DESIGN_FILE):
-        return df
-    from ..io import load_design
-    from ..publish.recoded import recoded_frame
-
-    return recoded_frame(df, load_design(matrix))
 
 
 def _run_per_variable(args, df, files: dict) -> int:

@@ -14,7 +14,7 @@ from .atomic import DESIGN_FILE
 from .design_file import load_design
 from .tables import read_table
 
-__all__ = ["read_matrix"]
+__all__ = ["read_matrix", "read_design", "is_design"]
 
 
 def _coerce(col: pd.Series, like: pd.Series) -> pd.Series:
@@ -78,6 +78,28 @@ def _r_missing(df: pd.DataFrame, cols: list, values: pd.Series) -> None:
             df[c] = df[c].where(~df[c].isin(markers), np.nan)
 
 
+def is_design(path) -> bool:
+    """Whether ``path`` names a design folder (or its ``design.json``) rather than a matrix."""
+    p = Path(path)
+    return p.is_dir() or p.name == DESIGN_FILE
+
+
+def read_design(path, qi):
+    """The record-level design of the folder ``path``, checked on load, for the identifying
+    variables ``qi``: ``assess`` takes it whole, so that a design kept as parameters is assessed
+    from them (no K x K matrix)."""
+    from ..publish.frame import refuse_kind
+
+    res = load_design(Path(path))
+    refuse_kind(res, "assess", "pramopt assess --matrix")
+    if list(res.qi) != list(qi):
+        raise InvalidParameterError(
+            f"The design {str(path)!r} is for identifying variables {list(res.qi)!r}, not "
+            f"{list(qi)!r}."
+        )
+    return res
+
+
 def read_matrix(path, qi, data: pd.DataFrame | None = None) -> tuple[np.ndarray, pd.DataFrame]:
     """Read a transition matrix and its cell labels.
 
@@ -106,16 +128,8 @@ def read_matrix(path, qi, data: pd.DataFrame | None = None) -> tuple[np.ndarray,
     """
     qi = list(qi)
     p = Path(path)
-    if p.is_dir() or p.name == DESIGN_FILE:
-        res = load_design(p)
-        from ..publish.frame import refuse_kind
-
-        refuse_kind(res, "assess", "pramopt assess --matrix")
-        if list(res.qi) != qi:
-            raise InvalidParameterError(
-                f"The design {str(path)!r} is for identifying variables {list(res.qi)!r}, not "
-                f"{qi!r}."
-            )
+    if is_design(p):
+        res = read_design(p, qi)
         return res.to_dense(), res.cells
     # labels of variables the data hold as text are read as the text written ('03' stays '03')
     text = [

@@ -1,8 +1,9 @@
 """Release a data frame with a design (apply PRAM) and estimate from released data (eq. (4)).
 
 Every release path -- :func:`release`, :func:`pramopt.release_file`, :func:`pramopt.release_dask`
--- starts with :func:`releasable_table`, which checks the design's matrix again against the
-full C1 with the independent verifier, and ends its check of the data with
+-- starts with :func:`releasable_table`, which checks the design again against the full C1 with
+the independent verifier (from its parameters when it is kept as a form, the law every record is
+drawn from, else from its matrix), and ends its check of the data with
 :func:`check_same_table`, so that no file or frame is written from a design that is unsafe or
 made for other data.
 """
@@ -18,7 +19,7 @@ from .._validation import ROW_SUM_TOL, InvalidParameterError
 from ..errors import DesignMismatchError
 from ..frequency.table import FrequencyTable, cells_of, check_qi, text_categories
 from ..kinds import kind_of
-from ..verify import c1_risk
+from ..verify import C1Report, c1_risk, c1_risk_form
 from .sampling import AnySampler, UniformStream, sampler_for, seed_entropy
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "record_cells",
     "release_frame",
     "distinct_examples",
+    "full_c1_check",
 ]
 
 
@@ -57,12 +59,13 @@ def releasable_table(
     """The design's frequency table, after checking that the design is safe to release with.
 
     A design whose status is not success is refused, and so is one whose matrix does not pass
-    the full C1 when :func:`pramopt.verify.c1_risk` checks it again here on the design's own
+    the full C1 when the independent verifier checks it again here on the design's own
     cells and counts (a result changed after it was made, or read from a file made
-    elsewhere): a release never trusts the ``success`` flag alone.  ``allow_unverified``
-    skips both checks (never do this for publication).  A design weaker than the office's
-    ``policy`` is refused (:func:`.policy.enforce_policy`); a policy cannot be combined with
-    ``allow_unverified``.
+    elsewhere): a release never trusts the ``success`` flag alone.  A design with a form is
+    checked from its parameters (:func:`full_c1_check`), the law every record is drawn from.
+    ``allow_unverified`` skips both checks (never do this for publication).  A design weaker
+    than the office's ``policy`` is refused (:func:`.policy.enforce_policy`); a policy cannot
+    be combined with ``allow_unverified``.
     """
     from .policy import enforce_policy, refuse_unverified_policy
 
@@ -78,13 +81,19 @@ def releasable_table(
             f"The design's status is {getattr(result.status, 'value', result.status)!r}: it did "
             "not pass the C1 verification, so it is not safe to release with."
         )
-    rows = np.asarray(sp.csr_array(P).sum(axis=1)).ravel()
+    form = getattr(result, "form", None)
+    if form is None:
+        rows = np.asarray(sp.csr_array(P).sum(axis=1)).ravel()
+    else:  # the rows of what is drawn: the form (which rebuilds the matrix bit for bit)
+        rows = (
+            form.retention + form.rate * np.bincount(form.pools, weights=form.weights)[form.pools]
+        )
     if not np.all(np.abs(rows - 1.0) <= ROW_SUM_TOL):
         raise DesignMismatchError(
             "The design's matrix is not row-stochastic (a row sums to "
             f"{rows[np.argmax(np.abs(rows - 1.0))]!r}); refusing to release with it."
         )
-    rep = c1_risk(P, table.codes, table.counts, result.combination_indices)
+    rep = full_c1_check(result, table, result.combination_indices)
     if not rep.max_risk <= result.alpha:
         raise DesignMismatchError(
             f"The design fails C1 when checked again (max risk {rep.max_risk:.6g} > alpha "
@@ -93,6 +102,26 @@ def releasable_table(
     _check_privacy_again(result, table)
     enforce_policy(result, policy, owner)
     return table
+
+
+def full_c1_check(result, table: FrequencyTable, combinations) -> C1Report:
+    """The full C1 of the design checked again by the independent verifier: from its form when
+    it has one (:func:`pramopt.verify.c1_risk_form`, O(K |Π|): the form is what a release draws
+    from, and it rebuilds the matrix bit for bit), else from its matrix
+    (:func:`pramopt.verify.c1_risk`).  Both fail closed (NaN max risk)."""
+    form = getattr(result, "form", None)
+    if form is None:
+        return c1_risk(result.matrix, table.codes, table.counts, combinations)
+    return c1_risk_form(
+        form.retention,
+        form.rate,
+        form.weights,
+        form.pools,
+        table.codes,
+        table.counts,
+        combinations,
+        row_tol=ROW_SUM_TOL,
+    )
 
 
 def _check_privacy_again(result, table: FrequencyTable) -> None:

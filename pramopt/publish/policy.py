@@ -7,7 +7,8 @@ policy (``--alpha``, ``--combination-size`` or ``--combinations``, or a policy f
 release only from a design that meets it: the design's α must be at most the policy's and its Π
 must hold every combination of the policy's (every subset of 3 variables unless it says other),
 or else the matrix must pass the full C1 at the policy's α and Π when checked again here
-(:func:`pramopt.verify.c1_risk`).
+(:func:`pramopt.verify.c1_risk`, or :func:`pramopt.verify.c1_risk_form` from a replacement or
+block design's parameters).
 """
 
 from __future__ import annotations
@@ -172,7 +173,7 @@ def enforce_policy(result, policy: ReleasePolicy | None, owner: str = "release")
     if result.alpha <= alpha and all(tuple(c) in have for c in want):
         return f"meets the policy (alpha {alpha:g}, {len(want)} combination(s))"
     from ..kinds import kind_of
-    from ..verify import c1_risk
+    from .frame import full_c1_check
 
     weaker = (
         f"The design was made for alpha {result.alpha:g} over {len(have)} combination(s); the "
@@ -182,7 +183,7 @@ def enforce_policy(result, policy: ReleasePolicy | None, owner: str = "release")
     if kind_of(result) is not None:
         raise DesignMismatchError(f"{weaker}. Refusing to release with a weaker design.")
     table = result.table
-    rep = c1_risk(result.matrix, table.codes, table.counts, want)
+    rep = full_c1_check(result, table, want)  # from the form where the design has one
     if not rep.max_risk <= alpha:
         raise DesignMismatchError(
             f"{weaker}; checked again under the policy its max risk is {rep.max_risk:.6g} > "

@@ -14,13 +14,14 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
-from .._validation import InvalidParameterError, as_transition_matrix, check_real
+from .._validation import ROW_SUM_TOL, InvalidParameterError, as_transition_matrix, check_real
 from ..frequency.combinations import resolve_combinations
 from ..frequency.table import FrequencyTable, category_codes, frequency_table
-from ..loss import condition_number, expected_changes, l2_loss
-from ..verify import c1_risk
+from ..loss import DENSE_MAX, condition_number, expected_changes, l2_loss
+from ..result import DesignResult
+from ..verify import c1_risk, c1_risk_form
 from .correct_match import correct_match_risks
-from .dp_pk_anonymity import dp_epsilon, pk_anonymity
+from .dp_pk_anonymity import dp_epsilon, pk_anonymity, pk_ratio
 
 __all__ = ["Assessment", "assess"]
 
@@ -39,7 +40,8 @@ class Assessment:
         combination π and every k0 (:func:`pramopt.verify.c1_risk`).
     k : float
         Pk-anonymity (Ikarashi et al., Theorem 3) with ``|R|`` = number of records; ``nan`` for a
-        matrix with more than ``MAX_CELLS_FOR_K`` rows.
+        matrix with more than ``MAX_CELLS_FOR_K`` rows, except a design kept as parameters
+        (its ``form``), whose k is found in O(K) at any size.
     epsilon : float
         ε-DP (Ikarashi et al., Theorem 1); ``inf`` when a column mixes zero and positive entries.
     expected_changes : float
@@ -55,7 +57,9 @@ class Assessment:
     invariance_error : float
         ``||U0^T P - U0^T||_1``: expected records moved out of balance (0 for invariant PRAM).
     condition_number : float
-        2-norm condition number of the matrix.
+        2-norm condition number of the matrix; for a design kept as parameters with a pool of
+        more than :data:`pramopt.loss.DENSE_MAX` cells, the exact 1-norm one (no dense matrix
+        is made).
     n_records : int
     n_cells : int
         Number of rows (= columns) of the matrix.
@@ -152,9 +156,12 @@ def assess(
     ----------
     data : pandas.DataFrame or FrequencyTable
         Microdata (then ``qi`` is required) or its frequency table.
-    matrix : array_like of shape (K, K)
+    matrix : array_like of shape (K, K), or DesignResult
         Row-stochastic transition matrix.  Without ``cells`` its rows and columns are the
         present cells of ``frequency_table(data, qi)`` in that table's (lexicographic) order.
+        A design result stands for its matrix on its own cells; one kept as parameters (its
+        ``form``, a replacement, block or uniform design) is assessed from them, with no
+        K x K array (:func:`_assess_form`), when its cells are the cells of the data.
     qi : list of str, optional
         Identifying variables (required for a DataFrame).
     cells : pandas.DataFrame, optional
@@ -178,6 +185,12 @@ def assess(
     """
     owner = "assess"
     table = _table_of(data, qi, owner)
+    form = None
+    if isinstance(matrix, DesignResult):
+        # a design result: its matrix on its own cells, from its parameters where it has a form
+        form = getattr(matrix, "form", None)
+        cells = matrix.cells if cells is None else cells
+        matrix = matrix.matrix
     if alpha is not None:
         alpha = check_real(alpha, "alpha", owner, low=0.0, high=1.0)
     combos = resolve_combinations(
@@ -187,6 +200,11 @@ def assess(
         renormalize = check_real(
             renormalize, "renormalize", owner, low=0.0, high=0.1, high_open=False
         )
+    if form is not None:
+        quick = _assess_form(table, form, cells, combos, alpha, owner)
+        if quick is not None:
+            return quick
+        matrix = form.matrix()  # cells absent from the data: checked on the matrix
     P = as_transition_matrix(matrix, "matrix", owner, renormalize=renormalize)
     K = table.n_cells
     col_codes, rows = _matrix_cells(table, P, cells, owner)
@@ -212,6 +230,149 @@ def assess(
         n_combinations=len(combos),
         alpha=alpha,
     )
+
+
+def _assess_form(table: FrequencyTable, form, cells, combos, alpha, owner: str):
+    """:func:`assess` of ``P = diag(retention) + rate weights^T`` per pool from its parameters,
+    in O(K |Π|) and O(K) memory, when the form's cells are exactly the data's present cells
+    (else None: the caller assesses the matrix).  Every figure is the dense one's: C1 from
+    :func:`pramopt.verify.c1_risk_form`, the column ratios of ε and k from each column's three
+    kinds of entries, the loss from the closed-form inverse; the condition number is the dense
+    2-norm one while every pool has at most ``DENSE_MAX`` cells, above it the exact 1-norm one
+    (:func:`pramopt.loss.condition_number` estimates it so for a large sparse matrix)."""
+    col_codes, rows = _matrix_cells(table, _FormShape(form.n_cells), cells, owner)
+    K = table.n_cells
+    if form.n_cells != K:
+        return None
+    # the form in the table's order (a permutation of its cells; pools are unordered)
+    f = type(form)(form.retention[rows], form.rate[rows], form.weights[rows], form.pools[rows])
+    counts = np.asarray(table.counts, dtype=float)
+    total = np.bincount(f.pools, weights=f.weights)[f.pools]
+    row_sums = f.retention + f.rate * total
+    if not np.all(np.abs(row_sums - 1.0) <= ROW_SUM_TOL):
+        i = int(np.argmax(np.abs(row_sums - 1.0)))
+        raise InvalidParameterError(
+            f"The 'matrix' parameter of {owner} must have rows summing to 1; its parameters give "
+            f"a row sum of {row_sums[i]!r} at row {i}."
+        )
+    rep = c1_risk_form(
+        f.retention, f.rate, f.weights, f.pools, table.codes, counts, combos, row_tol=ROW_SUM_TOL
+    )
+    diag = f.retention + f.rate * f.weights
+    sent = np.bincount(f.pools, weights=counts * f.rate)[f.pools]
+    mass = counts * f.retention + f.weights * sent  # U0^T P
+    n = counts.sum()
+    r1 = None
+    if len(table.qi) == 1:  # one variable: K is its number of categories
+        r1 = float(correct_match_risks(f.matrix().toarray(), counts.astype(np.int64)).max())
+    ar = form_pk_ratio(f)
+    return Assessment(
+        max_risk=float(rep.max_risk),
+        k=1.0 + (table.n - 1) * ar,
+        epsilon=form_dp_epsilon(f),
+        expected_changes=float(counts @ (1.0 - diag)),
+        loss=float(f.inverse_squares_times(mass).sum() / n**2 - 1.0 / n),
+        r1_max=r1,
+        invariance_error=float(np.abs(mass - counts).sum()),
+        condition_number=form_condition_number(f),
+        n_records=table.n,
+        n_cells=K,
+        n_present=K,
+        n_combinations=len(combos),
+        alpha=alpha,
+    )
+
+
+class _FormShape:
+    """Stands for a form's K x K matrix where only its shape is read."""
+
+    def __init__(self, K: int):
+        self.shape = (K, K)
+
+
+def _others_min(values: np.ndarray, pools: np.ndarray) -> np.ndarray:
+    """For every cell, the smallest of ``values`` over the other cells of its pool (inf where
+    it is alone): the pool's smallest, or its second smallest for the cell holding it."""
+    m = int(pools.max(initial=-1)) + 1
+    first = np.full(m, np.inf)
+    np.minimum.at(first, pools, values)
+    holder = np.full(m, -1, dtype=np.int64)
+    at = np.flatnonzero(values == first[pools])
+    holder[pools[at]] = at  # one holder per pool (a tie leaves the others their own minimum)
+    own = np.arange(values.size) == holder[pools]
+    second = np.full(m, np.inf)
+    np.minimum.at(second, pools[~own], values[~own])
+    return np.where(own, second[pools], first[pools])
+
+
+def form_dp_epsilon(f) -> float:
+    """ε of Theorem 1 from the columns of a form: column j holds ``retention[j] + rate[j] w[j]``
+    on the diagonal, ``rate[k] w[j]`` for the other cells k of its pool and 0 elsewhere, so it
+    mixes 0 and positive entries (ε infinite) unless there is one pool whose every cell moves
+    records and receives them."""
+    K = f.n_cells
+    if f.n_pools > 1:
+        return math.inf
+    if K == 1:
+        return 0.0
+    if f.rate.min() <= 0.0 or f.weights.min() <= 0.0:
+        return math.inf
+    diag = f.retention + f.rate * f.weights
+    # the diagonal holds rate[j] w[j] and more, so the largest rate over all cells gives the
+    # largest entry; the smallest entry needs the smallest rate of the other cells
+    hi = np.maximum(diag, f.rate.max() * f.weights)
+    lo = np.minimum(diag, _others_min(f.rate, f.pools) * f.weights)
+    if lo.min() <= 0.0:  # a product that underflowed
+        return math.inf
+    return float(np.log((hi / lo).max()))
+
+
+def form_pk_ratio(f) -> float:
+    """``AR`` of Theorem 3 (:func:`.dp_pk_anonymity.pk_ratio`) from a form, in O(K).
+
+    Two pools, a kept cell (rate 0) or a cell that receives nothing, next to another cell: a row
+    has a zero where another's is positive in every ratio's numerator, so ``AR = 0``.  Otherwise
+    (one pool of at least three cells, all moving and receiving) ``min_w P[u, w] / P[v, w]`` is
+    ``rate[u] phi[v]`` with ``phi[v] = min(1 / rate[v], w[v] / P[v, v])`` (the other cells'
+    columns give ``rate[u] / rate[v]``, v's own column ``rate[u] w[v] / P[v, v]``, u's own a
+    larger ratio), so the product over (u, v) and (v, u) is ``psi[u] psi[v]`` with
+    ``psi = rate phi``: ``AR`` is the product of the two smallest psi."""
+    K = f.n_cells
+    if K == 1:
+        return 1.0
+    if f.n_pools > 1 or f.rate.min() <= 0.0 or f.weights.min() <= 0.0:
+        return 0.0
+    if K == 2:  # no third column: the 2 x 2 matrix itself
+        return pk_ratio(f.matrix().toarray())
+    diag = f.retention + f.rate * f.weights
+    psi = f.rate * np.minimum(1.0 / f.rate, f.weights / diag)
+    two = np.partition(psi, 1)[:2]
+    return float(min(1.0, two[0] * two[1]))
+
+
+def form_condition_number(f) -> float:
+    """The condition number of a form's matrix: 2-norm, from each pool's dense block, while every
+    pool has at most ``DENSE_MAX`` cells (the matrix is block diagonal over its pools); above it
+    the 1-norm condition number, exactly, from the closed forms of the column sums of P and of
+    ``|P^-1|`` (``P^-1[k, j] = [k == j] / c_k - a_k b_j / s`` with ``a, b >= 0``)."""
+    pools = f.pools
+    sizes = np.bincount(pools)
+    if sizes.max(initial=0) <= DENSE_MAX:
+        s_max, s_min = 0.0, math.inf
+        P = f.matrix()
+        for p in np.flatnonzero(sizes):
+            cells = np.flatnonzero(pools == p)
+            sv = np.linalg.svd(P[cells][:, cells].toarray(), compute_uv=False)
+            s_max, s_min = max(s_max, sv[0]), min(s_min, sv[-1])
+        return float(s_max / s_min) if s_min > 0 else math.inf
+    c, r, w = f.retention, f.rate, f.weights
+    col_p = c + w * np.bincount(pools, weights=r)[pools]  # column sums of P
+    a, b = r / c, w / c
+    s = (1.0 + np.bincount(pools, weights=w * a))[pools]
+    a_pool = np.bincount(pools, weights=a)[pools]
+    # column j of P^-1: 1 / c_j - a_j b_j / s on the diagonal, -a_k b_j / s for the others
+    col_inv = np.abs(1.0 / c - a * b / s) + b * (a_pool - a) / s
+    return float(col_p.max() * col_inv.max())
 
 
 def _table_of(data, qi, owner: str) -> FrequencyTable:
