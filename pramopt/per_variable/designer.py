@@ -258,7 +258,7 @@ EXTRA_STARTS = 4
 EXTRA_STARTS_SECONDS = 20.0
 #: A sweep that improves the loss by less than this times ``rtol`` (relative) ends the descent.
 SWEEP_RTOL_FACTOR = 10.0
-#: Seconds after which the descent from one start stops (at the end of a sweep).
+#: Seconds after which the descent from one start stops (before its next step).
 DESCENT_SECONDS = 45.0
 
 
@@ -274,7 +274,10 @@ def improve(
         before = loss
         for v in pb.perturbed:
             for _ in range(3):
-                if radius[v] < 1e-7:
+                # the budget is checked before every step, not only after a sweep: a sweep over a
+                # variable of many categories is many large LPs (every accepted state is verified
+                # feasible, so stopping between steps is safe)
+                if radius[v] < 1e-7 or time.perf_counter() - t0 > budget:
                     break
                 new, value, radius[v] = _step(pb, mats, v, radius[v], loss)
                 if value < loss:
