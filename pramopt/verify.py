@@ -69,6 +69,14 @@ def _as_csr(P) -> sp.csr_matrix:
     return sp.csr_matrix(P, dtype=float, copy=True)
 
 
+def _ratios(colmax: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """Each group's worst left-hand side, ``colmax / den``: 0 where nothing is sent into it, inf
+    where something is but the denominator is not positive (fail closed)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(colmax > 0, colmax / np.where(den > 0, den, 1.0), 0.0)
+        return np.where((colmax > 0) & (den <= 0), np.inf, r)
+
+
 def c1_risk(
     P,
     codes: np.ndarray,
@@ -117,9 +125,7 @@ def c1_risk(
         # worst row per column: max over m of S[m, g] (entries are >= 0, so the sparse max is exact)
         colmax = np.asarray(S.max(axis=0).todense()).ravel() if G else np.zeros(0)
         argrow = np.asarray(S.argmax(axis=0)).ravel() if G else np.zeros(0, dtype=np.int64)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            r = np.where(colmax > 0, colmax / np.where(den > 0, den, 1.0), 0.0)
-            r = np.where((colmax > 0) & (den <= 0), np.inf, r)
+        r = _ratios(colmax, den)
         risks.append(r)
         groups.append(k0s)
         dens.append(den)
@@ -251,9 +257,7 @@ def c1_risk_form(
         own, den, colmax, p_of, g_of, outside = _form_groups(
             inv, G, pool, ret, rt, w, counts, sent, top
         )
-        with np.errstate(divide="ignore", invalid="ignore"):
-            r = np.where(colmax > 0, colmax / np.where(den > 0, den, 1.0), 0.0)
-            r = np.where((colmax > 0) & (den <= 0), np.inf, r)
+        r = _ratios(colmax, den)
         risks.append(r)
         groups.append(k0s)
         dens.append(den)

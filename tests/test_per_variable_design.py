@@ -63,7 +63,7 @@ def brute_c1(P, keys, U0, combos):
                  for m in range(len(keys))]
             )  # fmt: skip
             den = U0 @ into
-            for m in np.flatnonzero(U0):
+            for m in np.flatnonzero(U0 * into):  # a group nothing reaches has no risk
                 worst = max(worst, into[m] / den)
     return worst
 

@@ -24,6 +24,7 @@ from pramopt.cli import main
 from pramopt.per_variable.kind import example_per_variable
 from pramopt.per_variable.report import from_per_variable
 from pramopt.report import sections
+from tests.test_per_variable_design import brute_c1
 
 
 @pytest.fixture(scope="module", params=[["sex"], ["region"]], ids=["sex", "region"])
@@ -48,21 +49,6 @@ def whole_P(res, keys, qi, fixed):
             row *= np.array([M.loc[key[j], k] for k in K[:, j]])
         P[m] = row
     return P
-
-
-def brute_c1(P, keys, U0, combos):
-    """max over present m, π and k0 of P(m -> k0) / sum_l U0(l) P(l -> k0), by loops."""
-    worst = 0.0
-    for pi in combos:
-        for k0 in {tuple(k[i] for i in pi) for k in keys}:
-            into = np.array(
-                [sum(P[m, c] for c, k in enumerate(keys) if tuple(k[i] for i in pi) == k0)
-                 for m in range(len(keys))]
-            )  # fmt: skip
-            den = U0 @ into
-            for m in np.flatnonzero(U0 * into):
-                worst = max(worst, into[m] / den)
-    return worst
 
 
 def test_c1_by_brute_force_per_stratum_and_over_the_whole_data(stratified):

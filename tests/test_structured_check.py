@@ -14,18 +14,7 @@ import pytest
 import scipy.sparse as sp
 
 from pramopt.verify import c1_risk, c1_risk_form
-
-
-def dense_from_definition(retention, rate, weights, pools) -> np.ndarray:
-    """P[k, j] = retention[k] [k == j] + rate[k] weights[j] [same pool], entry by entry."""
-    K = len(retention)
-    P = np.zeros((K, K))
-    for k in range(K):
-        for j in range(K):
-            if pools[k] == pools[j]:
-                P[k, j] += rate[k] * weights[j]
-        P[k, k] += retention[k]
-    return P
+from tests.test_structured_design import dense_from_definition
 
 
 def random_case(seed: int, K: int = 30, d: int = 3, n_pools: int = 3):
