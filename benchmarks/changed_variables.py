@@ -40,7 +40,7 @@ def run(out: Path, quick: bool = False, log=print, limits=LIMITS) -> pd.DataFram
     rows = []
     for name, df, qi, heavy in _cases(quick):
         table = pramopt.frequency_table(df, qi)
-        points = [(d, None) for d in limits] + [(None, {heavy: 5.0})]
+        points: list = [(d, None) for d in limits] + [(None, {heavy: 5.0})]
         if not quick:
             points.append((2, {heavy: 5.0}))
         for d, weights in points:
@@ -128,78 +128,116 @@ CENSUS_POINTS = (
     (None, None, "auto"),
     (2, None, "general"),
     (2, {"sex": 5.0}, "general"),
-    (3, None, "general"),
     (1, None, "general"),
+    (3, None, "general"),
     (4, None, "general"),
 )
 
 
-def run_census(out: Path, keys: int = 4, n: int = 20_000, log=print, points=CENSUS_POINTS):
-    """The frontier over d on data shaped like a census: one design per point, in this process."""
+def census_point(keys: int, n: int, d, weights, structure: str) -> dict:
+    """One point of the frontier on the census sample: the design and its figures."""
     import pramopt
 
+    from ._common import max_rss_mb
     from .census_data import census_data
 
     df = census_data(n, keys, seed=0)
     table = pramopt.frequency_table(df, list(df.columns))
+    t0 = time.perf_counter()
+    res = pramopt.design(
+        table, alpha=ALPHA, structure=structure, max_changed_variables=d, change_weights=weights
+    )
+    secs = time.perf_counter() - t0
+    ok = res.success
+    cv = res.details["changed_variables"] if ok else {}
+    red = res.reduction
+    return {
+        "data": f"census {keys} keys ({n:,} records, K = {table.n_cells:,})",
+        "max_changed_variables": "none" if d is None else d,
+        "change_weights": "" if not weights else ",".join(f"{k}={v:g}" for k, v in weights.items()),
+        "structure": red.structure if red else structure,
+        "status": res.status.value,
+        "loss": res.loss if ok else np.nan,
+        "expected_changes": res.expected_changes if ok else np.nan,
+        "mean_vars_changed": cv.get("mean", np.nan),
+        "changes_of_sex": cv.get("per_variable", {}).get("sex", np.nan),
+        "linear_changes": getattr(red, "linear_changes", None),
+        "floor_changes_bound": getattr(red, "floor_changes_bound", None),
+        "changes_lower_bound": res.details.get("expected_changes_lower_bound"),
+        "loss_lower_bound": res.details.get("loss_lower_bound"),
+        "smallest_feasible_d": res.details.get("smallest_max_changed_variables"),
+        "time_s": secs,
+        "peak_rss_mb": max_rss_mb(),
+        "stages": "; ".join(f"{s.name} {s.seconds:.0f}s" for s in res.stages),
+        "message": "" if ok else res.message[:300],
+    }
+
+
+def run_census(
+    out: Path,
+    keys: int = 4,
+    n: int = 20_000,
+    log=print,
+    points=CENSUS_POINTS,
+    timeout: float = 1200.0,
+):
+    """The frontier over d on data shaped like a census: one design per point, each in a fresh
+    process with a time limit; the table (``changed_variables_census``, with the number of keys
+    after it beyond 4) is saved after every point."""
+    import json
+
+    from ._common import run_child
+
     rows = []
+    frame = pd.DataFrame()
     for d, weights, structure in points:
-        t0 = time.perf_counter()
-        res = pramopt.design(
-            table,
-            alpha=ALPHA,
-            structure=structure,
-            max_changed_variables=d,
-            change_weights=weights,
-        )
-        secs = time.perf_counter() - t0
-        ok = res.success
-        cv = res.details["changed_variables"] if ok else {}
-        red = res.reduction
-        rows.append(
-            {
-                "data": f"census {keys} keys ({n:,} records, K = {table.n_cells:,})",
-                "max_changed_variables": "none" if d is None else d,
-                "change_weights": ""
-                if not weights
-                else ",".join(f"{k}={v:g}" for k, v in weights.items()),
-                "structure": red.structure if red else structure,
-                "status": res.status.value,
-                "loss": res.loss if ok else np.nan,
-                "expected_changes": res.expected_changes if ok else np.nan,
-                "mean_vars_changed": cv.get("mean", np.nan),
-                "changes_of_sex": cv.get("per_variable", {}).get("sex", np.nan),
-                "linear_changes": getattr(red, "linear_changes", None),
-                "floor_changes_bound": getattr(red, "floor_changes_bound", None),
-                "time_s": secs,
-                "stages": "; ".join(f"{s.name} {s.seconds:.0f}s" for s in res.stages),
-            }
-        )
-        log(
-            f"census d={d} weights={weights}: {res.status.value}, loss {res.loss:.4g}, "
-            f"changes {res.expected_changes:.4g}, mean vars {cv.get('mean', np.nan):.3g}, "
-            f"{secs:.1f} s"
-        )
-        frame = _census_table(rows, out)  # after every point: the slow ones come last
+        arg = json.dumps([keys, n, d, weights, structure])
+        r = run_child(["benchmarks.changed_variables", "--census-point", arg], timeout)
+        r.setdefault("max_changed_variables", "none" if d is None else d)
+        r.setdefault("change_weights", "" if not weights else json.dumps(weights))
+        r.setdefault("structure", structure)
+        rows.append(r)
+        log(f"census {keys} keys d={d} weights={weights}: {r.get('status')}")
+        frame = _census_table(rows, out, keys)  # after every point: the slow ones come last
     return frame
 
 
-def _census_table(rows, out: Path) -> pd.DataFrame:
+def main(argv=None):
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--census-point", required=True, help="JSON [keys, n, d, weights, structure]")
+    a = ap.parse_args(argv)
+    print(json.dumps(census_point(*json.loads(a.census_point)), default=float))
+
+
+def _census_table(rows, out: Path, keys: int = 4) -> pd.DataFrame:
     frame = pd.DataFrame(rows)
     write_table(
         frame,
         out,
-        "changed_variables_census",
+        "changed_variables_census" + ("" if keys == 4 else str(keys)),
         f"Changed variables per changed record on the census sample (alpha = {ALPHA})",
         notes=[
-            "Data: benchmarks/census_data.py, seed 0, the first keys of age, sex, region, marital.",
+            "Data: benchmarks/census_data.py, seed 0, the first keys of age, sex, region, marital "
+            "(, education).",
             "max_changed_variables none: auto mode (above 600 cells without d: the replacement "
             "design); 1-4: the general design (4 = any transition), census-scale path.",
             "mean_vars_changed: expected identifying values altered per changed record.",
             "linear_changes: expected changes at the end of the general design's linear stage "
             "(fewest changes at its floor); floor_changes_bound: proven lower bound on the "
-            "expected changes of every design meeting C1 with every P_mm >= 0.51 and the same d.",
-            "One run per point on a shared 2-CPU machine.",
+            "expected changes of every design meeting C1 with every P_mm >= 0.51 and the same d; "
+            "changes_lower_bound: the design's reported bound (every design meeting C1, any "
+            "floor, rows of bound_combinations); loss_lower_bound: changes_lower_bound / n^2.",
+            "smallest_feasible_d: for an infeasible point, the smallest max_changed_variables the "
+            "flow relaxation of C1 allows a floor >= 0.51 with.",
+            "One run per point in a fresh process (status 'timeout > T s' past its limit) on a "
+            "shared 2-CPU machine: times are upper bounds.",
         ],
     )
     return frame
+
+
+if __name__ == "__main__":
+    main()

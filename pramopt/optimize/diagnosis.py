@@ -23,6 +23,7 @@ from .._plain import plain
 from ..errors import InvalidParameterError
 from ..params import GAMMA_LADDER, DesignParams
 from ..result import DesignResult
+from .edge_flows import allows_floor
 from .problem import DesignProblem, Trace
 from .relaxation import bound_combinations, changes_bound, flow_relaxation, loss_bound
 
@@ -34,6 +35,7 @@ __all__ = [
     "small_stratum",
     "forbidden",
     "distance_rules_out",
+    "DIAGNOSIS_PAIRS_LIMIT",
     "reach_argument",
     "explain_max_changed",
     "optimality_bounds",
@@ -122,8 +124,14 @@ def explain_max_changed(problem: DesignProblem, trace: Trace, res: DesignResult)
     smallest number of changed variables the flow relaxation of C1 allows (never a silent fallback
     to an unrestricted design)."""
     floor = max(GAMMA_LADDER[-1], problem.params.min_diagonal or 0.0)
+    # at census scale under d the designer's floor bound is the relaxation without d's flows
+    from .strategies.general_scale import PHASE_ONE_MAX_CELLS
+
+    known = getattr(trace, "known", {}).get("floor bound")
     with trace.stage("max changed variables") as info:
-        why, smallest = distance_rules_out(problem, floor)
+        why, smallest = distance_rules_out(
+            problem, floor, known if problem.K > PHASE_ONE_MAX_CELLS else None
+        )
         info["detail"] = f"smallest allowed by the flow relaxation: {smallest}"
     return dataclasses.replace(
         res,
@@ -252,7 +260,45 @@ def forbidden(problem: DesignProblem) -> str:
     )
 
 
-def distance_rules_out(problem: DesignProblem, floor: float) -> tuple[str, int | None]:
+#: The diagnosis under ``max_changed_variables`` asks the flow relaxation over the permitted
+#: transitions (by column generation) when there are at most this many of them; beyond, the
+#: floor relaxation with its own limit on flows (a weaker relaxation, still a bound).
+DIAGNOSIS_PAIRS_LIMIT = 10_000_000
+
+
+def _within(problem: DesignProblem, floor: float) -> tuple[bool | None, str]:
+    """Whether the flow relaxation of C1 with ``problem``'s permitted transitions allows every
+    diagonal entry >= ``floor`` (None: not shown either way), and the figure that says so.
+
+    First the changes program over the permitted transitions by column generation
+    (:func:`.edge_flows.allows_floor`: flows meeting every C1 row prove it allowed, a least
+    total slack of its C1 rows proven above 0 proves it not); where that shows neither, or the
+    transitions are too many to list, the floor relaxation's largest floor decides."""
+    pairs = problem.allowed_pairs(DIAGNOSIS_PAIRS_LIMIT)
+    if pairs is not None:
+        ok, flows = allows_floor(problem, floor, pairs)
+        over = f"over the {pairs[0].size:,} permitted transitions"
+        if ok:
+            return True, f"{over} meets every C1 row with every diagonal entry >= {floor:g}"
+        if ok is False:
+            assert flows.bound is not None  # set when the answer is False
+            return False, (
+                f"{over} has no solution with every diagonal entry >= {floor:g} (its C1 rows "
+                f"need a total slack of at least {flows.bound:.4g})"
+            )
+    sol = flow_relaxation(problem)
+    if sol.status == "infeasible":
+        return False, "has no solution"
+    if sol.status != "ok":
+        return None, f"says {sol.status}"
+    assert sol.t is not None  # set with status "ok"
+    ok = sol.t >= floor - RELAXATION_TOL
+    return ok, f"bounds every diagonal floor by {sol.t:.4g}" + ("" if ok else f" (< {floor:g})")
+
+
+def distance_rules_out(
+    problem: DesignProblem, floor: float, unrestricted: float | None = None
+) -> tuple[str, int | None]:
     """Why ``max_changed_variables`` leaves no design, and the smallest value the flow relaxation
     of C1 allows a floor >= ``floor`` with (None: none does; d itself when the relaxation does not
     rule d out, and the words then say that no design was found, not that none exists).
@@ -260,8 +306,9 @@ def distance_rules_out(problem: DesignProblem, floor: float) -> tuple[str, int |
     Two arguments, both independent of the solver that failed: the counting one, C1's
     ``P_mm <= alpha D_g`` with ``D_g`` at most the records within distance d of group g (every
     record released into g comes from a cell at most d variables from one of g's cells); and the
-    flow relaxation with only the permitted transitions (:func:`.relaxation.flow_relaxation`), a
-    bound on every diagonal floor.
+    flow relaxation with only the permitted transitions (:func:`_within`).  First the relaxation
+    without any restriction (``unrestricted``: its floor bound when already known): when it
+    rules the floor out, no d can help, and no d is tried.
     """
     pb, p = problem, problem.params
     d = p.max_changed_variables
@@ -270,47 +317,52 @@ def distance_rules_out(problem: DesignProblem, floor: float) -> tuple[str, int |
     count = reach_argument(problem, floor)
     if count:
         parts.append(count)
-    sol = flow_relaxation(pb)
-    if sol.status == "ok":
-        assert sol.t is not None  # set with status "ok"
-        parts.append(
-            f"With max_changed_variables = {d} the flow relaxation of C1 bounds every diagonal "
-            f"floor by {sol.t:.4g}"
-            + (f" (< {floor:g})" if sol.t < floor - RELAXATION_TOL else "")
-            + "."
+    if unrestricted is None:
+        q = dataclasses.replace(p, max_changed_variables=None)
+        base = flow_relaxation(DesignProblem.build(pb.table, pb.combos, q, "design"))
+        unrestricted = (
+            base.t if base.status == "ok" else (0.0 if base.status == "infeasible" else None)
         )
-        if sol.t >= floor - RELAXATION_TOL and not count:
-            # the relaxation does not rule d out: no figure here proves anything about d
-            parts.append(
-                f"That does not rule max_changed_variables = {d} out: no design was found, but "
-                "one may exist (a larger max_changed_variables or min_diagonal closer to 0.5 "
-                "gives the search more room)."
-            )
-            return " ".join(parts), d
-    elif sol.status == "infeasible":
-        parts.append(f"With max_changed_variables = {d} the flow relaxation of C1 has no solution.")
+    if unrestricted is not None and unrestricted < floor - RELAXATION_TOL:
+        parts.append(
+            f"No max_changed_variables allows a floor >= {floor:g} (the flow relaxation without "
+            f"it bounds every diagonal floor by {unrestricted:.4g}); without it the replacement "
+            "and block designs, which need no floor, apply."
+        )
+        return " ".join(parts), None
+    ok, figure = _within(pb, floor)
+    parts.append(f"With max_changed_variables = {d} the flow relaxation of C1 {figure}.")
+    if ok and not count:
+        # the relaxation does not rule d out: no figure here proves anything about d
+        parts.append(
+            f"That does not rule max_changed_variables = {d} out: no design was found, but "
+            "one may exist (a larger max_changed_variables or min_diagonal closer to 0.5 "
+            "gives the search more room)."
+        )
+        return " ".join(parts), d
     free = d + 1
     while True:
         q = dataclasses.replace(p, max_changed_variables=free)
         other = DesignProblem.build(pb.table, pb.combos, q, "design")
-        alt = flow_relaxation(other)
-        if alt.status == "ok" and alt.t is not None and alt.t >= floor - RELAXATION_TOL:
+        if other.max_changed is None:  # no restriction left: the floor relaxation alone
+            alt = flow_relaxation(other)
+            ok = alt.status == "ok" and alt.t is not None and alt.t >= floor - RELAXATION_TOL
+            figure = f"floor up to {alt.t:.4g}" if alt.status == "ok" else alt.status
+        else:
+            ok, figure = _within(other, floor)
+        if ok:
             vacuous = other.max_changed is None
             parts.append(
                 "The smallest max_changed_variables the flow relaxation allows a floor >= "
-                f"{floor:g} with is {free}"
-                + (" (no restriction)" if vacuous else f" (floor up to {alt.t:.4g})")
-                + "."
+                f"{floor:g} with is {free}" + (" (no restriction)" if vacuous else "") + "."
             )
             return " ".join(parts), free
         if other.max_changed is None:
             break
         free += 1
-    unrestricted = f"bounds it by {alt.t:.4g}" if alt.status == "ok" else f"says {alt.status}"
     parts.append(
-        f"No max_changed_variables allows a floor >= {floor:g} (the flow relaxation without it "
-        f"{unrestricted}); without it the replacement and block designs, which need no floor, "
-        "apply."
+        f"No max_changed_variables allows a floor >= {floor:g} (the flow relaxation without it: "
+        f"{figure}); without it the replacement and block designs, which need no floor, apply."
     )
     return " ".join(parts), None
 

@@ -47,8 +47,6 @@ __all__ = [
     "changes_bound",
     "bound_combinations",
     "loss_bound",
-    "EdgeFlows",
-    "edge_flows",
 ]
 
 #: Above this many C1 rows the floor relaxation imposes them lazily, starting with those of groups
@@ -62,18 +60,6 @@ EDGE_LIMIT = 2_000_000
 #: ... and for the bound on expected changes reported with every design, up to this many: the
 #: changes program is solved by an interior point, minutes over a million flows.
 CHANGES_EDGE_LIMIT = 200_000
-#: :func:`edge_flows` starts from each cell's this many largest permitted senders and receivers,
-#: adds up to this many of the most negatively priced transitions of each cell per round, and
-#: gives up pricing after EDGE_ROUNDS rounds (its bound still holds).
-EDGE_SEEDS = 4
-EDGE_ADD_PER_CELL = 8
-EDGE_ROUNDS = 40
-#: Cost of a unit of slack of a C1 row in :func:`edge_flows`, per record of the table: a unit
-#: costs more than changing every record, so no optimum keeps a slack it can avoid.
-EDGE_ELASTIC = 10.0
-#: HiGHS's algorithm for its restricted programs: the interior point (with crossover, so that the
-#: flows are a vertex), 3-4x faster than the dual simplex on the census samples.
-EDGE_METHOD = "highs-ipm"
 
 
 @dataclass(frozen=True)
@@ -390,127 +376,3 @@ def loss_bound(changes: float | None, counts) -> float | None:
         return None
     n = float(np.sum(counts))
     return changes / n**2
-
-
-@dataclass(frozen=True)
-class EdgeFlows:
-    """The changes program of the relaxation over the permitted transitions, by column generation.
-
-    ``changes`` is the restricted program's optimum (records sent out, plus the cost of any slack
-    left), ``bound`` a proven lower bound on the expected changes of every design meeting C1
-    with every diagonal entry at least the floor and only permitted transitions, and ``rows``,
-    ``cols``, ``flows`` the transitions that carry records at the optimum (``flows`` records each).
-    ``slack`` is the largest slack of a C1 row left (zero when the flows meet every row).
-    """
-
-    status: str
-    changes: float | None = None
-    bound: float | None = None
-    slack: float = 0.0
-    rows: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    cols: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    flows: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
-    rounds: int = 0
-
-
-def edge_flows(problem: DesignProblem, floor: float, pairs, seeds=None) -> EdgeFlows:
-    """Minimise the records sent out (the relaxation's ``sum out``) at floors >= ``floor`` with a
-    flow per permitted transition, pricing the transitions ``pairs`` (rows, cols; every
-    permitted one, :meth:`DesignProblem.allowed_pairs`) into the program as they are needed.
-
-    The restricted programs carry a slack on every C1 row (cost :data:`EDGE_ELASTIC` n per
-    unit), so the first is feasible whatever ``seeds`` (rows, cols) it starts from.  A flow's
-    reduced cost is ``y_out(k) + y_in(l)`` with the duals of the rows that sum the flows leaving
-    k and entering l.  **The bound** is weak duality for the full program (every permitted flow,
-    slacks allowed, so a relaxation of C1): the restricted optimum plus, per cell k, the records
-    it may send, ``(1 - floor) U0(k)``, times its most negative reduced cost.  It is lowered by
-    ``1e-7 n`` for the solver's tolerances.  Slacks only enlarge the program, so the
-    bound holds for the designs whether or not a slack is left.
-    """
-    K, U = problem.K, problem.counts
-    n = float(U.sum())
-    pr, pc = (np.asarray(a, dtype=np.int64) for a in pairs)
-    cap = (1.0 - floor) * U.astype(float)
-    cap[problem.keep_rows] = 0.0
-    if seeds is None:
-        seeds = _edge_seeds(U, pr, pc, EDGE_SEEDS)
-    active = np.zeros(pr.size, dtype=bool)
-    active[seeds] = True
-    best = -np.inf
-    res = None
-    for rounds in range(1, EDGE_ROUNDS + 1):
-        idx = np.flatnonzero(active)
-        prog = _FlowProgram.build(
-            problem,
-            problem.alpha,
-            None,
-            floor,  # t fixed at the floor (fewer changes never need a higher one)
-            None,
-            floor,
-            "changes",
-            edges=(pr[idx], pc[idx]),
-            elastic=EDGE_ELASTIC * n,
-        )
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            res = solve_lp(
-                prog.c,
-                A_ub=sp.vstack([prog.A_C, prog.A_T], format="csr"),
-                b_ub=np.concatenate([-np.ones(prog.A_C.shape[0]), prog.U]),
-                A_eq=prog.A_eq,
-                b_eq=prog.b_eq,
-                bounds=prog.bounds,
-                solver=problem.params.solver,
-                method=EDGE_METHOD,
-            )
-        if (
-            res.outcome is not Outcome.OPTIMAL
-            or res.marginals is None
-            or res.x is None
-            or res.objective is None
-        ):
-            return EdgeFlows(f"solver failed: {res.detail}", rounds=rounds)
-        obj = float(res.objective)
-        y = np.asarray(res.marginals.eqlin, dtype=float)[-2 * K :]
-        rc = y[pr] + y[K + pc]
-        per_row = np.full(K, np.inf)
-        np.minimum.at(per_row, pr, rc)
-        low = float(cap @ np.minimum(per_row, 0.0))
-        best = max(best, obj + low)
-        neg = np.flatnonzero((rc < -1e-9) & ~active)
-        if neg.size == 0:
-            break
-        active[neg[smallest_per_key(pr[neg], rc[neg], EDGE_ADD_PER_CELL)]] = True
-    assert res is not None and res.x is not None
-    x = res.x
-    f = x[prog.o_t + 1 : prog.o_t + 1 + idx.size]
-    slack = x[prog.o_t + 1 + idx.size :]
-    carry = f > 1e-9
-    return EdgeFlows(
-        "ok",
-        changes=obj,
-        bound=max(0.0, best - 1e-7 * n),
-        slack=float(slack.max(initial=0.0)),
-        rows=pr[idx][carry],
-        cols=pc[idx][carry],
-        flows=f[carry],
-        rounds=rounds,
-    )
-
-
-def _edge_seeds(U, pr, pc, per_cell: int) -> np.ndarray:
-    """Indices into the pairs: each cell's ``per_cell`` largest senders and receivers."""
-    return np.concatenate(
-        [smallest_per_key(pc, -U[pr], per_cell), smallest_per_key(pr, -U[pc], per_cell)]
-    )
-
-
-def smallest_per_key(keys: np.ndarray, vals: np.ndarray, per_key: int) -> np.ndarray:
-    """Positions of the ``per_key`` smallest ``vals`` of each key (ties: the earlier first)."""
-    order = np.lexsort((vals, keys))
-    k = keys[order]
-    if k.size == 0:
-        return order
-    start = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
-    rank = np.arange(k.size) - np.repeat(start, np.diff(np.r_[start, k.size]))
-    return order[rank < per_key]

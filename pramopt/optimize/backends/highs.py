@@ -24,7 +24,7 @@ import numpy as np
 from ..program import Duals, LinearProgram
 from .results import LPResult, LPSolution, Marginals, Outcome
 
-__all__ = ["load", "solve_lp", "installed"]
+__all__ = ["load", "solve_lp", "installed", "ColumnProgram"]
 
 NAME = "HIGHS(highspy)"
 
@@ -125,6 +125,81 @@ class HighsProgram:
             N=y[r["N"]] if "N" in r else empty,
             inv=y[r["inv"]] if "inv" in r else None,
             cols=np.asarray(sol.col_dual)[: self.program.n_x] * self.scale,
+        )
+
+
+class ColumnProgram:
+    """An LP ``min c x, row_lo <= A x <= row_hi, lo <= x <= hi`` held in one HiGHS model that
+    grows by columns (column generation): :meth:`add_cols` keeps the rows and the last basis, so
+    that the next :meth:`run` starts from the previous optimum (the new columns nonbasic at
+    their lower bound: still primal feasible, a few primal simplex pivots away)."""
+
+    def __init__(self, c, A, row_lo, row_hi, lo, hi):
+        import highspy
+
+        self._hs = highspy
+        A = A.tocsc()
+        lp = highspy.HighsLp()
+        lp.num_col_, lp.num_row_ = A.shape[1], A.shape[0]
+        lp.col_cost_, lp.col_lower_, lp.col_upper_ = (np.asarray(v, float) for v in (c, lo, hi))
+        lp.row_lower_, lp.row_upper_ = np.asarray(row_lo, float), np.asarray(row_hi, float)
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+        lp.a_matrix_.start_ = A.indptr.astype(np.int32)
+        lp.a_matrix_.index_ = A.indices.astype(np.int32)
+        lp.a_matrix_.value_ = A.data.astype(float)
+        self.h = _new_highs()
+        self.h.passModel(lp)
+
+    def add_cols(self, c, lo, hi, A) -> None:
+        """Append the columns of ``A`` (sparse, the model's rows) with costs and bounds."""
+        A = A.tocsc()
+        self.h.addCols(
+            A.shape[1],
+            np.asarray(c, float),
+            np.asarray(lo, float),
+            np.asarray(hi, float),
+            A.nnz,
+            A.indptr[:-1].astype(np.int32),
+            A.indices.astype(np.int32),
+            A.data.astype(float),
+        )
+
+    def set_costs(self, c) -> None:
+        """Set the cost of every column (the basis is kept: still primal feasible)."""
+        c = np.asarray(c, float)
+        self.h.changeColsCost(c.size, np.arange(c.size, dtype=np.int32), c)
+
+    def run(self, solver: str = "simplex") -> LPResult:
+        """Solve with HiGHS's ``solver`` option (``"simplex"``: the primal simplex from the kept
+        basis; ``"ipm"``: the interior point with crossover, a vertex); the primal values,
+        objective and row duals (``marginals.eqlin``: one per row, the objective's derivative by
+        the row's bound) when optimal."""
+        self.h.setOptionValue("solver", "simplex" if solver == "dual" else solver)
+        # primal: new columns keep the basis feasible; "dual": HiGHS's dual simplex from it
+        self.h.setOptionValue("simplex_strategy", 1 if solver == "dual" else 4)
+        t0 = time.perf_counter()
+        self.h.run()
+        st = self.h.getModelStatus()
+        secs = time.perf_counter() - t0
+        name = f"HIGHS(highspy {solver})"
+        if st != self._hs.HighsModelStatus.kOptimal:
+            outcome = (
+                Outcome.INFEASIBLE if st == self._hs.HighsModelStatus.kInfeasible else Outcome.ERROR
+            )
+            return LPResult(outcome, None, name, secs, self.h.modelStatusToString(st))
+        sol = self.h.getSolution()
+        info = self.h.getInfo()
+        empty = np.zeros(0)
+        return LPResult(
+            Outcome.OPTIMAL,
+            np.asarray(sol.col_value),
+            name,
+            secs,
+            f"optimal: {self.h.getNumCol()} columns, {info.simplex_iteration_count} simplex, "
+            f"{info.ipm_iteration_count} ipm, {info.crossover_iteration_count} crossover "
+            "iterations",
+            objective=float(info.objective_function_value),
+            marginals=Marginals(empty, np.asarray(sol.row_dual), empty, empty),
         )
 
 

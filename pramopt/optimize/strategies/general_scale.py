@@ -7,8 +7,8 @@ linear stage (fewest expected changes) runs at the lowest floor the user allows,
 elastic (a penalised slack per row) so that the restricted program is feasible from its first
 solve, starting from the diagonal and a few seeds among each cell's permitted transitions and,
 under ``max_changed_variables``, the flows of the flow relaxation's fewest changes over the
-permitted transitions (:func:`~pramopt.optimize.relaxation.edge_flows`: its bound is the floor
-bound reported with the design, and a bound above n proves that no design exists).  Lazy
+permitted transitions (:func:`~pramopt.optimize.edge_flows.edge_flows`: its bound is the floor
+bound reported with the design, and its phase one proves it when no design exists).  Lazy
 rows add every C1 row the full check finds violated; column generation prices, under
 ``max_changed_variables``, only the permitted transitions (listed once, never K x K of anything);
 the refinement of the exact loss then runs as at any size.
@@ -24,8 +24,8 @@ import dataclasses
 
 import numpy as np
 
+from ..edge_flows import EdgeFlows, edge_flows, smallest_per_key
 from ..problem import DesignProblem, Trace
-from ..relaxation import EdgeFlows, edge_flows, smallest_per_key
 from ..support import Support
 from . import Attempt, AttemptStatus
 
@@ -68,21 +68,22 @@ def _relaxed_flows(problem: DesignProblem, floor: float, pairs, trace: Trace) ->
         flows = edge_flows(problem, floor, pairs)
         if flows.status != "ok":
             info["detail"] = flows.status
-        elif flows.bound is not None and flows.bound > problem.counts.sum():
+        elif flows.no_solution:
             info["detail"] = f"no solution: a C1 row keeps a slack of {flows.slack:.3g}"
         else:
+            low = "unknown" if flows.bound is None else f"{flows.bound:.5g}"
             info["detail"] = (
-                f"{flows.rows.size:,} transitions carry records, changes >= {flows.bound:.5g} "
+                f"{flows.rows.size:,} transitions carry records, changes >= {low} "
                 f"({flows.rounds} pricing rounds)"
             )
     return flows
 
 
 def _no_flows(problem: DesignProblem, gamma: float, floor: float, pairs, flows) -> Attempt:
-    """INFEASIBLE, proven by the flow relaxation: even with every C1 row allowed a slack at a cost
-    of more than every record per unit, its optimum costs more than changing every record, so no
-    design meets C1 with these transitions and this floor (every such design is a point of the
-    relaxation with no slack and at most n changes)."""
+    """INFEASIBLE, proven by the flow relaxation: no flows over the permitted transitions meet
+    every C1 row at this floor (phase one's bound on the least total slack is above 0, or, from
+    the penalised program, the bound on its optimum above n), so no design does (every such
+    design is a point of the relaxation with no slack and at most n changes)."""
     d = problem.max_changed
     return Attempt(
         AttemptStatus.INFEASIBLE,
@@ -118,8 +119,7 @@ def solve_at_scale(
         init, mode = seeds(problem, pairs), "diagonal"
         flows = _relaxed_flows(problem, low, pairs, trace)
         if flows.status == "ok":
-            n = float(problem.counts.sum())
-            if flows.bound is not None and flows.bound > n:
+            if flows.no_solution:
                 return _no_flows(problem, g_low, low, pairs, flows)
             init = init.union(flows.rows, flows.cols)
             # (with change_weights the linear stage minimises another cost: no fewest changes
