@@ -483,3 +483,34 @@ def _run(argv):
     with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
         code = main(argv)
     return code, buf.getvalue()
+
+
+def test_a_variable_released_unchanged_must_have_the_identity_in_the_checked_matrices(small):
+    # the re-check covers every variable's matrix, the release only the perturbed ones: a design
+    # that says fewer variables are perturbed than its matrices perturb is refused, not released
+    import dataclasses
+
+    from pramopt.per_variable.release import release_per_variable
+
+    df, qi, _, res = small
+    assert len(res.perturbed) > 1
+    shrunk = dataclasses.replace(res, perturbed=res.perturbed[:1])
+    with pytest.raises(pramopt.DesignMismatchError, match="not the identity"):
+        release_per_variable(df, shrunk, seed=1)
+    # the release itself still goes ahead with the design as made
+    assert len(release_per_variable(df, res, seed=1)) == len(df)
+
+
+def test_strata_whose_labels_collide_are_refused_before_any_work():
+    df, qi, opts = example_per_variable()
+    df = df.copy()
+    df["f"] = pd.Series([1 if i % 2 else "1" for i in range(len(df))], dtype=object)
+    with pytest.raises(pramopt.InvalidParameterError, match="'fixed'"):
+        pramopt.design(df, [*qi, "f"], fixed=["f"], combination_size=2, **opts)
+
+
+def test_release_dask_refuses_a_per_variable_design_in_a_sentence(small):
+    dd = pytest.importorskip("dask.dataframe")
+    df, qi, _, res = small
+    with pytest.raises(pramopt.InvalidParameterError, match="per-variable design"):
+        pramopt.release_dask(dd.from_pandas(df, npartitions=2), res, seed=1)

@@ -53,13 +53,24 @@ def check_releasable(result: PerVariableDesign) -> None:
             raise DesignMismatchError(
                 f"The matrix of {q!r} is not row-stochastic; refusing to release with it."
             )
-    if result.alpha is not None:
-        rep = result.check()
-        if not rep.max_risk <= result.alpha:
-            raise DesignMismatchError(
-                f"The per-variable design fails C1 when checked again (max risk "
-                f"{rep.max_risk:.6g} > alpha {result.alpha:g}); refusing to release with it."
-            )
+    # the check below covers every variable's matrix; a variable released unchanged must have
+    # the identity there, or the mechanism checked is not the one released
+    for mats in result.matrix_sets():
+        for v, q in enumerate(result.qi):
+            if q not in result.perturbed and not np.array_equal(
+                np.asarray(mats[v], dtype=float), np.eye(len(mats[v]))
+            ):
+                raise DesignMismatchError(
+                    f"The matrix of {q!r} is not the identity, but {q!r} is released unchanged; "
+                    "refusing to release with it."
+                )
+    alpha = 1.0 if result.alpha is None else float(result.alpha)  # under epsilon alone: alpha 1
+    rep = result.check()
+    if not rep.max_risk <= alpha:
+        raise DesignMismatchError(
+            f"The per-variable design fails C1 when checked again (max risk "
+            f"{rep.max_risk:.6g} > alpha {alpha:g}); refusing to release with it."
+        )
     target = result.params.get("epsilon")
     if target is not None:
         from ..risk.dp_pk_anonymity import dp_epsilon_product

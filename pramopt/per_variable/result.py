@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..errors import InvalidParameterError
 from ..frequency.table import FrequencyTable
 from ..result import Status
 from .check import ProductCheck, check_product_c1
@@ -219,6 +220,13 @@ def stratum_of(table: FrequencyTable, fixed) -> tuple[list[str], np.ndarray]:
     labels = [
         ", ".join(f"{qi[j]}={table.categories[j][c]}" for j, c in zip(idx, key)) for key in keys
     ]
+    if len(set(labels)) < len(labels):  # 1 and "1" in one column: strata must stay apart
+        same = sorted({lab for lab in labels if labels.count(lab) > 1})
+        raise InvalidParameterError(
+            f"The strata of the 'fixed' variables {list(fixed)!r} are not told apart by their "
+            f"values as written ({same[:3]!r} stand for more than one stratum); write each "
+            "value of a fixed variable one way."
+        )
     return labels, np.asarray(inv, dtype=np.int64).ravel()
 
 

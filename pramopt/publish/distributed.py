@@ -15,7 +15,7 @@ from .._validation import InvalidParameterError
 from ..errors import DesignMismatchError
 from ..frequency.distributed import _check_frame, _partition_counts, _table
 from ..frequency.table import FrequencyTable, check_qi_names
-from .frame import check_same_table, releasable_table, release_frame
+from .frame import check_same_table, refuse_kind, releasable_table, release_frame
 from .recoded import recoding_of
 from .sampling import AnySampler, UniformStream, sampler_for, seed_entropy
 
@@ -76,6 +76,8 @@ def release_dask(ddf, result, seed=None, *, allow_unverified: bool = False, poli
         For a design that did not pass verification, or data it was not made for.
     """
     owner = "release_dask"
+    # other kinds (households, one matrix per variable) release through release/release_file
+    refuse_kind(result, owner, "release_dask")
     table = releasable_table(result, owner, allow_unverified, policy)
     _check_frame(ddf, owner)
     qi = check_qi_names(ddf.columns, table.qi, owner)
