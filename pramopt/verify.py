@@ -77,6 +77,11 @@ def _ratios(colmax: np.ndarray, den: np.ndarray) -> np.ndarray:
         return np.where((colmax > 0) & (den <= 0), np.inf, r)
 
 
+def _counts_ok(counts: np.ndarray, K: int) -> bool:
+    """U0 is K finite, non-negative counts (an infinite count would make every risk 0)."""
+    return counts.shape == (K,) and bool(np.all(np.isfinite(counts)) and np.all(counts >= 0))
+
+
 def c1_risk(
     P,
     codes: np.ndarray,
@@ -114,7 +119,11 @@ def c1_risk(
     Pm = _as_csr(P)
     if Pm.shape != (K, Kc):
         raise ValueError(f"P has shape {Pm.shape}, expected {(K, Kc)}")
-    if not (np.all(np.isfinite(Pm.data)) and np.all(Pm.data >= 0)) or len(combinations) == 0:
+    if (
+        not (np.all(np.isfinite(Pm.data)) and np.all(Pm.data >= 0))
+        or not _counts_ok(counts, K)
+        or len(combinations) == 0
+    ):
         return _nan_report()
     best = -np.inf
     arg: tuple = ()
@@ -234,7 +243,11 @@ def c1_risk_form(
             f"{counts.shape} counts, expected {K} each"
         )
     floats = np.concatenate([ret, rt, w])
-    if not (np.all(np.isfinite(floats)) and np.all(floats >= 0)) or len(combinations) == 0:
+    if (
+        not (np.all(np.isfinite(floats)) and np.all(floats >= 0))
+        or not _counts_ok(counts, K)
+        or len(combinations) == 0
+    ):
         return _nan_report()
     pool = _pool_numbers(pl)
     if pool is None:

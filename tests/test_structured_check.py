@@ -439,3 +439,18 @@ def test_assess_command_on_a_folder_of_parameters(example, tmp_path, monkeypatch
         else:
             assert got[key] == value, key
     assert {p.name for p in (tmp_path / "rep").iterdir()} >= {"report.html", "assessment.json"}
+
+
+@pytest.mark.parametrize("bad", [np.inf, np.nan, -1.0])
+def test_counts_that_are_not_finite_and_non_negative_fail_closed(bad):
+    # an infinite count made every left-hand side 0 (a pass); both checks now fail closed
+    K = 4
+    codes = np.array([[0, 0], [0, 1], [1, 0], [1, 1]])
+    counts = np.array([5.0, 1.0, 3.0, 2.0])
+    counts[1] = bad
+    ret, rate = np.full(K, 0.6), np.full(K, 0.4)
+    w, pools = np.full(K, 0.25), np.zeros(K, dtype=int)
+    P = dense_from_definition(ret, rate, w, pools)
+    combos = [(0,), (1,)]
+    assert np.isnan(c1_risk(P, codes, counts, combos).max_risk)
+    assert np.isnan(c1_risk_form(ret, rate, w, pools, codes, counts, combos).max_risk)
