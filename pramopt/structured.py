@@ -8,7 +8,7 @@ design (:mod:`pramopt.optimize.strategies.replacement`, ``diag(1 - o) + o w^T``)
 (:mod:`pramopt.optimize.strategies.blocks`, ``lambda_b I + 1 v_b^T``) has ``retention = lambda_b``,
 ``rate = 1``, ``weights = v``.  Both are a diagonal plus a rank-one term per pool, so 4 K numbers
 hold what the sparse matrix holds in up to K^2 entries: a design folder keeps these
-(:mod:`pramopt.io.parameters`), a release draws from them in O(1) per record
+(:mod:`pramopt.io.parameters`), a release draws from them in O(log K) per record
 (:class:`FormSampler`), and the estimator applies P^-1 in O(K) by Sherman and Morrison's formula
 (:meth:`ReplacementForm.inverse_times`).
 

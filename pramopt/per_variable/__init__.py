@@ -1,4 +1,4 @@
-"""One PRAM matrix per identifying variable, chosen optimally under a verified C1.
+"""One PRAM matrix per identifying variable, of locally least loss under a verified C1.
 
 The matrices sdcMicro's ``pram()`` and mu-ARGUS release (each variable perturbed independently),
 designed to minimise the exact L2 loss over the product space of the categories under the full C1

@@ -347,7 +347,7 @@ def _resolve(data, qi, params: DesignParams, owner: str):
 def design_per_variable(
     data, qi, params: DesignParams, design=None, *, progress=None, client=None, owner="design"
 ) -> PerVariableDesign:
-    """One optimal PRAM matrix per identifying variable (``structure="per_variable"``).
+    """One PRAM matrix per identifying variable, of locally least loss (structure "per_variable").
 
     Called by :func:`pramopt.design` (``design`` is that function; not needed here).
     """

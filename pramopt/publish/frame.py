@@ -369,8 +369,6 @@ def estimate(released: pd.DataFrame, result, by=None, *, nonnegative: bool = Fal
 
     kind = kind_of(result)
     if kind is not None and kind.estimate is not None:
-        from .recoded import recoded_frame
-
         return kind.estimate(
             recoded_frame(released, result), result, by=by, nonnegative=nonnegative
         )
