@@ -338,3 +338,24 @@ def test_a_short_log_axis_is_labelled_with_plain_numbers_that_do_not_overprint()
     for t in shown:
         assert float(t.get_text()) == pytest.approx(t.get_position()[0])  # 3, not 3×10⁰
     assert not _overlapping([(t.get_text(), t.get_window_extent(renderer)) for t in shown])
+
+
+def test_flows_each_below_round_off_still_count_in_their_set():
+    # many rare cells each sending 5e-7 records to each other (a large pool): every flow is below
+    # the display threshold, but together they move real records, which the table must count
+    from pramopt.frequency.table import FrequencyTable
+
+    K = 40
+    codes = np.array([[i % 2, i] for i in range(K)])  # variable b differs between every pair
+    table = FrequencyTable(
+        qi=("a", "b"),
+        categories=(pd.Index([0, 1]), pd.Index(range(K))),
+        codes=codes,
+        counts=np.ones(K, dtype=np.int64),
+    )
+    tiny = 5e-7
+    P = np.full((K, K), tiny)
+    np.fill_diagonal(P, 1.0 - tiny * (K - 1))
+    got = changed_together(sp.csr_array(P), table, n=100)
+    total = got["expected records"].sum()
+    assert total == pytest.approx(K * (K - 1) * tiny)  # 7.8e-4 records in all, none left out

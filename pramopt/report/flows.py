@@ -215,7 +215,7 @@ def changed_together(P, table: FrequencyTable, n: int = 15, col_codes=None) -> p
     sums: dict[tuple, list] = {}
     for frm, to, flow, _ in _flows(P, table, col_codes):
         diff = frm != to
-        keep = diff.any(axis=1) & (flow >= NEGLIGIBLE)
+        keep = diff.any(axis=1) & (flow > 0)  # every record counts in the totals
         if not keep.any():
             continue
         sets, where = _unique_rows(diff[keep])
@@ -225,7 +225,8 @@ def changed_together(P, table: FrequencyTable, n: int = 15, col_codes=None) -> p
             acc = sums.setdefault(s, [0.0, 0])
             acc[0] += float(e)
             acc[1] += int(c)
-    rows = sorted(sums.items(), key=lambda kv: -kv[1][0])
+    # a set whose records sum to round-off is not shown; every other sums all its flows
+    rows = sorted(((k, v) for k, v in sums.items() if v[0] >= NEGLIGIBLE), key=lambda kv: -kv[1][0])
     lines = [
         (", ".join(str(table.qi[j]) for j in range(d) if s[j]), sum(s), e, c)
         for s, (e, c) in rows[:n]
