@@ -38,6 +38,11 @@ from .result import HouseholdDesign, household_loss, member_pairs, record_check
 
 LOG = logging.getLogger("pramopt.design")
 
+#: The parameters the household design sets itself for its household part.
+_SET_PER_PART = frozenset(
+    ("household", "household_keys", "alpha", "combinations", "combination_size", "domains")
+)
+
 
 class _LoggedStages(list):
     """The design's stages; each one appended is also said on the ``pramopt.design`` logger (the
@@ -126,15 +131,7 @@ def design_households(
         lay.household_table.n_cells,
         lay.person_table.n_cells,
     )
-    LOG.info(
-        "the household design: up to %d household parts (%d household cells), each with up to 3 "
-        "person parts (%d person cells) tried at up to %d margins; this can take minutes",
-        len(HOUSEHOLD_FRACTIONS if lay.ppos else (1.0,)),
-        lay.household_table.n_cells,
-        lay.person_table.n_cells,
-        len(_MARGINS),
-        extra={"announce": True},
-    )
+    _announce(lay)
     stages = _LoggedStages()
     stages.append(
         Stage(
@@ -145,16 +142,7 @@ def design_households(
             f"{list(pkeys)}",
         )
     )
-    base = params.to_dict()
-    for name in (
-        "household",
-        "household_keys",
-        "alpha",
-        "combinations",
-        "combination_size",
-        "domains",
-    ):
-        base.pop(name)
+    base = {k: v for k, v in params.to_dict().items() if k not in _SET_PER_PART}
     alpha = float(params.alpha)
     floor = max(0.51, params.min_diagonal or 0.0)
     fractions = HOUSEHOLD_FRACTIONS if lay.ppos else (1.0,)
@@ -209,6 +197,19 @@ def design_households(
     if best is None:
         return _not_found(last if last is not None else rh, lay, hd, out)
     return _chosen(best, alpha, lay, tried, hd, out)
+
+
+def _announce(lay) -> None:
+    """Say, before the work, how much of it the household design may do (it can take minutes)."""
+    LOG.info(
+        "the household design: up to %d household parts (%d household cells), each with up to 3 "
+        "person parts (%d person cells) tried at up to %d margins; this can take minutes",
+        len(HOUSEHOLD_FRACTIONS if lay.ppos else (1.0,)),
+        lay.household_table.n_cells,
+        lay.person_table.n_cells,
+        len(_MARGINS),
+        extra={"announce": True},
+    )
 
 
 def _person_at_margins(

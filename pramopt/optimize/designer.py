@@ -154,6 +154,13 @@ def design(
             f"{problem.groups.n_groups} (pi, k0) groups, {problem.rare_rows} rows of C1 for rare "
             "cells"
         )
+    _say_size(problem, table, combos)
+    return _Designer(problem, trace).run()
+
+
+def _say_size(problem: DesignProblem, table, combos) -> None:
+    """Before the work: announce a design that may take minutes, and warn of one whose C1 has
+    more rows than a design should (:class:`LargeProblemWarning`)."""
     if table.n_cells > ANNOUNCE_CELLS or problem.rare_rows > ANNOUNCE_ROWS:
         LOG.info(
             "%d cells and %d rows of C1 for rare cells: the design may take minutes; each stage "
@@ -175,9 +182,8 @@ def design(
                 "coarser variables "
                 "make it smaller."
             ),
-            stacklevel=2,
+            stacklevel=3,  # the caller of design()
         )
-    return _Designer(problem, trace).run()
 
 
 assert design.__doc__ is not None  # None only under python -OO, which fails here anyway

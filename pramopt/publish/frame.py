@@ -330,6 +330,31 @@ def refuse_kind(result, owner: str, what: str) -> None:
         )
 
 
+def _by_codes(released: pd.DataFrame, table: FrequencyTable, by, n: int):
+    """``by`` as a list (None: one group), each record's code of its ``by`` values, the values
+    of each code and their number; refuses columns the data lack or identifying variables."""
+    if by is None:
+        return None, np.zeros(n, dtype=np.int64), None, 1
+    by = [by] if isinstance(by, str) else list(by)
+    missing = [b for b in by if b not in released.columns]
+    if missing:
+        raise InvalidParameterError(
+            f"The 'by' parameter of estimate must name columns of the data; {missing!r} are not."
+        )
+    clash = [b for b in by if b in table.qi]
+    if clash:
+        raise InvalidParameterError(
+            f"The 'by' parameter of estimate must not name identifying variables; got {clash!r}."
+        )
+    ycode, yvals = (
+        pd.MultiIndex.from_frame(released[by]).factorize()
+        if len(by) > 1
+        else pd.factorize(released[by[0]])
+    )
+    ycode = np.asarray(ycode)
+    return by, ycode, yvals, int(ycode.max()) + 1 if ycode.size else 0
+
+
 def estimate(released: pd.DataFrame, result, by=None, *, nonnegative: bool = False) -> pd.DataFrame:
     """Unbiased estimate of the original cell frequencies (Cator et al., eq. (4)), with
     standard errors.
@@ -368,7 +393,7 @@ def estimate(released: pd.DataFrame, result, by=None, *, nonnegative: bool = Fal
     from .recoded import recoded_frame
 
     kind = kind_of(result)
-    if kind is not None and kind.estimate is not None:
+    if kind is not None and kind.estimate is not None:  # e.g. one matrix per variable
         return kind.estimate(
             recoded_frame(released, result), result, by=by, nonnegative=nonnegative
         )
@@ -383,29 +408,7 @@ def estimate(released: pd.DataFrame, result, by=None, *, nonnegative: bool = Fal
     form = getattr(result, "form", None)
     lu = _factor(result.matrix) if form is None else None
     labels = result.cells.reset_index(drop=True)
-    if by is None:
-        ycode, yvals, Y = np.zeros(len(cells), dtype=np.int64), None, 1
-    else:
-        by = [by] if isinstance(by, str) else list(by)
-        missing = [b for b in by if b not in released.columns]
-        if missing:
-            raise InvalidParameterError(
-                f"The 'by' parameter of estimate must name columns of the data; {missing!r} are "
-                "not."
-            )
-        clash = [b for b in by if b in table.qi]
-        if clash:
-            raise InvalidParameterError(
-                "The 'by' parameter of estimate must not name identifying variables; got "
-                f"{clash!r}."
-            )
-        ycode, yvals = (
-            pd.MultiIndex.from_frame(released[by]).factorize()
-            if len(by) > 1
-            else pd.factorize(released[by[0]])
-        )
-        ycode = np.asarray(ycode)
-        Y = int(ycode.max()) + 1 if ycode.size else 0
+    by, ycode, yvals, Y = _by_codes(released, table, by, len(cells))
     U = np.zeros((Y, K))
     np.add.at(U, (ycode, cells), 1.0)
     if form is not None:
