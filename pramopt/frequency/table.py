@@ -90,6 +90,21 @@ class FrequencyTable:
         return h.hexdigest()
 
 
+def table_from_record(qi, rec) -> FrequencyTable:
+    """The table a design file keeps: ``rec``'s ``categories`` (None for the missing value),
+    ``codes`` and ``counts`` for the identifying variables ``qi`` (its checksum is the caller's
+    to check: each format keeps it under its own key)."""
+    qi = tuple(qi)
+    return FrequencyTable(
+        qi=qi,
+        categories=tuple(
+            pd.Index([np.nan if v is None else v for v in c]) for c in rec["categories"]
+        ),
+        codes=np.asarray(rec["codes"], dtype=np.int64).reshape(-1, len(qi)),
+        counts=np.asarray(rec["counts"], dtype=np.int64),
+    )
+
+
 def is_missing(x) -> bool:
     """Whether one value is missing (NaN, None, pandas.NA); False for values pandas cannot judge."""
     try:

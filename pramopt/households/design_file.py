@@ -24,7 +24,7 @@ from .._labels import formula_safe_frame
 from .._plain import number as _num
 from .._plain import plain as _plain
 from ..errors import DesignFileError
-from ..frequency.table import FrequencyTable
+from ..frequency.table import FrequencyTable, table_from_record
 from ..io.atomic import DESIGN_FILE, write_text
 from ..io.design_file import check_guarantee, design_from_record, design_record
 from ..io.tables import write_table
@@ -51,14 +51,7 @@ def _table_rec(t: FrequencyTable) -> dict:
 
 def _table(rec: dict) -> FrequencyTable:
     qi = tuple(rec["qi"])
-    t = FrequencyTable(
-        qi=qi,
-        categories=tuple(
-            pd.Index([np.nan if v is None else v for v in c]) for c in rec["categories"]
-        ),
-        codes=np.asarray(rec["codes"], dtype=np.int64).reshape(-1, len(qi)),
-        counts=np.asarray(rec["counts"], dtype=np.int64),
-    )
+    t = table_from_record(qi, rec)
     if qi and t.checksum() != rec["checksum"]:
         raise DesignFileError(
             "The household design was modified: a table does not match its checksum."

@@ -34,7 +34,7 @@ from .._labels import formula_safe_frame
 from .._plain import number as _num
 from .._plain import plain as _plain
 from ..errors import DesignFileError, DesignMismatchError, InvalidParameterError
-from ..frequency.table import FrequencyTable, frequency_table
+from ..frequency.table import FrequencyTable, frequency_table, table_from_record
 from ..kinds import kind_of, kind_of_format
 from ..result import DesignResult, Reduction, Stage, Status, matrix_long
 from ..result import entries as _entries
@@ -435,10 +435,7 @@ def design_from_record(rec: dict, p) -> DesignResult:
     """The :class:`~pramopt.DesignResult` of a design record, its checksums checked."""
     try:
         qi = tuple(rec["qi"])
-        cats = tuple(pd.Index([np.nan if v is None else v for v in c]) for c in rec["categories"])
-        codes = np.asarray(rec["codes"], dtype=np.int64).reshape(-1, len(qi))
-        counts = np.asarray(rec["counts"], dtype=np.int64)
-        table = FrequencyTable(qi=qi, categories=cats, codes=codes, counts=counts)
+        table = table_from_record(qi, rec)
         m = rec["matrix"]
         shape = tuple(int(x) for x in m["shape"])
         inline = "file" not in m and "form" not in m

@@ -24,7 +24,7 @@ import pandas as pd
 from .._labels import formula_safe
 from .._plain import plain
 from ..errors import DesignFileError
-from ..frequency.table import FrequencyTable, is_missing
+from ..frequency.table import is_missing, table_from_record
 from ..io.atomic import DESIGN_FILE, write_text
 from ..result import Stage, Status
 from .result import PerVariableDesign, figures_of, labelled, stratum_of
@@ -177,14 +177,7 @@ def load_per_variable(rec: dict, path) -> PerVariableDesign:
     try:
         qi = tuple(rec["qi"])
         tr = rec["table"]
-        table = FrequencyTable(
-            qi=qi,
-            categories=tuple(
-                pd.Index([np.nan if v is None else v for v in c]) for c in tr["categories"]
-            ),
-            codes=np.asarray(tr["codes"], dtype=np.int64).reshape(-1, len(qi)),
-            counts=np.asarray(tr["counts"], dtype=np.int64),
-        )
+        table = table_from_record(qi, tr)
         if table.checksum() != tr["checksum"]:
             raise DesignFileError(
                 f"The design {str(path)!r} has a table that does not match its checksum."
