@@ -162,22 +162,30 @@ def feasible_starts(pb: Problem) -> list[tuple[list[np.ndarray], float]]:
             # each variable's t is the common tau, raised to its epsilon's smallest t
             return start_matrices(pb, [max(f, tau) for f in floor], uniform)
 
-        lo, hi = 0.0, top
-        if pb.risk(pb.projs, at(hi)) > pb.level:
+        if pb.risk(pb.projs, at(top)) > pb.level:
             continue
-        if pb.risk(pb.projs, at(lo)) <= pb.level:
-            out.append((at(lo), max(floor)))
+        if pb.risk(pb.projs, at(0.0)) <= pb.level:
+            out.append((at(0.0), max(floor)))
             continue
-        for _ in range(30):
-            mid = 0.5 * (lo + hi)
-            if pb.risk(pb.projs, at(mid)) <= pb.level:
-                hi = mid
-            else:
-                lo = mid
-            if hi - lo < 1e-4 * hi:
-                break
+        hi = _smallest_feasible(pb, at, top, steps=30, rtol=1e-4)
         out.append((at(hi), hi))
     return out
+
+
+def _smallest_feasible(pb: Problem, mats, hi: float, steps: int, rtol: float = 0.0) -> float:
+    """Bisection on [0, hi] for the smallest parameter whose matrices ``mats(x)`` meet C1 at the
+    working level (``hi`` meets it, 0 does not): at most ``steps`` halvings, fewer once the
+    interval is below ``rtol`` of ``hi``."""
+    lo = 0.0
+    for _ in range(steps):
+        mid = 0.5 * (lo + hi)
+        if pb.risk(pb.projs, mats(mid)) <= pb.level:
+            hi = mid
+        else:
+            lo = mid
+        if hi - lo < rtol * hi:
+            break
+    return hi
 
 
 def random_start(pb: Problem, rng: np.random.Generator) -> list[np.ndarray] | None:
@@ -204,14 +212,7 @@ def random_start(pb: Problem, rng: np.random.Generator) -> list[np.ndarray] | No
     hi = 1.0 / min(share.values())
     if pb.risk(pb.projs, mats(hi)) > pb.level:
         return None
-    lo = 0.0
-    for _ in range(25):
-        mid = 0.5 * (lo + hi)
-        if pb.risk(pb.projs, mats(mid)) <= pb.level:
-            hi = mid
-        else:
-            lo = mid
-    return mats(hi)
+    return mats(_smallest_feasible(pb, mats, hi, steps=25))
 
 
 def _clean(M: np.ndarray) -> np.ndarray:
