@@ -187,7 +187,7 @@ def test_release_checks_the_form_not_the_matrix(example, replacement, monkeypatc
 
     import pramopt
     from pramopt.errors import DesignMismatchError
-    from pramopt.publish import frame
+    from pramopt.publish import c1_check, frame
 
     res = replacement
     table = res.table
@@ -195,7 +195,7 @@ def test_release_checks_the_form_not_the_matrix(example, replacement, monkeypatc
     got = frame.full_c1_check(res, table, res.combination_indices)
     assert_same_report(got, want)
     calls = []
-    real = frame.c1_risk_form
+    real = c1_check.c1_risk_form
 
     def spy(*a, **k):
         calls.append(1)
@@ -204,8 +204,8 @@ def test_release_checks_the_form_not_the_matrix(example, replacement, monkeypatc
     def refuse(*a, **k):
         raise AssertionError("a design with a form was checked on its matrix")
 
-    monkeypatch.setattr(frame, "c1_risk_form", spy)
-    monkeypatch.setattr(frame, "c1_risk", refuse)
+    monkeypatch.setattr(c1_check, "c1_risk_form", spy)
+    monkeypatch.setattr(c1_check, "c1_risk", refuse)
     out = pramopt.release(example, res, seed=2)
     assert len(out) == len(example) and calls
     # a design claiming an alpha below its risk is refused from its form
@@ -214,7 +214,7 @@ def test_release_checks_the_form_not_the_matrix(example, replacement, monkeypatc
     with pytest.raises(DesignMismatchError, match="fails C1"):
         pramopt.release(example, weak, seed=2)
     # without a form: the matrix, as before
-    monkeypatch.setattr(frame, "c1_risk", c1_risk)
+    monkeypatch.setattr(c1_check, "c1_risk", c1_risk)
     bare = dataclasses.replace(weak, form=None)
     with pytest.raises(DesignMismatchError, match="fails C1"):
         pramopt.release(example, bare, seed=2)
@@ -224,10 +224,10 @@ def test_form_that_fails_closed_refuses_the_release(example, replacement, monkey
     """A form whose C1 check fails closed (NaN) is refused even where its matrix would pass."""
     import pramopt
     from pramopt.errors import DesignMismatchError
-    from pramopt.publish import frame
+    from pramopt.publish import c1_check
 
     nan = c1_risk_form(np.ones(1), np.zeros(1), np.zeros(1), np.zeros(1), np.zeros((1, 1)), [1], [])
-    monkeypatch.setattr(frame, "c1_risk_form", lambda *a, **k: nan)
+    monkeypatch.setattr(c1_check, "c1_risk_form", lambda *a, **k: nan)
     with pytest.raises(DesignMismatchError, match="fails C1"):
         pramopt.release(example, replacement, seed=2)
 
@@ -235,7 +235,7 @@ def test_form_that_fails_closed_refuses_the_release(example, replacement, monkey
 def test_policy_checks_the_form_again(example, replacement, monkeypatch):
     import pramopt
     from pramopt.errors import DesignMismatchError
-    from pramopt.publish import frame
+    from pramopt.publish import c1_check
 
     res = replacement
     table = res.table
@@ -249,7 +249,7 @@ def test_policy_checks_the_form_again(example, replacement, monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("a design with a form was checked on its matrix")
 
-    monkeypatch.setattr(frame, "c1_risk", refuse)
+    monkeypatch.setattr(c1_check, "c1_risk", refuse)
     ok = pramopt.release_policy(alpha=min(0.99, risk * 1.001), combinations=pairs)
     pramopt.release(example, res, seed=1, policy=ok)
     bad = pramopt.release_policy(alpha=risk * 0.999, combinations=pairs)

@@ -31,6 +31,7 @@ __all__ = [
     "existing_output",
     "refuse_overwrite",
     "clean_stale",
+    "file_sha256",
     "PARQUET_SUFFIXES",
 ]
 
@@ -325,3 +326,12 @@ def atomic_dir(path, marker: str = DESIGN_FILE, *, force: bool = False, writer: 
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def file_sha256(path) -> str:
+    """SHA-256 of a file's bytes, read in blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

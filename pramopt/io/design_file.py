@@ -38,7 +38,7 @@ from ..frequency.table import FrequencyTable, frequency_table, table_from_record
 from ..kinds import kind_of, kind_of_format
 from ..result import DesignResult, Reduction, Stage, Status, matrix_long
 from ..result import entries as _entries
-from .atomic import DESIGN_FILE, atomic_write, check_out_file, write_text
+from .atomic import DESIGN_FILE, atomic_write, check_out_file, file_sha256, write_text
 from .parameters import (
     MATRIX_CSV_MAX_ENTRIES,
     PARAMETERS_CSV,
@@ -118,15 +118,6 @@ def record_sha256(rec: dict) -> str:
         guarded["recode"] = recode
     text = json.dumps(guarded, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def file_sha256(path) -> str:
-    """SHA-256 of a file's bytes, read in blocks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def design_record(

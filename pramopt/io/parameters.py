@@ -30,7 +30,7 @@ from .._labels import formula_safe_frame
 from ..errors import DesignFileError
 from ..frequency.table import FrequencyTable
 from ..structured import ReplacementForm
-from .atomic import atomic_write
+from .atomic import atomic_write, file_sha256
 
 __all__ = [
     "PARAMETERS_FILE",
@@ -66,8 +66,6 @@ def write_form(form: ReplacementForm, path) -> Path:
 def checked_sidecar(name: str, p: Path, rec: dict) -> Path:
     """The file ``name`` beside the design ``p``, once its checksum in the record's (guarded)
     ``files`` is checked: without it, or edited, there is no design."""
-    from .design_file import file_sha256
-
     f = p.parent / name
     digest = (rec.get("files") or {}).get(name)
     if digest is None or "/" in name or "\\" in name:

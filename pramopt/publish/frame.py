@@ -19,7 +19,7 @@ from .._validation import ROW_SUM_TOL, InvalidParameterError
 from ..errors import DesignMismatchError
 from ..frequency.table import FrequencyTable, cells_of, check_qi, text_categories
 from ..kinds import kind_of
-from ..verify import C1Report, c1_risk, c1_risk_form
+from .c1_check import full_c1_check
 from .sampling import AnySampler, UniformStream, sampler_for, seed_entropy
 
 __all__ = [
@@ -102,26 +102,6 @@ def releasable_table(
     _check_privacy_again(result, table)
     enforce_policy(result, policy, owner)
     return table
-
-
-def full_c1_check(result, table: FrequencyTable, combinations) -> C1Report:
-    """The full C1 of the design checked again by the independent verifier: from its form when
-    it has one (:func:`pramopt.verify.c1_risk_form`, O(K |Π|): the form is what a release draws
-    from, and it rebuilds the matrix bit for bit), else from its matrix
-    (:func:`pramopt.verify.c1_risk`).  Both fail closed (NaN max risk)."""
-    form = getattr(result, "form", None)
-    if form is None:
-        return c1_risk(result.matrix, table.codes, table.counts, combinations)
-    return c1_risk_form(
-        form.retention,
-        form.rate,
-        form.weights,
-        form.pools,
-        table.codes,
-        table.counts,
-        combinations,
-        row_tol=ROW_SUM_TOL,
-    )
 
 
 def _check_privacy_again(result, table: FrequencyTable) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from .._validation import InvalidParameterError
 from ..errors import DesignMismatchError
 from ..frequency.combinations import resolve_combinations
+from .c1_check import full_c1_check
 
 __all__ = [
     "ReleasePolicy",
@@ -173,7 +174,6 @@ def enforce_policy(result, policy: ReleasePolicy | None, owner: str = "release")
     if result.alpha <= alpha and all(tuple(c) in have for c in want):
         return f"meets the policy (alpha {alpha:g}, {len(want)} combination(s))"
     from ..kinds import kind_of
-    from .frame import full_c1_check
 
     weaker = (
         f"The design was made for alpha {result.alpha:g} over {len(have)} combination(s); the "
