@@ -24,7 +24,7 @@ from ..errors import InvalidParameterError
 from ..params import GAMMA_LADDER, DesignParams
 from ..result import DesignResult
 from .edge_flows import allows_floor
-from .problem import DesignProblem, Trace
+from .problem import PHASE_ONE_MAX_CELLS, DesignProblem, Trace
 from .relaxation import bound_combinations, changes_bound, flow_relaxation, loss_bound
 
 __all__ = [
@@ -125,7 +125,6 @@ def explain_max_changed(problem: DesignProblem, trace: Trace, res: DesignResult)
     to an unrestricted design)."""
     floor = max(GAMMA_LADDER[-1], problem.params.min_diagonal or 0.0)
     # at census scale under d the designer's floor bound is the relaxation without d's flows
-    from .strategies.general_scale import PHASE_ONE_MAX_CELLS
 
     known = getattr(trace, "known", {}).get("floor bound")
     with trace.stage("max changed variables") as info:

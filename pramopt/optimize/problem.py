@@ -35,6 +35,10 @@ ProgressFn = Callable[[str, int, float, float], None]
 #: logging; the command line shows it on stderr).
 LOG = logging.getLogger("pramopt.design")
 
+#: Above this many cells the general design skips phase one and starts sparse
+#: (:mod:`.strategies.general_scale`), and the diagnosis reuses the designer's floor bound.
+PHASE_ONE_MAX_CELLS = 600
+
 
 @dataclass(frozen=True)
 class DesignProblem:

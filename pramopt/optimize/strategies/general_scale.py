@@ -25,7 +25,7 @@ import dataclasses
 import numpy as np
 
 from ..edge_flows import EdgeFlows, edge_flows, smallest_per_key
-from ..problem import DesignProblem, Trace
+from ..problem import PHASE_ONE_MAX_CELLS, DesignProblem, Trace
 from ..support import Support
 from . import Attempt, AttemptStatus
 
@@ -37,8 +37,6 @@ __all__ = [
     "SEEDS_PER_CELL",
 ]
 
-#: Above this many cells the general design skips phase one and starts sparse.
-PHASE_ONE_MAX_CELLS = 600
 #: Permitted transitions listed for pricing at most (beyond, pricing scans K x K candidates).
 PAIRS_LIMIT = 30_000_000
 #: Seeds of the first support: each cell's largest permitted senders and, for a rare cell, its
