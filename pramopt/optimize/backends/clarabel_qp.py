@@ -35,6 +35,10 @@ NAME = "CLARABEL(qp)"
 #: Entries of the interior-point solution below this are zeros (Clarabel stops 1e-8 short of
 #: its bounds); a transition of 1e-9 changes no loss and no risk in any reported digit.
 ZERO = 1e-9
+#: Clarabel's factorisation of the KKT system.  Its default (``"auto"``) picks faer, which on
+#: the refinement's QPs (one dense block of the rows' sums and C1's denominators) takes twice
+#: as long as QDLDL on 2 cores (benchmarks/README.md, "Auto mode on testdata").
+KKT_METHOD = "qdldl"
 
 
 def solve_qp(
@@ -114,6 +118,7 @@ def solve_qp(
     s = clarabel.DefaultSettings()
     s.verbose = False
     s.tol_feas = s.tol_gap_abs = s.tol_gap_rel = tol
+    s.direct_solve_method = KKT_METHOD
     try:
         sol = clarabel.DefaultSolver(H, c, M, b, cones, s).solve()
     except Exception as e:  # a solver panic is an error like any other
