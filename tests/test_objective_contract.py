@@ -149,6 +149,39 @@ def test_gradient_and_curvature_on_support(objective, problem, sparse):
     assert exact.any() and np.allclose(B[picks][exact], fd2[exact], rtol=1e-4)
 
 
+def test_value_alone_on_support(objective, problem):
+    """Where an evaluator gives the value alone (``evaluate.value``), it is the objective of the
+    design asked for, whatever was evaluated before (it keeps the last design it valued)."""
+    rng = np.random.default_rng(4)
+    K, counts = problem.K, problem.counts
+    sup = _receivers(K, [0, 3])
+    evaluate = objective.on_support(sup, counts, True)
+    value = getattr(evaluate, "value", None)
+    if value is None:
+        pytest.skip("this evaluator gives no value alone")
+    mask = sup.to_matrix(np.ones(sup.size)).toarray()
+    designs = []
+    for _ in range(2):
+        P = mask * rng.uniform(0.05, 1.0, (K, K)) + 3.0 * np.eye(K)
+        designs.append(P / P.sum(axis=1, keepdims=True))
+    a, b = (sup.from_matrix(P) for P in designs)
+    want_a, want_b = (objective.value(P, counts) for P in designs)
+    assert value(a) == pytest.approx(want_a, rel=1e-10)
+    assert evaluate(b)[0] == pytest.approx(want_b, rel=1e-10)
+    assert value(a) == pytest.approx(want_a, rel=1e-10)
+    f, g, _ = evaluate(a)  # the gradient of the design last valued
+    assert f == pytest.approx(want_a, rel=1e-10)
+    h = 1e-6
+    up, dn = a.copy(), a.copy()
+    up[1] += h
+    dn[1] -= h
+    fd = (
+        objective.value(sup.to_matrix(up).toarray(), counts)
+        - objective.value(sup.to_matrix(dn).toarray(), counts)
+    ) / (2 * h)
+    assert g[1] == pytest.approx(fd, rel=1e-5)
+
+
 def test_gradient_on_blocks(objective, problem):
     rng = np.random.default_rng(4)
     K, counts = problem.K, problem.counts

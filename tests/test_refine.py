@@ -10,6 +10,7 @@ import pramopt
 from benchmarks.refine_models import column_blocks, l2_column_curvature_on_support
 from pramopt.example import EXAMPLE_QI
 from pramopt.loss import l2_loss
+from pramopt.optimize.backends import chain
 from pramopt.optimize.backends.clarabel_qp import solve_qp
 from pramopt.optimize.objectives.l2 import l2_loss_and_grad
 from pramopt.optimize.objectives.l2_curvature import l2_hessian_diagonal
@@ -352,3 +353,44 @@ def test_curvature_pairs_are_the_hessian_times_the_step():
         )
         checked += 1
     assert checked >= 2
+
+
+def test_trial_points_are_valued_without_their_gradient(example):
+    """The refinement values trial points with ``evaluate.value`` where the evaluator has it and
+    asks for the gradient only at accepted points; its iterates are those of the evaluator alone."""
+    seen = {}
+    real = general.refine
+
+    def spy(lp, x0, lo, hi, evaluate, **kw):
+        seen.setdefault("args", (lp, np.array(x0), lo, hi, evaluate))
+        return real(lp, x0, lo, hi, evaluate, **kw)
+
+    general.refine = spy
+    try:
+        pramopt.design(example, QI, alpha=0.1, structure="general")
+    finally:
+        general.refine = real
+    lp, x0, lo, hi, evaluate = seen["args"]
+    calls = {"whole": 0, "value": 0}
+
+    def whole(x):
+        calls["whole"] += 1
+        return evaluate(x)
+
+    def plain(x):
+        return evaluate(x)
+
+    def value(x):
+        calls["value"] += 1
+        return evaluate(x)[0]
+
+    whole.value = value
+    # linear steps: each step values the vertex of the box, often a point along it too; each run
+    # on a freshly loaded program (a loaded one keeps its last basis)
+    xa, ia = real(chain(lp.program, None), x0, lo, hi, plain, max_iter=12)
+    xb, ib = real(chain(lp.program, None), x0, lo, hi, whole, max_iter=12)
+    np.testing.assert_array_equal(xa, xb)
+    assert (ia.iterations, ia.accepted, ia.loss_end) == (ib.iterations, ib.accepted, ib.loss_end)
+    assert ib.accepted > 0
+    assert calls["whole"] == 1 + ib.accepted  # the start and every accepted point, nothing else
+    assert calls["value"] > ib.accepted  # points valued and not taken

@@ -20,7 +20,9 @@ import numpy as np
 __all__ = ["Objective", "Evaluator", "OBJECTIVES", "objective_for", "default_objective"]
 
 #: ``evaluate(x) -> (value, gradient on the support entries, grad_columns)``; ``grad_columns``
-#: (or None) maps column indices to the K x len(cols) gradient there, for pricing.
+#: (or None) maps column indices to the K x len(cols) gradient there, for pricing.  An evaluator
+#: may also carry ``evaluate.value(x)``, the value alone (the refinement values trial points with
+#: it and asks for the gradient only at the ones it accepts).
 Evaluator = Callable[[np.ndarray], tuple]
 
 

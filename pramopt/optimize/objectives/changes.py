@@ -87,6 +87,9 @@ class WeightedChangesL2(L2Loss):
 
             return f + float(lin @ x), g + lin, (None if gcols is None else columns)
 
+        base_value = getattr(base, "value", None)
+        if base_value is not None:
+            evaluate.value = lambda x: base_value(x) + float(lin @ x)  # type: ignore[attr-defined]
         return evaluate
 
     def curvature_on_support(self, support, counts, sparse: bool):

@@ -386,12 +386,23 @@ class L2Loss:
 
             return dense
 
-        def woodbury(x):  # no dense K x K inverse (see SparseL2)
-            s = SparseL2(support.to_matrix(x), counts)
+        last: dict = {}  # the design last valued, so that its gradient reuses the factorisation
+
+        def design(x) -> SparseL2:
+            x = np.asarray(x, dtype=float)
+            held = last.get("x")
+            if held is None or held.shape != x.shape or not np.array_equal(held, x):
+                last["s"] = SparseL2(support.to_matrix(x), counts)  # no dense K x K inverse
+                last["x"] = x.copy()
+            return last["s"]
+
+        def woodbury(x):
+            s = design(x)
             if s.singular:
                 return float("inf"), None, None
             return s.loss, s.grad_at(support.rows, support.cols), s.grad_columns
 
+        woodbury.value = lambda x: design(x).loss  # type: ignore[attr-defined]
         return woodbury
 
     def curvature_on_support(self, support, counts, sparse: bool):

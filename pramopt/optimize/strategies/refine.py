@@ -117,7 +117,7 @@ def refine(
     steps were linear, those of one more linear subproblem at the final point.
     """
     sup = lp.program.support
-    loss = evaluate
+    loss = _Remembered(evaluate)
     t0 = time.perf_counter()
     if clean_fn is None:
         clean_fn = partial(clean, sup)
@@ -159,13 +159,15 @@ def refine(
         if trial is None:
             reason = "converged"
             break
-        (xn, fn, gn, gcn), d, rho, sigma = trial
+        (xn, fn), d, rho, sigma = trial
         if rho >= 0.1:
             if check is not None:
                 new = check(xn)
                 if new:
                     return x, info("constraints", new)
             steps, radius = _remember(steps, d, sup, keep and Bs is not None, rho, radius)
+            # the gradient only where a step is accepted (the evaluator keeps the point's design)
+            fn, gn, gcn = loss(xn)
             x, f, g, gcols = xn, fn, gn, gcn
             B = None
             accepted += 1
@@ -217,8 +219,8 @@ def _subproblem(lp, x, f, g, lo, hi, curvature, B, pairs, sigma, sup, steps, los
 
 
 def _trial(x, f, g, x_sub, Bs, pairs, rtol, sigma, loss, clean_fn):
-    """The trial point from the subproblem's ``x_sub``: ``((xn, fn, gn, gcn), d, rho, sigma)``,
-    or None when the model predicts a decrease of at most ``rtol`` (converged)."""
+    """The trial point from the subproblem's ``x_sub``: ``((xn, fn), d, rho, sigma)``, or None
+    when the model predicts a decrease of at most ``rtol`` (converged)."""
     xn = clean_fn(x_sub)
     d = xn - x
     lin = float(g @ (x - xn))  # first-order decrease
@@ -226,12 +228,10 @@ def _trial(x, f, g, x_sub, Bs, pairs, rtol, sigma, loss, clean_fn):
     pred = lin - quad
     if not np.isfinite(f) or pred <= rtol * abs(f):
         return None
-    (xn, fn, gn, gcn), pred, sigma = _along_step(
-        x, f, xn, lin, quad, Bs is not None, sigma, loss, clean_fn
-    )
+    (xn, fn), pred, sigma = _along_step(x, f, xn, lin, quad, Bs is not None, sigma, loss, clean_fn)
     d = xn - x
     rho = (f - fn) / pred if np.isfinite(fn) else -np.inf
-    return (xn, fn, gn, gcn), d, rho, sigma
+    return (xn, fn), d, rho, sigma
 
 
 def _curvature_at(curvature, sup, steps, x, g, loss):
@@ -253,8 +253,8 @@ def _qp_step(lp, x, g, Bs, lo, hi, pairs):
 
 def _along_step(x, f, xn, lin, quad, curved: bool, sigma: float, loss, clean_fn):
     """The point taken along the step from ``x`` to ``xn``, the decrease its model predicts and the
-    curvature model's new scale.  Returns ``((x, f, g, grad_columns), predicted, sigma)``."""
-    fn, gn, gcn = loss(xn)
+    curvature model's new scale.  Returns ``((x, f), predicted, sigma)``."""
+    fn = _value(loss, xn)
     d = xn - x
     pred = lin - quad
     # Curvature along the step: the quadratic through f(0) = f, f'(0) = -lin and f(1) = fn.
@@ -269,10 +269,43 @@ def _along_step(x, f, xn, lin, quad, curved: bool, sigma: float, loss, clean_fn)
     if np.isfinite(f) and curv > 0 and lin / (2 * curv) < 0.9:
         a = max(lin / (2 * curv), 0.05)
         xa = clean_fn(x + a * d)
-        fa, ga, gca = loss(xa)
+        fa = _value(loss, xa)
         if np.isfinite(fa) and (not np.isfinite(fn) or fa < fn):
-            return (xa, fa, ga, gca), a * lin - a * a * quad, sigma
-    return (xn, fn, gn, gcn), pred, sigma
+            return (xa, fa), a * lin - a * a * quad, sigma
+    return (xn, fn), pred, sigma
+
+
+def _value(loss, x) -> float:
+    """The loss at ``x`` alone (without its gradient where the evaluator can)."""
+    return float(loss.value(x))
+
+
+class _Remembered:
+    """An evaluator ``x -> (loss, gradient, grad_columns)`` with ``value(x)``, the loss alone.
+
+    Trial points are valued first and the gradient is asked for only at an accepted one.  An
+    evaluator with its own ``value`` (the sparse L2 loss, which keeps the design it last valued,
+    so the gradient then costs only its own part) is used as it is; for any other, the last
+    whole evaluation is kept, so that the accepted point is not evaluated twice.
+    """
+
+    def __init__(self, evaluate):
+        self._evaluate = evaluate
+        self._own = getattr(evaluate, "value", None)
+        self._last: tuple | None = None
+
+    def __call__(self, x):
+        if self._own is not None:
+            return self._evaluate(x)
+        last = self._last
+        if last is not None and last[0].shape == np.shape(x) and np.array_equal(last[0], x):
+            return last[1]
+        out = self._evaluate(x)
+        self._last = (np.array(x, dtype=float, copy=True), out)
+        return out
+
+    def value(self, x) -> float:
+        return float(self._own(x)) if self._own is not None else float(self(x)[0])
 
 
 def _final_duals(lp, x, g, gcols, step_duals, step_gcols, lo_base, hi_base, radius):
