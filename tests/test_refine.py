@@ -394,3 +394,47 @@ def test_trial_points_are_valued_without_their_gradient(example):
     assert ib.accepted > 0
     assert calls["whole"] == 1 + ib.accepted  # the start and every accepted point, nothing else
     assert calls["value"] > ib.accepted  # points valued and not taken
+
+
+def test_qp_with_rows_left_out_at_first_is_the_whole_qp(example, monkeypatch):
+    """Rows slack at the centre are left out of the first QP and added where its solution
+    violates them: the solution is the QP's with every row (solved whole, independently)."""
+    from pramopt.optimize.backends import clarabel_qp, qp_rows
+
+    prog, x, lo, hi, _ = _first_subproblem(example)
+    real = qp_rows.violated
+    rounds: list = []
+
+    def spy(program, kept, z):
+        out = real(program, kept, z)
+        rounds.append(out is not None)
+        return out
+
+    monkeypatch.setattr(clarabel_qp, "violated", spy)
+    # a flat model with random costs and a wide box: steps that go far, through rows left out
+    rng = np.random.default_rng(0)
+    box = (np.maximum(lo, x - 0.5), np.minimum(hi, x + 0.5))
+    flat = np.full(x.size, 1e-3)
+    tried = 0
+    while not (rounds and rounds[0]):
+        assert tried < 20, "no cost whose first solution violates a row left out"
+        tried += 1
+        cost = rng.normal(size=x.size)
+        rounds.clear()
+        monkeypatch.setattr(qp_rows, "SLACK", 1e-9)  # every row with any slack left out at first
+        first = qp_rows.first_rows(prog, x)
+        assert not first.whole and not first.cols.all()  # denominators left out with their rows
+        lazy = solve_qp(prog, cost, flat, *box, center=x)
+    assert len(rounds) >= 2 and not rounds[-1]  # rows added, then none violated
+    monkeypatch.setattr(qp_rows, "SLACK", np.inf)  # every row from the start
+    assert qp_rows.first_rows(prog, x).whole
+    whole = solve_qp(prog, cost, flat, *box, center=x)
+    assert lazy.objective == pytest.approx(whole.objective, rel=1e-7, abs=1e-9)
+    np.testing.assert_allclose(lazy.x, whole.x, atol=1e-5)
+    # the rows left out price nothing (slack at the solution), and with them at zero the
+    # multipliers still make every entry strictly inside its box stationary: a KKT point of the
+    # whole QP (its multipliers need not be the whole solve's, which may differ on a degenerate face)
+    red, z = lazy.duals.cols, lazy.x
+    inside = (z > box[0] + 1e-3) & (z < box[1] - 1e-3)
+    assert inside.any()
+    np.testing.assert_allclose(red[inside], 0.0, atol=1e-6 * np.abs(red).max())

@@ -4,7 +4,9 @@ The refinement's curved model ``min g . d + 1/2 d' B d`` (``B`` diagonal, positi
 the same rows and box as its linear programs.  Clarabel's interior-point method solves it
 directly (HiGHS's active-set QP solver works on a reduced Hessian that grows with the entries
 strictly inside their bounds, and failed on these QPs).  Its point lies strictly inside the box,
-so entries below :data:`ZERO` are set to zero (the caller renormalises the rows).
+so entries below :data:`ZERO` are set to zero (the caller renormalises the rows).  Given the
+centre, rows slack there are left out at first and added where the solution violates them
+(:mod:`.qp_rows`): the same solution, several times faster on C1's rows.
 
 Registered as ``CLARABEL_QP`` (:mod:`.registry`), reached through
 :func:`pramopt.optimize.backends.solve_qp`.
@@ -22,11 +24,13 @@ per pair the QP stays convex and sparse (``m`` dense rows and columns)::
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 import scipy.sparse as sp
 
 from ..program import Duals, LinearProgram
+from .qp_rows import ROUNDS, Rows, first_rows, violated
 from .results import LPSolution, Outcome
 
 __all__ = ["solve_qp", "installed", "NAME", "ZERO"]
@@ -88,17 +92,39 @@ def solve_qp(
     except ImportError as e:  # pragma: no cover - a dependency
         return LPSolution(Outcome.ERROR, None, None, 0.0, f"clarabel: {e}")
     P = program
-    n, nx = P.n_cols, P.n_x
+    nx = P.n_x
     c = P.cost.astype(float).copy()
     c[:nx] = cost
     col_lo = P.col_lo.astype(float).copy()
     col_hi = P.col_hi.astype(float).copy()
     col_lo[:nx], col_hi[:nx] = lo, hi
-    H = _hessian(hdiag, n, nx)
     A = sp.csr_matrix(P.A)
-    row_lo, row_hi = P.row_lo, P.row_hi
-    m = len(pairs)
-    if m:
+    # the rows the first QP imposes; the others are checked at its solution (see qp_rows)
+    kept = first_rows(P, center)
+    for rounds in range(ROUNDS + 1):
+        if rounds == ROUNDS:
+            kept = Rows(np.ones_like(kept.rows), np.ones_like(kept.cols), kept.defining, nx)
+        out = _solve_kept(clarabel, P, A, c, col_lo, col_hi, hdiag, kept, tol, scale, pairs, center)
+        if out.x is None or kept.whole:
+            break
+        more = violated(P, kept, out.x)
+        if more is None:
+            break
+        kept = more
+    return replace(out, seconds=time.perf_counter() - t0)
+
+
+def _solve_kept(clarabel, P, A, c, col_lo, col_hi, hdiag, kept, tol, scale, pairs, center):
+    """The QP over the rows and columns ``kept`` imposes (the x columns are always there)."""
+    t0 = time.perf_counter()
+    nx = P.n_x
+    rows = np.flatnonzero(kept.rows)
+    A = A[rows][:, kept.cols]
+    c, col_lo, col_hi = c[kept.cols], col_lo[kept.cols], col_hi[kept.cols]
+    row_lo, row_hi = P.row_lo[rows], P.row_hi[rows]
+    n = A.shape[1]
+    H = _hessian(hdiag, n, nx)
+    if pairs:
         H, c, A, row_lo, row_hi, col_lo, col_hi = _lift_pairs(
             H,
             c,
@@ -130,7 +156,7 @@ def solve_qp(
     y_all = np.asarray(sol.x, dtype=float)
     x = y_all[:nx].copy()
     x[x < ZERO] = 0.0
-    duals = _duals(sol, P, A, c, H, y_all, (eq, fix, up, dn), nx, scale)
+    duals = _duals(sol, P, A, c, H, y_all, (eq, fix, up, dn), nx, scale, rows)
     return LPSolution(Outcome.OPTIMAL, x, NAME, secs, objective=float(sol.obj_val), duals=duals)
 
 
@@ -162,8 +188,9 @@ def _cone_form(clarabel, A, row_lo, row_hi, col_lo, col_hi, n: int) -> tuple:
     return M, b, cones, (eq, fix, up, dn)
 
 
-def _duals(sol, P: LinearProgram, A, c, H, y_all, masks, nx: int, scale: float) -> Duals:
-    """The row duals and reduced costs of the ``x`` columns at Clarabel's solution."""
+def _duals(sol, P: LinearProgram, A, c, H, y_all, masks, nx: int, scale: float, rows) -> Duals:
+    """The row duals and reduced costs of the ``x`` columns at Clarabel's solution; ``A``'s first
+    rows are ``P``'s ``rows`` (the others' duals are zero: they are slack at the solution)."""
     eq, fix, up, dn = masks
     # Clarabel's stationarity is H y + c + M^T z = 0; in the LP convention (reduced cost
     # c - A^T u) the row duals are u = -z on equalities, -z_up + z_dn on inequalities
@@ -176,7 +203,9 @@ def _duals(sol, P: LinearProgram, A, c, H, y_all, masks, nx: int, scale: float) 
     red = (c + (H @ y_all + H.T @ y_all - H.diagonal() * y_all) - A.T @ u)[
         :nx
     ] * scale  # H y, H symmetric
-    u = u[: P.A.shape[0]] * scale  # the pairs' rows price nothing outside the support
+    full = np.zeros(P.A.shape[0])
+    full[rows] = u[: rows.size] * scale  # the pairs' rows price nothing outside the support
+    u = full
     r = P.rows
     empty = np.zeros(0)
     return Duals(
