@@ -8,7 +8,8 @@ process (``--point CASE RULE``); the rules alternate case by case so that all se
 load.  ``phase-one`` is auto mode with the start rule switched off
 (``general_start.START_MIN_CELLS`` above the table's cells), which is auto mode as it was;
 ``start-faer`` is ``start`` with the refinement's QPs factorised by Clarabel's default choice (faer)
-instead of QDLDL.
+instead of QDLDL, ``start-whole`` is ``start`` with every row of those QPs imposed from the start
+(``qp_rows.SLACK`` infinite).
 
 * ``testdata7``: testdata, 7 keys (412 cells), alpha = 0.1: the case the rule is for.
 * ``testdata4``: testdata, 4 keys (30 cells): below ``START_MIN_CELLS``, unchanged.
@@ -34,7 +35,7 @@ ALPHA = 0.1
 KEYS7 = ["urbrur", "roof", "walls", "water", "electcon", "relat", "sex"]
 KEYS4 = ["urbrur", "roof", "walls", "sex"]
 CASES = ("testdata7", "testdata4", "zipf302")
-RULES = ("phase-one", "start-faer", "start")
+RULES = ("phase-one", "start-faer", "start-whole", "start")
 
 
 def _data(case: str):
@@ -62,6 +63,10 @@ def point(case: str, rule: str) -> dict:
         from pramopt.optimize.backends import clarabel_qp
 
         clarabel_qp.KKT_METHOD = "auto"  # Clarabel's own choice: faer
+    if rule == "start-whole":
+        from pramopt.optimize.backends import qp_rows
+
+        qp_rows.SLACK = float("inf")  # every row of every QP from the start
     df, qi = _data(case)
     table = pramopt.frequency_table(df, qi)
     c0, t0 = time.process_time(), time.perf_counter()
@@ -112,7 +117,8 @@ def run(out: Path = RESULTS, quick: bool = False, log=print, repeats: int = 1) -
             "before the start rule); start: refined from the best verified structure that needs "
             "no floor when its diagonal clears a rung of the floor's ladder (above 300 cells); "
             "start-faer: the same with the refinement's QPs factorised by Clarabel's default "
-            "(faer) instead of QDLDL.",
+            "(faer) instead of QDLDL; start-whole: the same with every row of those QPs "
+            "imposed from the start.",
             "cpu_s: the process's CPU seconds of pramopt.design (every thread); wall_s: wall "
             "clock on a shared 2-core machine; stages: seconds per stage of the design.",
             "*_loss, *_changed_values: each candidate's figures as the result reports them.",
