@@ -49,8 +49,16 @@ def data():
 
 @pytest.fixture(scope="module")
 def result(data):
-    r = pramopt.design(data, QI, alpha=ALPHA, household="hid")
-    assert r.success
+    """The household design with one person matrix shared by every household cell (the person
+    part per household cell switched off: where its refinement ends lower, auto mode picks it, and
+    the tests of that structure use ``conditional`` below)."""
+    from pramopt.households import designer
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(designer, "solve_person_by_household", lambda *a, **k: None)
+        r = pramopt.design(data, QI, alpha=ALPHA, household="hid")
+    assert r.success and r.details["person_structure"] != "by-household"
+    assert r.person_matrix.shape == (r.layout.person_table.n_cells,) * 2
     return r
 
 
