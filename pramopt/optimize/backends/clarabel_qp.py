@@ -101,13 +101,14 @@ def solve_qp(
     A = sp.csr_matrix(P.A)
     # the rows the first QP imposes; the others are checked at its solution (see qp_rows)
     kept = first_rows(P, center)
+    whole = Rows(np.ones_like(kept.rows), np.ones_like(kept.cols), kept.defining, nx)
     for rounds in range(ROUNDS + 1):
         if rounds == ROUNDS:
-            kept = Rows(np.ones_like(kept.rows), np.ones_like(kept.cols), kept.defining, nx)
+            kept = whole
         out = _solve_kept(clarabel, P, A, c, col_lo, col_hi, hdiag, kept, tol, scale, pairs, center)
-        if out.x is None or kept.whole:
+        if kept.whole:
             break
-        more = violated(P, kept, out.x)
+        more = whole if out.x is None else violated(P, kept, out.x)  # a failed part: the whole
         if more is None:
             break
         kept = more
