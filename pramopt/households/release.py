@@ -17,7 +17,7 @@ from .._validation import ROW_SUM_TOL
 from ..errors import DesignMismatchError, InvalidParameterError
 from ..frequency.table import FrequencyTable, cell_index, check_qi, count_rows, record_codes
 from ..publish.file_release import FileRelease, release_in_memory
-from ..publish.frame import check_same_table
+from ..publish.frame import check_same_table, released_column
 from ..publish.sampling import Sampler, UniformStream, seed_entropy
 from .model import household_codes, person_index
 from .result import HouseholdDesign
@@ -129,14 +129,7 @@ def release_households(df: pd.DataFrame, result: HouseholdDesign, seed=None) -> 
     parts = [(lay.household_table, lay.hpos, new_h), (lay.person_table, lay.ppos, new_p)]
     for sub, _pos, new in parts:
         for j, q in enumerate(sub.qi):
-            vals = pd.Series(
-                np.asarray(sub.categories[j].take(sub.codes[new, j]), dtype=object), index=df.index
-            )
-            try:  # keep the column's dtype
-                vals = vals.astype(df[q].dtype)
-            except (TypeError, ValueError):
-                pass
-            out[q] = vals
+            out[q] = released_column(df, q, sub.categories[j], sub.codes[new, j])
     return out
 
 

@@ -17,7 +17,7 @@ from .._validation import ROW_SUM_TOL
 from ..errors import DesignMismatchError, InvalidParameterError
 from ..frequency.table import FrequencyTable, check_qi, count_rows, record_codes
 from ..publish.file_release import FileRelease, release_in_memory
-from ..publish.frame import check_same_table
+from ..publish.frame import check_same_table, released_column
 from ..publish.sampling import Sampler, UniformStream, seed_entropy
 from .result import PerVariableDesign
 
@@ -132,14 +132,7 @@ def release_per_variable(df: pd.DataFrame, result: PerVariableDesign, seed=None)
         for s, mats in enumerate(sets):  # each record with its stratum's matrix
             at = np.flatnonzero(rec_strata == s)
             new[at] = Sampler(mats[v]).draw(codes[at, v], u[at])
-        vals = pd.Series(
-            np.asarray(table.categories[v].take(new), dtype=object), index=df.index, name=q
-        )
-        try:  # keep the column's dtype
-            vals = vals.astype(df[q].dtype)
-        except (TypeError, ValueError):
-            pass
-        out[q] = vals
+        out[q] = released_column(df, q, table.categories[v], new)
     return out
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "check_same_table",
     "record_cells",
     "release_frame",
+    "released_column",
     "distinct_examples",
     "full_c1_check",
 ]
@@ -193,15 +194,18 @@ def release_frame(
     new = sampler.draw(cells, uniforms(offset, offset + len(df)))
     out = df.copy()
     for j, q in enumerate(table.qi):
-        vals = pd.Series(
-            np.asarray(table.categories[j].take(table.codes[new, j]), dtype=object), index=df.index
-        )
-        try:  # keep the column's dtype (categorical, integer, float with NaN, string)
-            vals = vals.astype(df[q].dtype)
-        except (TypeError, ValueError):
-            pass
-        out[q] = vals
+        out[q] = released_column(df, q, table.categories[j], table.codes[new, j])
     return out
+
+
+def released_column(df: pd.DataFrame, q: str, categories, codes) -> pd.Series:
+    """Column ``q`` of a released frame: the categories at ``codes``, on ``df``'s index, in the
+    dtype of ``df[q]`` where the values allow it (categorical, integer, float with NaN, string)."""
+    vals = pd.Series(np.asarray(categories.take(codes), dtype=object), index=df.index)
+    try:
+        return vals.astype(df[q].dtype)
+    except (TypeError, ValueError):
+        return vals
 
 
 def release(
