@@ -394,8 +394,8 @@ def test_qp_with_rows_left_out_at_first_is_the_whole_qp(example, monkeypatch):
     real = qp_rows.violated
     rounds: list = []
 
-    def spy(program, kept, z):
-        out = real(program, kept, z)
+    def spy(program, kept, z, A):
+        out = real(program, kept, z, A)
         rounds.append(out is not None)
         return out
 
@@ -411,12 +411,12 @@ def test_qp_with_rows_left_out_at_first_is_the_whole_qp(example, monkeypatch):
         cost = rng.normal(size=x.size)
         rounds.clear()
         monkeypatch.setattr(qp_rows, "SLACK", 1e-9)  # every row with any slack left out at first
-        first = qp_rows.first_rows(prog, x)
+        first = qp_rows.first_rows(prog, x, sp.csr_matrix(prog.A))
         assert not first.whole and not first.cols.all()  # denominators left out with their rows
         lazy = solve_qp(prog, cost, flat, *box, center=x)
     assert len(rounds) >= 2 and not rounds[-1]  # rows added, then none violated
     monkeypatch.setattr(qp_rows, "SLACK", np.inf)  # every row from the start
-    assert qp_rows.first_rows(prog, x).whole
+    assert qp_rows.first_rows(prog, x, sp.csr_matrix(prog.A)).whole
     whole = solve_qp(prog, cost, flat, *box, center=x)
     assert lazy.objective == pytest.approx(whole.objective, rel=1e-7, abs=1e-9)
     np.testing.assert_allclose(lazy.x, whole.x, atol=1e-5)

@@ -100,7 +100,7 @@ def solve_qp(
     col_lo[:nx], col_hi[:nx] = lo, hi
     A = sp.csr_matrix(P.A)
     # the rows the first QP imposes; the others are checked at its solution (see qp_rows)
-    kept = first_rows(P, center)
+    kept = first_rows(P, center, A)
     whole = Rows(np.ones_like(kept.rows), np.ones_like(kept.cols), kept.defining, nx)
     for rounds in range(ROUNDS + 1):
         if rounds == ROUNDS:
@@ -108,7 +108,7 @@ def solve_qp(
         out = _solve_kept(clarabel, P, A, c, col_lo, col_hi, hdiag, kept, tol, scale, pairs, center)
         if kept.whole:
             break
-        more = whole if out.x is None else violated(P, kept, out.x)  # a failed part: the whole
+        more = whole if out.x is None else violated(P, kept, out.x, A)  # failed: the whole
         if more is None:
             break
         kept = more

@@ -85,9 +85,9 @@ def _slack(A, program, y) -> np.ndarray:
     return s
 
 
-def first_rows(program, center) -> Rows:
-    """The rows and columns of the first QP (all of them without a centre)."""
-    A = sp.csr_matrix(program.A)
+def first_rows(program, center, A: sp.csr_matrix) -> Rows:
+    """The rows and columns of the first QP (all of them without a centre); ``A`` is the
+    program's matrix in CSR form."""
     nx = program.n_x
     m, n = A.shape
     defining = _defining_rows(A, program, nx)
@@ -122,10 +122,9 @@ def _closed(A: sp.csr_matrix, r: Rows) -> Rows:
     return Rows(rows, cols, r.defining, nx, r.need)
 
 
-def violated(program, r: Rows, x) -> Rows | None:
+def violated(program, r: Rows, x, A: sp.csr_matrix) -> Rows | None:
     """The rows after a solution ``x`` of the QP over ``r``: ``r`` with the violated rows left out
-    added (and what they need), or None when none is violated."""
-    A = sp.csr_matrix(program.A)
+    added (and what they need), or None when none is violated; ``A`` as for :func:`first_rows`."""
     y = _values(A, program, np.asarray(x, dtype=float), r.defining)
     late = ~r.rows & ~(_slack(A, program, y) >= 0)
     is_def = np.zeros(A.shape[0], bool)

@@ -254,7 +254,7 @@ def _qp_step(lp, x, g, Bs, lo, hi, pairs):
 def _along_step(x, f, xn, lin, quad, curved: bool, sigma: float, loss, clean_fn):
     """The point taken along the step from ``x`` to ``xn``, the decrease its model predicts and the
     curvature model's new scale.  Returns ``((x, f), predicted, sigma)``."""
-    fn = _value(loss, xn)
+    fn = loss.value(xn)
     d = xn - x
     pred = lin - quad
     # Curvature along the step: the quadratic through f(0) = f, f'(0) = -lin and f(1) = fn.
@@ -269,15 +269,10 @@ def _along_step(x, f, xn, lin, quad, curved: bool, sigma: float, loss, clean_fn)
     if np.isfinite(f) and curv > 0 and lin / (2 * curv) < 0.9:
         a = max(lin / (2 * curv), 0.05)
         xa = clean_fn(x + a * d)
-        fa = _value(loss, xa)
+        fa = loss.value(xa)
         if np.isfinite(fa) and (not np.isfinite(fn) or fa < fn):
             return (xa, fa), a * lin - a * a * quad, sigma
     return (xn, fn), pred, sigma
-
-
-def _value(loss, x) -> float:
-    """The loss at ``x`` alone (without its gradient where the evaluator can)."""
-    return float(loss.value(x))
 
 
 class _Remembered:
