@@ -75,6 +75,7 @@ def point(name: str) -> dict:
     rss_design = max_rss_mb()
     outputs = _outputs(res, df) if res.success else {}  # nothing to release without a design
     lb = res.details.get("expected_changes_lower_bound")
+    at_floor = res.details.get("expected_changes_lower_bound_at_floor")
     floor_lb = red.get("floor_changes_bound")
     linear = red.get("linear_changes")
     return dict(
@@ -97,6 +98,9 @@ def point(name: str) -> dict:
         changes_lower_bound=lb,
         bound_combinations=res.details.get("lower_bound_combinations"),
         changes_over_bound=(res.expected_changes / lb) if lb else None,
+        bound_floor=res.details.get("bound_floor"),
+        changes_bound_at_floor=at_floor,
+        changes_over_floor_bound=(res.expected_changes / at_floor) if at_floor else None,
         variables_per_changed_record=res.details.get("changed_variables", {}).get("mean"),
         linear_changes=linear,
         floor_changes_bound=floor_lb,
@@ -177,6 +181,10 @@ def run(
         "changes_lower_bound: no design meeting C1 changes fewer records in expectation (the flow relaxation over "
         "the rows of bound_combinations of the combinations, see pramopt.optimize.relaxation); changes_over_bound: "
         "the design's expected changes over it (1 would be proven optimal in changes).",
+        "bound_floor: the design's smallest diagonal entry, rounded down to 4 decimals; changes_bound_at_floor: "
+        "no design meeting C1 with every diagonal entry >= bound_floor changes fewer records (the same "
+        "relaxation with every out_k <= (1 - bound_floor) U0(k)); changes_over_floor_bound: the design's "
+        "expected changes over it.",
         "-d2 points: max_changed_variables=2.  variables_per_changed_record: the identifying values a changed "
         "record has altered, in expectation.  linear_changes: the general design's expected changes at the end of "
         "its linear stage (fewest changes); floor_changes_bound: the proven lower bound on the expected changes of "

@@ -249,8 +249,11 @@ class DesignResult:
         rows that bound kept: fewer than all on large tables, a weaker bound), ``loss_lower_bound``
         (no general, replacement or block design meeting C1 with the same options has a smaller
         exact L2 loss: ``expected_changes_lower_bound / n**2``, see
-        :func:`pramopt.optimize.relaxation.loss_bound`) and ``tried`` (the loss of every structure
-        made: the spread of the designer's starts).
+        :func:`pramopt.optimize.relaxation.loss_bound`), the same two bounds over the designs
+        that keep every diagonal entry at least ``bound_floor`` (this design's smallest, rounded
+        down; present where it is above ``min_diagonal``):
+        ``expected_changes_lower_bound_at_floor`` and ``loss_lower_bound_at_floor``, and
+        ``tried`` (the loss of every structure made: the spread of the designer's starts).
     table : FrequencyTable
         The cells and counts the design was made for (a read-only copy).
     form : ReplacementForm or None
@@ -389,6 +392,17 @@ class DesignResult:
             return ""
         return f", from the rows of {used} of {len(self.combinations)} combinations"
 
+    def _at_floor_line(self, key: str, kind: str) -> list[str]:
+        """The bound over the designs that keep at least this design's smallest diagonal entry
+        (``details[key]``, ``details["bound_floor"]``), on a line of its own."""
+        value, floor = self.details.get(key), self.details.get("bound_floor")
+        if value is None or floor is None:
+            return []
+        return [
+            f"{'':21}(every {kind}design meeting C1 with all P_mm >= {floor:g}, as this one: "
+            f">= {value:.4g}{self._bound_rows()})"
+        ]
+
     def _floor_bound_line(self) -> list[str]:
         red = self.reduction
         if red is None or red.floor_changes_bound is None or red.linear_changes is None:
@@ -439,6 +453,7 @@ class DesignResult:
                 if self.details.get("loss_lower_bound") is not None
                 else ""
             ),
+            *self._at_floor_line("loss_lower_bound_at_floor", "general, replacement or block "),
             f"  expected changes = {self.expected_changes:.4g} of {self.n} records"
             + (
                 f"  (every design meeting C1: >= {self.details['expected_changes_lower_bound']:.4g}"
@@ -447,6 +462,7 @@ class DesignResult:
                 if self.details.get("expected_changes_lower_bound") is not None
                 else ""
             ),
+            *self._at_floor_line("expected_changes_lower_bound_at_floor", ""),
             *self._floor_bound_line(),
             *self._tried_line(),
             f"  min diagonal     = {self.min_diagonal:.6g}"

@@ -156,6 +156,30 @@ def test_changes_bound_is_below_the_full_c1_optimum_and_every_design(seed):
     assert res.expected_changes >= lb
 
 
+@pytest.mark.parametrize("seed", [0, 2])
+def test_changes_bound_at_the_designs_own_floor_is_below_the_full_c1_optimum_at_that_floor(seed):
+    # The bound reported for the designs that keep every diagonal entry at least as high as the
+    # design's own smallest must lie below the dense full-C1 minimum with every P_mm >= that floor
+    # (one LP over all K x K entries), above the bound for any floor, and below the design.
+    df = _random_data(seed, n=250, levels=(3, 3, 2, 3))
+    qi = list(df.columns)
+    pb = _problem(df, qi)
+    res = pramopt.design(df, qi, alpha=0.1)
+    assert res.success
+    t = res.details["bound_floor"]
+    assert t <= res.min_diagonal < t + 1e-4  # the design's smallest diagonal, rounded down
+    K = pb.K
+    lo = np.zeros(K * K)
+    lo[np.arange(K) * (K + 1)] = t
+    best = min_changes(pb.table, 0.1, lo=lo)
+    at = res.details["expected_changes_lower_bound_at_floor"]
+    lb = res.details["expected_changes_lower_bound"]
+    assert at <= best + 1e-6 and at <= res.expected_changes + 1e-6
+    assert at > lb + 1.0  # the floor makes it tighter on these cases
+    assert res.details["loss_lower_bound_at_floor"] == pytest.approx(at / pb.n**2)
+    assert f"all P_mm >= {t:g}, as this one: >= {at:.4g}" in res.summary()
+
+
 def test_changes_bound_over_some_combinations_is_their_own_optimum_and_below_the_full_one(
     monkeypatch,
 ):

@@ -40,6 +40,8 @@ __all__ = [
     "explain_max_changed",
     "optimality_bounds",
     "CHANGES_BOUND_MAX_ROWS",
+    "own_floor",
+    "FLOOR_DECIMALS",
 ]
 
 #: What every infeasible design is told to try.
@@ -78,17 +80,46 @@ def optimality_bounds(problem: DesignProblem, trace: Trace, c) -> dict:
             if lb is None
             else f"every design changes >= {lb:.4g} records in expectation{of}"
         )
-    return {
+    # the loss bound holds where P^-1 has a diagonal >= 1 (see loss_bound): the replacement
+    # structures by their form, a general design by strict diagonal dominance
+    inverse_ok = c.name != "general" or c.P.diagonal().min() > 0.5
+    out = {
         "expected_changes_lower_bound": lb,
         "lower_bound_combinations": len(used),
-        # the bound holds where P^-1 has a diagonal >= 1 (see loss_bound): the replacement
-        # structures by their form, a general design by strict diagonal dominance
-        "loss_lower_bound": (
-            loss_bound(lb, problem.counts)
-            if c.name != "general" or c.P.diagonal().min() > 0.5
-            else None
-        ),
+        "loss_lower_bound": loss_bound(lb, problem.counts) if inverse_ok else None,
     }
+    floor = own_floor(c.P)
+    if lb is not None and floor > (problem.params.min_diagonal or 0.0):
+        with trace.stage("changes bound at floor") as info:
+            # the same relaxation with every out_k <= (1 - floor) U0(k): its minimum bounds the
+            # changes of every design keeping at least this design's smallest diagonal entry
+            at = changes_bound(problem, floor, combinations=used)
+            info["detail"] = (
+                "unknown"
+                if at is None
+                else f"every design with all P_mm >= {floor:g} changes >= {at:.4g} records{of}"
+            )
+        if at is not None:
+            out["bound_floor"] = floor
+            out["expected_changes_lower_bound_at_floor"] = max(at, lb)
+            out["loss_lower_bound_at_floor"] = (
+                loss_bound(max(at, lb), problem.counts) if inverse_ok else None
+            )
+    return out
+
+
+#: :func:`own_floor` rounds a design's smallest diagonal entry down to this many decimals.
+FLOOR_DECIMALS = 4
+
+
+def own_floor(P) -> float:
+    """The design's smallest diagonal entry rounded down to :data:`FLOOR_DECIMALS` decimals: the
+    floor of the class the design belongs to (every P_mm at least this), stated as written."""
+    low = float(np.min(P.diagonal())) if P.shape[0] else 0.0
+    if not np.isfinite(low) or low <= 0.0:
+        return 0.0
+    scale = 10.0**FLOOR_DECIMALS
+    return float(np.floor(low * scale * (1.0 - 1e-12)) / scale)
 
 
 def check_structure(problem: DesignProblem) -> None:

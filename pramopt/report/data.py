@@ -150,6 +150,14 @@ def from_result(result, title: str = "pramopt design") -> ReportData:
         figures["lower bound on the loss"] = d["loss_lower_bound"]
     if d.get("expected_changes_lower_bound") is not None:
         figures["lower bound on the expected changes"] = d["expected_changes_lower_bound"]
+    if d.get("expected_changes_lower_bound_at_floor") is not None:
+        # over the designs that keep every diagonal entry at least as high as this one's
+        at = f"all P_mm ≥ {d['bound_floor']:g}"
+        figures[f"lower bound on the expected changes, {at}"] = d[
+            "expected_changes_lower_bound_at_floor"
+        ]
+        if d.get("loss_lower_bound_at_floor") is not None:
+            figures[f"lower bound on the loss, {at}"] = d["loss_lower_bound_at_floor"]
     figures.update(changed_variables_figures(result))
     if d.get("epsilon_target") is not None or d.get("k_target") is not None:
         # a design under ε-DP and/or Pk-anonymity (Ikarashi et al.): the exact measures and the
