@@ -378,3 +378,57 @@ def test_floor_bound_proves_no_general_design_before_any_search(monkeypatch):
     assert res.status is pramopt.Status.INFEASIBLE, res.message
     assert "the flow relaxation of C1 bounds every diagonal floor by" in res.message
     assert not any(s.name.startswith(("linear", "flows@")) for s in res.stages)
+
+
+def test_without_d_the_sparse_path_keeps_near_transitions_and_bounds_the_whole_class(
+    monkeypatch,
+):
+    # Without max_changed_variables the census-scale path makes the general design over the
+    # transitions within NEAR_CHANGED variables (here 1, where the fewest changes of that class,
+    # 47.11, lie above those of every design, 40.98, both by dense LPs): the design must pass the
+    # full C1 check, keep every transition within one variable (from the codes), reach the fewest
+    # changes of its class, and report the bound of the whole class, which the restricted class's
+    # own bound (above the whole optimum) would not be.
+    monkeypatch.setattr(GS, "PHASE_ONE_MAX_CELLS", 0)
+    monkeypatch.setattr(GS, "NEAR_CHANGED", 1)
+    df, qi = _table(0)
+    t = frequency_table(df, qi)
+    res = pramopt.design(t, alpha=0.1, structure="general", refine_loss=False)
+    assert res.success, res.message
+    P = sp.csr_matrix(res.matrix)
+    assert (
+        brute_force_max_risk(P.toarray(), df, qi, list(itertools.combinations(range(4), 3))) <= 0.1
+    )
+    coo = P.tocoo()
+    off = (coo.row != coo.col) & (coo.data > 0)
+    assert (_hamming(t.codes)[coo.row[off], coo.col[off]] <= 1).all()
+    near = _min_changes_within(t, 0.1, 1, 0.51)
+    every = _min_changes_within(t, 0.1, 4, 0.51)
+    assert every < near - 1.0
+    assert near * (1 - 1e-6) <= res.expected_changes <= near * (1 + 2e-3)
+    lb = res.reduction.floor_changes_bound
+    assert every * (1 - 2e-3) <= lb <= every * (1 + 1e-9)
+    assert "change at most 1 identifying variables" in res.message
+
+
+def test_without_d_auto_mode_turns_to_other_structures_when_near_transitions_allow_none(
+    monkeypatch,
+):
+    # Where no design within NEAR_CHANGED variables meets C1 at the floor (a dense LP says so
+    # here for one variable) but designs that change more do, the census-scale general design
+    # proves nothing about the whole class: auto mode says so and returns a verified design of
+    # another structure.
+    monkeypatch.setattr(GS, "PHASE_ONE_MAX_CELLS", 0)
+    monkeypatch.setattr(GS, "NEAR_CHANGED", 1)
+    import pramopt.optimize.strategies.general_start as S
+
+    monkeypatch.setattr(S, "PHASE_ONE_MAX_CELLS", 0)
+    df, qi = _table(4)
+    t = frequency_table(df, qi)
+    assert not _dense_feasible(t, 0.1, 1, 0.51) and _dense_feasible(t, 0.1, 4, 0.51)
+    res = pramopt.design(t, alpha=0.1)
+    assert res.success and res.reduction.structure != "general"
+    assert "none was found there" in res.message
+    assert "may exist" in res.message
+    P = res.to_dense()
+    assert brute_force_max_risk(P, df, qi, list(itertools.combinations(range(4), 3))) <= 0.1

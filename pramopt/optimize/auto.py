@@ -2,22 +2,23 @@
 
 The counting bound and the flow relaxation say in seconds whether a general design (every
 diagonal entry >= 0.51) can exist; it is made only then, and only up to
-``GENERAL_AUTO_MAX_CELLS`` cells -- at any size under ``max_changed_variables``, which the
-structures that need no floor cannot honour across a pool.  Beside it (with ``refine_loss``)
-and where there is none, the structures that need no floor are made: the replacement design
-always, the block design up to ``BLOCKS_AUTO_MAX_CELLS`` cells and ``BLOCKS_AUTO_MAX_ROWS``
-rows of the reduced C1 (and, where there is no general design, whenever no replacement design is
-found); the uniform design only
-when none of those is found.  On the package example, testdata and rare-heavy tables the better
-of the replacement and block designs comes within 1.3% of the general design's loss in a
-fraction of its time.  Above ``START_MIN_CELLS`` cells (without ``max_changed_variables``)
-they are made first, and where the best of them keeps every diagonal entry above a rung of the
+``GENERAL_SCALE_AUTO_MAX_CELLS`` cells (above ``GENERAL_AUTO_MAX_CELLS``, over the transitions
+that change at most two identifying variables) -- at any size under ``max_changed_variables``,
+which the structures that need no floor cannot honour across a pool.  Beside it (with
+``refine_loss``) and where there is none, the structures that need no floor are made: the
+replacement design always, the block design up to ``BLOCKS_AUTO_MAX_CELLS`` cells and
+``BLOCKS_AUTO_MAX_ROWS`` rows of the reduced C1 (and, where there is no general design, whenever
+no replacement design is found); the uniform design only when none of those is found.  On the
+package example, testdata and rare-heavy tables the better of the replacement and block designs
+comes within 1.3% of the general design's loss in a fraction of its time.  From
+``START_MIN_CELLS`` to ``GENERAL_AUTO_MAX_CELLS`` cells (without ``max_changed_variables``) they
+are made first, and where the best of them keeps every diagonal entry above a rung of the
 floor's ladder it is itself a general design at that floor: the general design is then refined
 from it (:mod:`.strategies.general_start`), without phase one and the linear stage, and its loss
-is never above that start's.  Every candidate is verified, and the smallest objective wins -- unless
-another candidate's objective is within ``COMPARABLE_OBJECTIVE`` of it while its records change
-at most ``FEWER_CHANGED_VALUES`` as many identifying values (:func:`pick`): then the one of those
-that changes the fewest.  Every candidate's loss, objective, expected changes and variables
+is never above that start's.  Every candidate is verified, and the smallest objective wins --
+unless another candidate's objective is within ``COMPARABLE_OBJECTIVE`` of it while its records
+change at most ``FEWER_CHANGED_VALUES`` as many identifying values (:func:`pick`): then the one of
+those that changes the fewest.  Every candidate's loss, objective, expected changes and variables
 changed per changed record are reported (``details["candidates"]``).
 
 The retries are here too: the solver works at alpha * (1 - margin) so that its feasibility
@@ -46,6 +47,7 @@ __all__ = [
     "Candidate",
     "margins",
     "GENERAL_AUTO_MAX_CELLS",
+    "GENERAL_SCALE_AUTO_MAX_CELLS",
     "BLOCKS_AUTO_MAX_CELLS",
     "BLOCKS_AUTO_MAX_ROWS",
     "MARGIN_FLOOR",
@@ -55,10 +57,15 @@ __all__ = [
     "pick",
 ]
 
-#: Above this many cells auto mode tries only the replacement and block designs: on large tables
-#: the replacement design is much faster and no worse in loss, and the general design's phase one
-#: alone becomes slow on rare-heavy data.
+#: Up to this many cells auto mode makes the general design with phase one (and, above
+#: ``START_MIN_CELLS``, from the replacement or block design); above it, at census scale, over
+#: the transitions that change at most two identifying variables
+#: (:mod:`.strategies.general_scale`) ...
 GENERAL_AUTO_MAX_CELLS = 600
+#: ... up to this many cells: beyond, the census-scale general design takes longer than the
+#: 10 minutes auto mode allows it on 2 cores (benchmarks/README.md, section 7), and auto mode
+#: makes only the structures that need no floor.
+GENERAL_SCALE_AUTO_MAX_CELLS = 10_000
 
 #: Above this many cells auto mode makes a block design only when no replacement design is found:
 #: on large rare-heavy tables the block design is much slower and loses to the replacement design.
@@ -140,8 +147,8 @@ class AutoPolicy:
         if not self.general.admits(problem, found=False):
             return (
                 f"With {problem.K} cells (more than {self.general.max_cells}), auto mode makes "
-                "the structures found in seconds and skips the general design, which takes many "
-                "minutes at this size (structure='general' asks for it)."
+                "the structures found in minutes and skips the general design, which takes "
+                "longer at this size (structure='general' asks for it)."
             )
         return None
 
@@ -152,7 +159,7 @@ class AutoPolicy:
 
 
 AUTO = AutoPolicy(
-    general=Rule("general", max_cells=GENERAL_AUTO_MAX_CELLS),
+    general=Rule("general", max_cells=GENERAL_SCALE_AUTO_MAX_CELLS),
     beside=(Rule("replacement"), Rule("blocks", BLOCKS_AUTO_MAX_CELLS, BLOCKS_AUTO_MAX_ROWS)),
     without=(
         Rule("replacement"),

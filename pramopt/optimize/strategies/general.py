@@ -154,6 +154,11 @@ class ColumnGeneration:
         scanning K x K candidates.
     mode : str, optional
         The initial support (default: the ``support`` parameter's choice).
+    floor_bound : float, optional
+        A proven lower bound on the linear stage's optimum known beforehand.
+    own_bounds : bool
+        Raise ``floor_bound`` by each round's Lagrangian bound (False where the design must
+        be judged against a wider class than its permitted transitions).
     """
 
     def __init__(
@@ -169,6 +174,7 @@ class ColumnGeneration:
         pairs: tuple | None = None,
         mode: str | None = None,
         floor_bound: float | None = None,
+        own_bounds: bool = True,
     ):
         p = problem.params
         self.elastic, self.pairs = elastic, pairs
@@ -215,6 +221,7 @@ class ColumnGeneration:
         # (a bound known beforehand, from the flow relaxation, is kept unless a round's is higher)
         self.linear_changes: float | None = None
         self.floor_bound = floor_bound
+        self.own_bounds = own_bounds
         self._caps: np.ndarray | None = None
 
     # -- shared pieces ------------------------------------------------------------------------
@@ -397,8 +404,10 @@ class ColumnGeneration:
         relaxation.  ``BOUND_RTOL`` n more is taken off for the solver's tolerances.
         """
         p = self.problem.params
-        if p.change_weights or out.objective is None:
-            return  # the objective is not the expected changes
+        if p.change_weights or out.objective is None or not self.own_bounds:
+            # the objective is not the expected changes, or the bound must hold for designs
+            # beyond this program's permitted transitions
+            return
         n = float(self.counts.sum())
         y_n = np.abs(np.asarray(duals.N, dtype=float))
         rows = next(c for c in program.constraints if c.name == "c1")

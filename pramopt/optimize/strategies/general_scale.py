@@ -13,6 +13,11 @@ rows add every C1 row the full check finds violated; column generation prices, u
 ``max_changed_variables``, only the permitted transitions (listed once, never K x K of anything);
 the refinement of the exact loss then runs as at any size.
 
+Without ``max_changed_variables`` the permitted transitions are all K x K, too many to price
+at this size: the design is then made over those that change at most :data:`NEAR_CHANGED`
+variables (a design of the unrestricted class, and one an office can publish), and its linear
+stage is judged against the flow relaxation's bound with every transition allowed.
+
 If a row keeps a slack when nothing is left to add, no design was found on this path (the
 attempt is UNPROVEN: the penalty is not proven exact); whether one can exist is the diagnosis's
 to say (:func:`pramopt.optimize.diagnosis.distance_rules_out`).
@@ -35,10 +40,16 @@ __all__ = [
     "PHASE_ONE_MAX_CELLS",
     "PAIRS_LIMIT",
     "SEEDS_PER_CELL",
+    "NEAR_CHANGED",
 ]
 
 #: Permitted transitions listed for pricing at most (beyond, pricing scans K x K candidates).
 PAIRS_LIMIT = 30_000_000
+#: Without ``max_changed_variables`` the general design at census scale uses the transitions that
+#: change at most this many identifying variables: pricing every K x K candidate took longer than
+#: 25 minutes on the 4-key census sample, and the flow relaxation's fewest changes at the floor
+#: 0.51 there is the same with every transition allowed as with these (benchmarks/README.md).
+NEAR_CHANGED = 2
 #: Seeds of the first support: each cell's largest permitted senders and, for a rare cell, its
 #: largest permitted receivers.
 SEEDS_PER_CELL = 4
@@ -97,7 +108,77 @@ def _no_flows(problem: DesignProblem, gamma: float, floor: float, pairs, flows) 
 def solve_at_scale(
     problem: DesignProblem, level: float, trace: Trace, floor: float, g_low: float
 ) -> Attempt:
-    """The general design at floor ``g_low`` (the lowest the user allows), sparse throughout."""
+    """The general design at floor ``g_low`` (the lowest the user allows), sparse throughout;
+    without ``max_changed_variables``, over the transitions that change at most
+    :data:`NEAR_CHANGED` variables (:func:`_near`)."""
+    if problem.max_changed is None:
+        near = dataclasses.replace(
+            problem,
+            params=dataclasses.replace(problem.params, max_changed_variables=NEAR_CHANGED),
+            _pairs={},
+        )
+        if near.max_changed is not None:
+            return _near(problem, near, level, trace, floor, g_low)
+    return _at_scale(problem, level, trace, floor, g_low)
+
+
+def _near(
+    problem: DesignProblem,
+    near: DesignProblem,
+    level: float,
+    trace: Trace,
+    floor: float,
+    g_low: float,
+) -> Attempt:
+    """The general design of ``problem`` (no ``max_changed_variables``) made over the
+    transitions of ``near`` (the same problem with at most :data:`NEAR_CHANGED` changed
+    variables): a design of the whole class, whose linear stage is judged against the bound of
+    the whole class (the flow relaxation at the floor, every transition allowed); the bounds of
+    the restricted class do not hold for designs that change more variables."""
+    from ..relaxation import changes_bound
+
+    low = max(g_low, floor)
+    whole = None
+    if not problem.params.change_weights:  # (otherwise the linear stage's cost is not changes)
+        with trace.stage(f"changes bound, any transition@{low:g}") as info:
+            whole = changes_bound(problem, low)
+            info["detail"] = (
+                "unknown"
+                if whole is None
+                else f"every design with all P_mm >= {low:g} changes >= {whole:.5g}"
+            )
+    att = _at_scale(near, level, trace, floor, g_low, whole=(whole,))
+    if att.status in (AttemptStatus.INFEASIBLE, AttemptStatus.UNPROVEN):
+        # proven at most for the restricted class: not a proof for the whole one
+        why = (
+            "At this size the general design uses the transitions that change at most "
+            f"{NEAR_CHANGED} identifying variables, and none was found there: {att.detail} "
+            "A general design that changes more variables may exist (structure='general' with "
+            "max_changed_variables tries another number)."
+        )
+        return Attempt(AttemptStatus.UNPROVEN, gamma=g_low, auto_reason=why, detail=why)
+    if not att.ok:
+        return att
+    why = (
+        f"Diagonal floor gamma = {g_low:g}: with {problem.K} cells the general design starts "
+        "sparse at the lowest floor allowed (no search for the largest floor), over the "
+        f"transitions that change at most {NEAR_CHANGED} identifying variables "
+        "(max_changed_variables sets another number)."
+    )
+    return dataclasses.replace(att, describe=why)
+
+
+def _at_scale(
+    problem: DesignProblem,
+    level: float,
+    trace: Trace,
+    floor: float,
+    g_low: float,
+    whole: tuple | None = None,
+) -> Attempt:
+    """The general design at floor ``g_low`` over the permitted transitions; ``whole``: the
+    design stands for a wider class (:func:`_near`), whose bound ``whole[0]`` replaces the
+    restricted class's (the flows' and the linear stage's own)."""
     from .general import solve_general
 
     pairs = None
@@ -109,7 +190,7 @@ def solve_at_scale(
             info["detail"] = (
                 f"more than {PAIRS_LIMIT:,}: pricing scans every candidate"
                 if pairs is None
-                else f"{pairs[0].size:,} within max_changed_variables = {problem.max_changed}"
+                else f"{pairs[0].size:,} that change at most {problem.max_changed} variables"
             )
     low = max(g_low, floor)
     bound = None
@@ -123,6 +204,8 @@ def solve_at_scale(
             # (with change_weights the linear stage minimises another cost: no fewest changes
             # to set a bound beside)
             bound = None if problem.params.change_weights else flows.bound
+    if whole is not None:
+        bound = whole[0]
     att = solve_general(
         problem,
         g_low,
@@ -134,6 +217,7 @@ def solve_at_scale(
         pairs=pairs,
         mode=mode,
         floor_bound=bound,
+        own_bounds=whole is None,
     )
     if att.status is AttemptStatus.OK:
         why = (

@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from ..problem import DesignProblem, Trace
+from ..problem import PHASE_ONE_MAX_CELLS, DesignProblem, Trace
 from ..support import Support
 from . import Attempt, AttemptStatus
 from .general import REFINE_MAX_ADD, ColumnGeneration, _reduction
@@ -56,8 +56,14 @@ def start_for(problem: DesignProblem, found: list, score) -> tuple:
     """The verified candidate of ``found`` (each a :class:`~..auto.Candidate`) to refine the
     general design from, and its rung: the one of smallest ``score`` among those whose diagonal
     clears a rung of the ladder; ``(None, None)`` when auto mode makes the general design as
-    usual (at most ``START_MIN_CELLS`` cells, ``max_changed_variables``, no such candidate)."""
-    if problem.K <= START_MIN_CELLS or problem.max_changed is not None:
+    usual (at most ``START_MIN_CELLS`` or more than ``PHASE_ONE_MAX_CELLS`` cells, where the
+    general design is made sparse over near transitions, ``max_changed_variables``, no such
+    candidate)."""
+    if (
+        problem.K <= START_MIN_CELLS
+        or problem.K > PHASE_ONE_MAX_CELLS
+        or problem.max_changed is not None
+    ):
         return None, None
     usable = [(c, start_rung(problem, c.P)) for c in found]
     usable = [(c, g) for c, g in usable if g is not None]
