@@ -25,6 +25,9 @@ POINTS = {
     "census-4k-20000-d2": (4, 20_000),
     "census-5k-20000": (5, 20_000),
     "census-5k-20000-d2": (5, 20_000),
+    # twice the records: a general design (every diagonal entry >= 0.51) exists on 5 keys
+    "census-5k-40000": (5, 40_000),
+    "census-5k-40000-d2": (5, 40_000),
     "register-4000": (None, 4_000),
     "census-6k-100000": (6, 100_000),
     "census-6k-100000-d2": (6, 100_000),

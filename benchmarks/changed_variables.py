@@ -134,6 +134,12 @@ CENSUS_POINTS = (
 )
 
 
+def census_points(keys: int) -> tuple:
+    """:data:`CENSUS_POINTS` for ``keys`` keys: d from 1 to all of them."""
+    extra = tuple((d, None, "general") for d in range(5, keys + 1))
+    return CENSUS_POINTS + extra
+
+
 def census_point(keys: int, n: int, d, weights, structure: str) -> dict:
     """One point of the frontier on the census sample: the design and its figures."""
     import pramopt
@@ -164,6 +170,7 @@ def census_point(keys: int, n: int, d, weights, structure: str) -> dict:
         "linear_changes": getattr(red, "linear_changes", None),
         "floor_changes_bound": getattr(red, "floor_changes_bound", None),
         "changes_lower_bound": res.details.get("expected_changes_lower_bound"),
+        "changes_bound_at_floor": res.details.get("expected_changes_lower_bound_at_floor"),
         "loss_lower_bound": res.details.get("loss_lower_bound"),
         "smallest_feasible_d": res.details.get("smallest_max_changed_variables"),
         "time_s": secs,
@@ -178,7 +185,7 @@ def run_census(
     keys: int = 4,
     n: int = 20_000,
     log=print,
-    points=CENSUS_POINTS,
+    points=None,
     timeout: float = 1200.0,
 ):
     """The frontier over d on data shaped like a census: one design per point, each in a fresh
@@ -190,7 +197,7 @@ def run_census(
 
     rows = []
     frame = pd.DataFrame()
-    for d, weights, structure in points:
+    for d, weights, structure in points or census_points(keys):
         arg = json.dumps([keys, n, d, weights, structure])
         r = run_child(["benchmarks.changed_variables", "--census-point", arg], timeout)
         r.setdefault("max_changed_variables", "none" if d is None else d)
@@ -198,7 +205,7 @@ def run_census(
         r.setdefault("structure", structure)
         rows.append(r)
         log(f"census {keys} keys d={d} weights={weights}: {r.get('status')}")
-        frame = _census_table(rows, out, keys)  # after every point: the slow ones come last
+        frame = _census_table(rows, out, keys, n)  # after every point: the slow ones come last
     return frame
 
 
@@ -212,22 +219,29 @@ def main(argv=None):
     print(json.dumps(census_point(*json.loads(a.census_point)), default=float))
 
 
-def _census_table(rows, out: Path, keys: int = 4) -> pd.DataFrame:
+def _census_table(rows, out: Path, keys: int = 4, n: int = 20_000) -> pd.DataFrame:
     frame = pd.DataFrame(rows)
     write_table(
         frame,
         out,
-        "changed_variables_census" + ("" if keys == 4 else str(keys)),
+        "changed_variables_census"
+        + ("" if keys == 4 else str(keys))
+        + ("" if n == 20_000 else f"_{n}"),
         f"Changed variables per changed record on the census sample (alpha = {ALPHA})",
         notes=[
             "Data: benchmarks/census_data.py, seed 0, the first keys of age, sex, region, marital "
             "(, education).",
-            "max_changed_variables none: auto mode (above 600 cells without d: the replacement "
-            "design); 1-4: the general design (4 = any transition), census-scale path.",
+            "max_changed_variables none: auto mode (up to 10,000 cells the general design, made "
+            "over the transitions within 2 changed variables, beside the replacement and block "
+            "designs); 1 to the number of keys: the general design, census-scale path (d = the "
+            "number of keys: any transition allowed, the design made within 2 variables and "
+            "judged against the bound with every transition).",
             "mean_vars_changed: expected identifying values altered per changed record.",
             "linear_changes: expected changes at the end of the general design's linear stage "
             "(fewest changes at its floor); floor_changes_bound: proven lower bound on the "
             "expected changes of every design meeting C1 with every P_mm >= 0.51 and the same d; "
+            "changes_bound_at_floor: the same for every P_mm >= the design's smallest diagonal "
+            "entry, any transition; "
             "changes_lower_bound: the design's reported bound (every design meeting C1, any "
             "floor, rows of bound_combinations); loss_lower_bound: changes_lower_bound / n^2.",
             "smallest_feasible_d: for an infeasible point, the smallest max_changed_variables the "

@@ -3,6 +3,7 @@ the permitted transitions), checked on small tables against independent computat
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -430,5 +431,34 @@ def test_without_d_auto_mode_turns_to_other_structures_when_near_transitions_all
     assert res.success and res.reduction.structure != "general"
     assert "none was found there" in res.message
     assert "may exist" in res.message
+    P = res.to_dense()
+    assert brute_force_max_risk(P, df, qi, list(itertools.combinations(range(4), 3))) <= 0.1
+
+
+@pytest.mark.parametrize("seed,exists", [(3, False), (0, True)])
+def test_auto_mode_above_its_size_says_whether_a_general_design_can_exist(
+    seed, exists, monkeypatch
+):
+    # Above the size up to which auto mode makes the general design, it asks the flow
+    # relaxation first: where no design with every P_mm >= 0.51 meets C1 (a dense LP over all
+    # K x K entries says so here for seed 3) the summary says so, and where one exists (seed 0)
+    # it says that one may; either way a verified design of another structure is returned.
+    import pramopt.optimize.auto as A
+    import pramopt.optimize.designer as D
+
+    monkeypatch.setattr(A, "GENERAL_AUTO_MAX_CELLS", 10)
+    monkeypatch.setattr(D, "AUTO", dataclasses.replace(A.AUTO, general=A.Rule("general", 20)))
+    df = zipf_data(n=150, seed=seed, levels=[3, 3, 3, 2], exponent=1.0)
+    qi = ["z1", "z2", "z3", "z4"]
+    t = frequency_table(df, qi)
+    assert t.n_cells > 20
+    assert _dense_feasible(t, 0.1, 4, 0.51) is exists
+    res = pramopt.design(t, alpha=0.1)
+    assert res.success and res.reduction.structure != "general"
+    assert any(s.name == "floor bound" for s in res.stages)
+    if exists:
+        assert "one may exist: the flow relaxation allows floors up to" in res.message
+    else:
+        assert "the flow relaxation of C1 bounds every diagonal floor by" in res.message
     P = res.to_dense()
     assert brute_force_max_risk(P, df, qi, list(itertools.combinations(range(4), 3))) <= 0.1

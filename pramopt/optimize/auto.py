@@ -48,6 +48,7 @@ __all__ = [
     "margins",
     "GENERAL_AUTO_MAX_CELLS",
     "GENERAL_SCALE_AUTO_MAX_CELLS",
+    "FLOOR_PROOF_MAX_CELLS",
     "BLOCKS_AUTO_MAX_CELLS",
     "BLOCKS_AUTO_MAX_ROWS",
     "MARGIN_FLOOR",
@@ -66,6 +67,10 @@ GENERAL_AUTO_MAX_CELLS = 600
 #: 10 minutes auto mode allows it on 2 cores (benchmarks/README.md, section 7), and auto mode
 #: makes only the structures that need no floor.
 GENERAL_SCALE_AUTO_MAX_CELLS = 10_000
+#: Up to this many cells (without ``max_changed_variables``) auto mode asks the flow relaxation
+#: whether a general design can exist before it skips one for its size, so that the summary says
+#: which (seconds up to here; minutes at 22,670 cells).
+FLOOR_PROOF_MAX_CELLS = 12_000
 
 #: Above this many cells auto mode makes a block design only when no replacement design is found:
 #: on large rare-heavy tables the block design is much slower and loses to the replacement design.
@@ -130,10 +135,16 @@ class AutoPolicy:
     without: tuple
     last_resort: tuple
 
-    def skips_general(self, problem: DesignProblem) -> str | None:
+    def skips_general(self, problem: DesignProblem, relax: float | None = None) -> str | None:
         """Why auto mode makes no general design on ``problem`` before trying one (None: it tries):
-        the counting bound rules out every floor above 1/2, or the table is too large."""
+        the counting bound or the flow relaxation's bound on every floor (``relax``, when known)
+        rules out every floor above 1/2, or the table is too large."""
         g_low = max(GAMMA_LADDER[-1], problem.params.min_diagonal or 0.0)
+        if relax is not None and relax < g_low - 1e-6:  # (the relaxation's own tolerance)
+            return (
+                f"No design with every diagonal entry >= {g_low:g} satisfies C1: the flow "
+                f"relaxation of C1 bounds every diagonal floor by {relax:.4g}."
+            )
         bound = floor_upper_bound(problem.table, problem.groups, problem.alpha)
         if bound < g_low:
             return (
@@ -145,10 +156,15 @@ class AutoPolicy:
             # cells: under max_changed_variables the general design is the one that honours it
             return None
         if not self.general.admits(problem, found=False):
+            may = (
+                ""
+                if relax is None
+                else f" (one may exist: the flow relaxation allows floors up to {relax:.4g})"
+            )
             return (
                 f"With {problem.K} cells (more than {self.general.max_cells}), auto mode makes "
                 "the structures found in minutes and skips the general design, which takes "
-                "longer at this size (structure='general' asks for it)."
+                f"longer at this size{may} (structure='general' asks for it)."
             )
         return None
 

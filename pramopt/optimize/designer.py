@@ -285,8 +285,21 @@ class _Designer:
             return self.alone(p.structure, f"{strategy(p.structure).label} structure requested.")
         # every structure honours every option (the floor, strata, kept cells, invariance), so
         # auto mode may always turn to the structures that need no floor above 1/2
-        skip = AUTO.skips_general(pb) if p.structure == "auto" else None
+        skip = AUTO.skips_general(pb, self._floor_bound()) if p.structure == "auto" else None
         return self.without_general(skip) if skip else self.general(p.structure == "auto")
+
+    def _floor_bound(self) -> float | None:
+        """Above the cells of the general design with phase one and up to
+        ``FLOOR_PROOF_MAX_CELLS`` (without ``max_changed_variables``): the flow relaxation's bound
+        on every floor, once per design (the general design's own stage then reuses it)."""
+        from .auto import FLOOR_PROOF_MAX_CELLS, GENERAL_AUTO_MAX_CELLS
+        from .strategies.checks import once
+        from .strategies.phase_one import floor_bound_stage
+
+        pb = self.problem
+        if not GENERAL_AUTO_MAX_CELLS < pb.K <= FLOOR_PROOF_MAX_CELLS or pb.max_changed is not None:
+            return None
+        return once(self.trace, "floor bound", lambda: floor_bound_stage(pb, self.trace))
 
     def general(self, auto: bool) -> DesignResult:
         """The general design at each margin until one passes the check; in auto mode beside
