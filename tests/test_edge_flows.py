@@ -132,3 +132,86 @@ def test_the_diagnosis_answers_each_d_as_the_dense_relaxation_does():
     assert [_dense_relaxation(t, 0.1, d, 0.51) is not None for d in (1, 2)] == [False, True]
     why, smallest = distance_rules_out(_problem(t, 0.1, 1), 0.51)
     assert smallest == 2, why
+
+
+@pytest.mark.parametrize("seed,d", [(4, 2), (5, 3), (2, 1)])
+def test_routed_flows_are_permitted_and_their_bound_is_below_the_dense_optimum(seed, d):
+    # The relaxation without flows, routed by a maximum flow: every routed transition is within
+    # d variables (from the codes), each cell sends at most its share, and the bound lies below
+    # the dense relaxation with a flow per permitted transition; where every record is routed
+    # the flows are an optimum of that program (their total equals it).
+    df, qi = _table(seed)
+    t = frequency_table(df, qi)
+    problem = _problem(t, 0.1, d)
+    pairs = problem.allowed_pairs(10**9)
+    best = _dense_relaxation(t, 0.1, d, 0.51)
+    assert best is not None
+    f = EF.routed_flows(problem, 0.51, pairs)
+    assert f is not None and f.status == "ok"
+    assert (_hamming(t.codes)[f.rows, f.cols] <= d).all() and (f.flows > 0).all()
+    sent = np.bincount(f.rows, weights=f.flows, minlength=t.n_cells)
+    assert (sent <= (1 - 0.51) * t.counts + 1e-6).all()
+    assert f.bound <= best * (1 + 1e-9)
+    assert f.flows.sum() <= f.changes * (1 + 1e-6)
+    if f.routed >= 1 - EF.ROUTE_SLACK:
+        assert f.flows.sum() == pytest.approx(best, rel=1e-5)
+        assert f.bound == pytest.approx(best, rel=1e-5)
+
+
+@pytest.mark.parametrize("edge_program", [True, False])
+def test_flows_not_all_routed_fall_back_or_seed_the_linear_stage(edge_program, monkeypatch):
+    # Where the maximum flow routes only part of the relaxation's records (forced here), the
+    # design runs the program with a flow per permitted transition (its bound: the dense
+    # optimum), or, above EDGE_FLOWS_MAX_PAIRS transitions, starts the linear stage from the
+    # routed part with the relaxation's own bound (below the dense optimum); either way the
+    # design passes the full C1 check and keeps every transition within d (from the codes).
+    import dataclasses
+
+    import scipy.sparse as sp
+    from test_census_scale import _min_changes_within
+    from test_design import brute_force_max_risk
+
+    import pramopt
+    import pramopt.optimize.strategies.general_scale as GS
+
+    monkeypatch.setattr(GS, "PHASE_ONE_MAX_CELLS", 0)
+    real = GS.routed_flows
+    monkeypatch.setattr(GS, "routed_flows", lambda *a: dataclasses.replace(real(*a), routed=0.5))
+    if not edge_program:
+        monkeypatch.setattr(GS, "EDGE_FLOWS_MAX_PAIRS", 0)
+    df, qi = _table(4)
+    t = frequency_table(df, qi)
+    res = pramopt.design(
+        t, alpha=0.1, structure="general", max_changed_variables=2, refine_loss=False
+    )
+    assert res.success, res.message
+    detail = next(s.detail for s in res.stages if s.name.startswith("flows@"))
+    assert ("pricing rounds" in detail) is edge_program
+    assert ("50.00% of the relaxation's records routed" in detail) is not edge_program
+    best = _dense_relaxation(t, 0.1, 2, 0.51)
+    lb = res.reduction.floor_changes_bound
+    assert lb <= _min_changes_within(t, 0.1, 2, 0.51) * (1 + 1e-9)
+    assert lb >= best * (1 - 1e-5)  # the linear stage's own bound at least the relaxation's
+    P = sp.csr_matrix(res.matrix)
+    assert (
+        brute_force_max_risk(P.toarray(), df, qi, list(itertools.combinations(range(4), 3))) <= 0.1
+    )
+    coo = P.tocoo()
+    off = (coo.row != coo.col) & (coo.data > 0)
+    assert (_hamming(t.codes)[coo.row[off], coo.col[off]] <= 2).all()
+
+
+@pytest.mark.parametrize("seed", [2, 4])
+def test_floor_bound_by_bisection_brackets_the_dense_relaxations_largest_floor(seed, monkeypatch):
+    # Above BISECT_ABOVE cells the floor bound comes from programs with t fixed: it must lie at
+    # most BISECT_TOL above the largest floor of the relaxation written out densely (every
+    # transition permitted), and never below it.
+    import pramopt.optimize.relaxation as R
+
+    df, qi = _table(seed)
+    t = frequency_table(df, qi)
+    problem = _problem(t, 0.1, 4)
+    top = _dense_relaxation(t, 0.1, 4, None)
+    monkeypatch.setattr(R, "BISECT_ABOVE", 0)
+    got = R.floor_bound(problem, edge_limit=0)
+    assert top - 1e-7 <= got <= top + R.BISECT_TOL

@@ -30,7 +30,7 @@ from .backends import LPResult, Outcome, solve_lp
 from .problem import DesignProblem
 from .relaxation import _FlowProgram
 
-__all__ = ["EdgeFlows", "edge_flows", "allows_floor", "smallest_per_key"]
+__all__ = ["EdgeFlows", "edge_flows", "routed_flows", "allows_floor", "smallest_per_key"]
 
 #: :func:`edge_flows` starts from each cell's this many largest permitted senders and receivers,
 #: adds up to this many of the most negatively priced transitions of each cell per round, and
@@ -50,6 +50,11 @@ NEXT_SOLVER = "simplex"
 #: Whether :func:`edge_flows` starts with phase one (else with the changes and penalised
 #: slacks from the first round, proving infeasibility by a bound above n).
 PHASE_ONE = True
+#: :func:`routed_flows` scales the records sent out to this many integer units in all (a
+#: maximum flow needs integer capacities, here 32-bit ones) and calls the optimum routed when
+#: the flow misses at most ROUTE_SLACK of them (the rounding of each capacity).
+ROUTE_UNITS = 1 << 30
+ROUTE_SLACK = 1e-6
 #: A C1 row's slack below this counts as none (the rows are of order 1; the floor relaxation's
 #: own tolerance, diagnosis.RELAXATION_TOL, is the same).
 SLACK_TOL = 1e-6
@@ -79,6 +84,9 @@ class EdgeFlows:
     rounds: int = 0
     seconds: tuple[float, ...] = ()
     no_solution: bool = False
+    #: the share of the records sent out that travel along permitted transitions (below 1 only
+    #: for :func:`routed_flows`, whose optimum may not be routable)
+    routed: float = 1.0
 
 
 class _Restricted:
@@ -285,6 +293,63 @@ def _result(prog, x, bound, changes, rounds, secs, no_solution=False) -> EdgeFlo
         rounds=rounds,
         seconds=tuple(secs),
         no_solution=no_solution,
+    )
+
+
+def routed_flows(problem: DesignProblem, floor: float, pairs) -> EdgeFlows | None:
+    """The flow relaxation's fewest changes without the transitions' flows (seconds), routed
+    along the permitted transitions ``pairs`` by a maximum flow; None when its solver fails.
+
+    Every design meeting C1 with every diagonal entry >= ``floor`` is a point of the relaxation
+    without flows, so its optimum bounds their changes whatever the transitions; when the
+    records each cell sends out and receives at that optimum can travel along permitted
+    transitions alone, those flows are an optimum of the program with a flow per permitted
+    transition too (whose minimum lies between the two), found without its rounds.  The
+    capacities are the optimum's records scaled to integers (a maximum flow needs them): the
+    routed flows are seeds, and the bound is the relaxation's own.  ``routed`` is the share of
+    the records sent out that the maximum flow carries: below 1 (less ``ROUTE_SLACK``), the flows
+    are only part of a solution, and the bound, still valid, may lie below the program's with a
+    flow per permitted transition.
+    """
+    from scipy.sparse.csgraph import maximum_flow
+
+    from .relaxation import flow_relaxation
+
+    sol = flow_relaxation(problem, objective="changes", t_min=floor, edge_limit=0)
+    if sol.status != "ok" or sol.out is None or sol.inflow is None:
+        return None
+    out, inflow = sol.out, sol.inflow
+    total = float(out.sum())
+    K = problem.K
+    if total <= 0.0:
+        empty = np.zeros(0, dtype=np.int64)
+        return EdgeFlows("ok", changes=0.0, bound=0.0, rows=empty, cols=empty)
+    pr, pc = (np.asarray(a, dtype=np.int64) for a in pairs)
+    scale = ROUTE_UNITS / total
+    cap_out = np.floor(out * scale).astype(np.int64)
+    cap_in = np.floor(inflow * scale).astype(np.int64)
+    keep = (cap_out[pr] > 0) & (cap_in[pc] > 0)
+    pr, pc = pr[keep], pc[keep]
+    send, recv = np.flatnonzero(cap_out), np.flatnonzero(cap_in)
+    src, sink = 2 * K, 2 * K + 1
+    rows = np.concatenate([np.full(send.size, src), pr, K + recv])
+    cols = np.concatenate([send, K + pc, np.full(recv.size, sink)])
+    caps = np.concatenate([cap_out[send], np.minimum(cap_out[pr], cap_in[pc]), cap_in[recv]])
+    graph = sp.csr_array((caps.astype(np.int32), (rows, cols)), shape=(2 * K + 2, 2 * K + 2))
+    res = maximum_flow(graph, src, sink)
+    need = max(1, min(int(cap_out.sum()), int(cap_in.sum())))
+    f = sp.csr_array(res.flow)[:K, K : 2 * K].tocoo()
+    carry = f.data > 0
+    bound = max(0.0, total * (1 - 1e-7) - 1e-6)  # the solver's tolerance, as changes_bound
+    return EdgeFlows(
+        "ok",
+        changes=total,
+        bound=bound,
+        rows=np.asarray(f.row[carry], dtype=np.int64),
+        cols=np.asarray(f.col[carry], dtype=np.int64),
+        flows=f.data[carry] / scale,
+        rounds=0,
+        routed=min(1.0, res.flow_value / need),
     )
 
 

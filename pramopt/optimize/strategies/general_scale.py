@@ -29,7 +29,7 @@ import dataclasses
 
 import numpy as np
 
-from ..edge_flows import EdgeFlows, edge_flows, smallest_per_key
+from ..edge_flows import ROUTE_SLACK, EdgeFlows, edge_flows, routed_flows, smallest_per_key
 from ..problem import PHASE_ONE_MAX_CELLS, DesignProblem, Trace
 from ..support import Support
 from . import Attempt, AttemptStatus
@@ -41,6 +41,7 @@ __all__ = [
     "PAIRS_LIMIT",
     "SEEDS_PER_CELL",
     "NEAR_CHANGED",
+    "EDGE_FLOWS_MAX_PAIRS",
 ]
 
 #: Permitted transitions listed for pricing at most (beyond, pricing scans K x K candidates).
@@ -50,6 +51,10 @@ PAIRS_LIMIT = 30_000_000
 #: 25 minutes on the 4-key census sample, and the flow relaxation's fewest changes at the floor
 #: 0.51 there is the same with every transition allowed as with these (benchmarks/README.md).
 NEAR_CHANGED = 2
+#: Above this many permitted transitions, where the flow relaxation's optimum does not travel
+#: along them alone, the program with a flow per transition is left out (its rounds took
+#: longer than 28 minutes over the 9.8 million of the 6-key census sample with d = 2).
+EDGE_FLOWS_MAX_PAIRS = 5_000_000
 #: Seeds of the first support: each cell's largest permitted senders and, for a rare cell, its
 #: largest permitted receivers.
 SEEDS_PER_CELL = 4
@@ -72,9 +77,34 @@ def seeds(problem: DesignProblem, pairs, per_cell: int = SEEDS_PER_CELL) -> Supp
 def _relaxed_flows(problem: DesignProblem, floor: float, pairs, trace: Trace) -> EdgeFlows:
     """The flow relaxation's fewest changes over the permitted transitions (its flows seed the
     support: they already meet every C1 denominator, and the exact rows differ from them only
-    by each rare cell's own transitions within its groups)."""
+    by each rare cell's own transitions within its groups).
+
+    First the relaxation without the transitions' flows, routed by a maximum flow
+    (:func:`~pramopt.optimize.edge_flows.routed_flows`, seconds); where its optimum does not
+    travel along permitted transitions alone, the program with a flow per permitted transition
+    by column generation (:func:`~pramopt.optimize.edge_flows.edge_flows`, minutes), from the
+    routed flows, up to :data:`EDGE_FLOWS_MAX_PAIRS` transitions; beyond, the routed part seeds
+    the linear stage and the bound is the relaxation's without flows (still a bound).
+    """
     with trace.stage(f"flows@{floor:g}") as info:
-        flows = edge_flows(problem, floor, pairs)
+        routed = routed_flows(problem, floor, pairs)
+        if routed is not None and routed.routed >= 1.0 - ROUTE_SLACK:
+            info["detail"] = (
+                f"the relaxation's optimum routed along the permitted transitions (maximum "
+                f"flow): {routed.rows.size:,} transitions carry records, changes >= "
+                f"{routed.bound:.5g}"
+            )
+            return routed
+        if routed is not None and pairs[0].size > EDGE_FLOWS_MAX_PAIRS:
+            info["detail"] = (
+                f"{routed.routed:.2%} of the relaxation's records routed along the permitted "
+                f"transitions: {routed.rows.size:,} transitions carry records, changes >= "
+                f"{routed.bound:.5g} (no program with a flow per transition above "
+                f"{EDGE_FLOWS_MAX_PAIRS:,} of them)"
+            )
+            return routed
+        start = None if routed is None else _pair_index(problem, pairs, routed.rows, routed.cols)
+        flows = edge_flows(problem, floor, pairs, seeds=start)
         if flows.status != "ok":
             info["detail"] = flows.status
         elif flows.no_solution:
@@ -86,6 +116,17 @@ def _relaxed_flows(problem: DesignProblem, floor: float, pairs, trace: Trace) ->
                 f"({flows.rounds} pricing rounds)"
             )
     return flows
+
+
+def _pair_index(problem: DesignProblem, pairs, rows, cols) -> np.ndarray:
+    """Positions in ``pairs`` (ordered by row then column) of the transitions ``rows, cols``
+    (each one of them), with each cell's largest permitted senders and receivers."""
+    from ..edge_flows import EDGE_SEEDS, _edge_seeds
+
+    pr, pc = (np.asarray(a, dtype=np.int64) for a in pairs)
+    key = pr * problem.K + pc
+    pos = np.searchsorted(key, np.asarray(rows, dtype=np.int64) * problem.K + cols)
+    return np.union1d(pos, _edge_seeds(problem.counts, pr, pc, EDGE_SEEDS))
 
 
 def _no_flows(problem: DesignProblem, gamma: float, floor: float, pairs, flows) -> Attempt:
