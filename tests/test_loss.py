@@ -157,6 +157,17 @@ def test_singular_matrix_has_infinite_loss():
 # Section 3 of Cator et al. (l2_loss / l2_loss_and_grad), an independent computation.
 
 
+@pytest.fixture(params=["dense", "sparse"])
+def block(request, monkeypatch):
+    """SparseL2 with the receivers' block dense, or sparse (pramopt.optimize.objectives.l2_sparse)
+    whatever its size: both must give the dense inverse's numbers."""
+    if request.param == "sparse":
+        import pramopt.optimize.objectives.l2_sparse as L2S
+
+        monkeypatch.setattr(L2S, "SPARSE_RECEIVERS", -1)
+    return request.param
+
+
 def receiver_design(K, r, rng, p_send=0.6, max_targets=3):
     """Random sparse row-stochastic P: diagonal in [0.3, 1] plus entries in r receiver columns.
 
@@ -209,7 +220,7 @@ def assert_matches_dense(P, counts, rng, n_pairs=200, n_cols=7):
 @pytest.mark.parametrize(
     "K,r,seed", [(5, 2, 0), (12, 1, 1), (12, 4, 2), (60, 6, 3), (120, 30, 4), (300, 20, 5)]
 )
-def test_sparse_loss_and_gradient_match_dense_inverse(K, r, seed):
+def test_sparse_loss_and_gradient_match_dense_inverse(K, r, seed, block):
     rng = np.random.default_rng(seed)
     P = receiver_design(K, r, rng)
     counts = rng.integers(0, 40, K).astype(float)
@@ -218,7 +229,7 @@ def test_sparse_loss_and_gradient_match_dense_inverse(K, r, seed):
     assert set(s.receivers) <= set(range(K)) and len(s.receivers) <= r
 
 
-def test_sparse_all_columns_receivers_dense_matrix():
+def test_sparse_all_columns_receivers_dense_matrix(block):
     # R = every column: Woodbury degenerates to the dense inverse of P[R, R] = P.
     rng = np.random.default_rng(11)
     K = 40
@@ -230,7 +241,7 @@ def test_sparse_all_columns_receivers_dense_matrix():
     assert SparseL2(P, counts).loss == s.loss  # a dense array is accepted too
 
 
-def test_sparse_diagonal_matrices():
+def test_sparse_diagonal_matrices(block):
     # r = 0.  P = I: l2 = sum_l U0_l / n^2 - 1/n = 0 exactly.  A general diagonal P:
     # Q = diag(1/d), w = U0 * d, so l2 = sum_l U0_l / d_l / n^2 - 1/n.
     rng = np.random.default_rng(2)
@@ -244,7 +255,7 @@ def test_sparse_diagonal_matrices():
     assert_matches_dense(sp.csr_matrix(sp.diags(d)), counts, rng)
 
 
-def test_sparse_gradient_matches_finite_differences():
+def test_sparse_gradient_matches_finite_differences(block):
     # Central differences of the sparse loss itself, at pairs in the support (diagonal of a
     # receiver and of a non-receiver, an entry into a receiver) and outside it (an entry into
     # a non-receiver column, which changes the receiver set of the perturbed matrix).
@@ -273,7 +284,7 @@ def test_sparse_gradient_matches_finite_differences():
         assert ga == pytest.approx(fd, rel=1e-5)
 
 
-def test_sparse_singular_matrices_have_infinite_loss():
+def test_sparse_singular_matrices_have_infinite_loss(block):
     counts = np.array([3.0, 4.0, 5.0, 6.0])
     # a zero column: cell 1 sends everything to the receiver 0 and nobody releases cell 1
     P0 = np.array([[1.0, 0, 0, 0], [1.0, 0, 0, 0], [0, 0, 1.0, 0], [0, 0, 0.5, 0.5]])

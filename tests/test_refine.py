@@ -33,7 +33,7 @@ def _sparse_design(K=30, seed=1):
     return P, rng.integers(1, 50, K).astype(float)
 
 
-def test_hessian_diagonal_matches_second_differences():
+def test_hessian_diagonal_matches_second_differences(monkeypatch):
     P, counts = _sparse_design()
     rows, cols = np.nonzero(P)
     h = l2_hessian_diagonal(P, counts, rows, cols)
@@ -43,7 +43,13 @@ def test_hessian_diagonal_matches_second_differences():
         E[rows[a], cols[a]] = eps
         fd = (l2_loss(P + E, counts) - 2 * l2_loss(P, counts) + l2_loss(P - E, counts)) / eps**2
         assert fd == pytest.approx(h[a], rel=1e-3)
-    # the sparse (Woodbury) path gives the same numbers as the dense inverse
+    # the sparse (Woodbury) path gives the same numbers as the dense inverse, with the receivers'
+    # block dense or sparse
+    import pramopt.optimize.objectives.l2_sparse as L2S
+
+    hs = l2_hessian_diagonal(sp.csr_matrix(P), counts, rows, cols)
+    np.testing.assert_allclose(hs, h, rtol=1e-10, atol=1e-12 * np.abs(h).max())
+    monkeypatch.setattr(L2S, "SPARSE_RECEIVERS", -1)
     hs = l2_hessian_diagonal(sp.csr_matrix(P), counts, rows, cols)
     np.testing.assert_allclose(hs, h, rtol=1e-10, atol=1e-12 * np.abs(h).max())
 

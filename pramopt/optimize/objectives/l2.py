@@ -16,6 +16,7 @@ import scipy.linalg as sla
 import scipy.sparse as sp
 
 from ...loss import as_dense, l2_loss
+from . import l2_sparse
 
 
 def l2_loss_and_grad(P, counts) -> tuple[float, np.ndarray]:
@@ -157,6 +158,7 @@ class SparseL2:
         R = np.flatnonzero(inR)
         r = R.size
         self.receivers = R
+        self._sparse = False
         self.singular = True
         self.loss = float("inf")
         self._H: np.ndarray | None = None
@@ -177,6 +179,13 @@ class SparseL2:
         act = np.concatenate([R, senders])
         idx = np.full(K, act.size, dtype=np.intp)  # inactive cells -> a zero sentinel row
         idx[act] = np.arange(act.size)
+        self._sparse = r > l2_sparse.SPARSE_RECEIVERS
+        if self._sparse:
+            QRs = l2_sparse.inverse_rows(PcR, R, senders, Dn, rcond)
+            if QRs is None:
+                return
+            self._finish(P, counts, act, idx, Dn, QRs, QRs[:-1].multiply(QRs[:-1]).sum(axis=1))
+            return
         if r:
             PRR = PcR[R].toarray()
             with warnings.catch_warnings():  # exact singularity is caught by dgecon below
@@ -194,13 +203,17 @@ class SparseL2:
             QR = np.zeros((1, 0))
         QR[-1] = 0.0
         del PcR
+        self._finish(P, counts, act, idx, Dn, QR, np.einsum("ij,ij->i", QR[:-1], QR[:-1]))
+
+    def _finish(self, P, counts, act, idx, Dn, QRx, norms) -> None:
+        """Keep the factorisation (``QRx``: the active rows of ``QR`` and a zero row, dense or
+        sparse) and value the loss (``norms``: the squared norms of those active rows)."""
         self._act, self._idx, self._Dn = act, idx, Dn
-        self._QRx = QR
-        QR = QR[:-1]
+        self._QRx = QRx
         w = np.asarray(P.T @ counts).ravel()
         self._w = w
         rr = Dn**2
-        rr[act] += np.einsum("ij,ij->i", QR, QR)
+        rr[act] += np.asarray(norms).ravel()
         self._r = rr
         self.loss = float((rr @ w) / self.n**2 - 1.0 / self.n)
         self.singular = False
@@ -210,6 +223,10 @@ class SparseL2:
         """Raise if singular; on first use form ``H`` and the active rows of ``A`` (+ zero row)."""
         if self.singular:
             raise np.linalg.LinAlgError("P is singular: the L2 loss is infinite")
+        if self._H is None and self._sparse:
+            r = self.receivers.size
+            wa, s = self._w[self._act], self._act[r:]
+            self._H, self._Ax = l2_sparse.products(self._QRx, wa, self._Dn[s], r)
         if self._H is None:
             r = self.receivers.size
             QR = self._QRx[:-1]
@@ -256,6 +273,9 @@ class SparseL2:
             raise TypeError("rows and cols must be integer arrays")
         if rows.size and (min(rows.min(), cols.min()) < 0 or max(rows.max(), cols.max()) >= self.K):
             raise IndexError("pair index out of range")
+        if self._sparse:
+            T = l2_sparse.pair_terms(self, rows, cols)
+            return ((self._counts[rows] * self._r[cols] - 2.0 * T) / self.n**2).reshape(shape)
         Dn, w, a, r = self._Dn, self._w, self._act.size, self.receivers.size
         idx, QRx, Ax = self._idx, self._QRx, self._Ax
         steps = [(s, min(s + _PAIRS, rows.size)) for s in range(0, rows.size, _PAIRS)]
@@ -315,6 +335,9 @@ class SparseL2:
             raise ValueError("cols must be one-dimensional")
         if cols.size and (cols.min() < 0 or cols.max() >= self.K):
             raise IndexError("column index out of range")
+        if self._sparse:
+            T = l2_sparse.column_terms(self, cols)
+            return (np.outer(self._counts, self._r[cols]) - 2.0 * T) / self.n**2
         K = self.K
         Dn, w = self._Dn, self._w
         Qc = self._QRx[self._idx[cols]]  # len(cols) x r

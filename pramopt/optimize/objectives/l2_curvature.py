@@ -69,10 +69,10 @@ def l2_hessian_diagonal(P, counts, rows, cols, grad=None) -> np.ndarray:
         pos[R] = np.arange(R.size)
         r, w, Dn = s._r, s._w, s._Dn
         c = w * Dn**2
-        c[R] = np.diag(s._H)
+        c[R] = s._H.diagonal()
         qji = np.where(rows == cols, Dn[cols], 0.0)
         inr = pos[rows] >= 0
-        qji[inr] += s._QRx[s._idx[cols[inr]], pos[rows[inr]]]
+        qji[inr] += np.asarray(s._QRx[s._idx[cols[inr]], pos[rows[inr]]]).ravel()
         g = s.grad_at(rows, cols) if grad is None else np.asarray(grad, dtype=float)
         tij = (counts[rows] * r[cols] - n**2 * g) / 2.0
     h = 2.0 * r[cols] * c[rows] - 4.0 * counts[rows] * qji * r[cols] + 4.0 * qji * tij
