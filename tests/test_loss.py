@@ -157,14 +157,16 @@ def test_singular_matrix_has_infinite_loss():
 # Section 3 of Cator et al. (l2_loss / l2_loss_and_grad), an independent computation.
 
 
-@pytest.fixture(params=["dense", "sparse"])
+@pytest.fixture(params=["dense", "sparse", "sparse LU, dense block"])
 def block(request, monkeypatch):
-    """SparseL2 with the receivers' block dense, or sparse (pramopt.optimize.objectives.l2_sparse)
-    whatever its size: both must give the dense inverse's numbers."""
-    if request.param == "sparse":
-        import pramopt.optimize.objectives.l2_sparse as L2S
+    """SparseL2 with the receivers' block dense, sparse (pramopt.optimize.objectives.l2_sparse)
+    whatever its size and density, or from the sparse LU made dense: all must give the dense
+    inverse's numbers."""
+    import pramopt.optimize.objectives.l2_sparse as L2S
 
+    if request.param != "dense":
         monkeypatch.setattr(L2S, "SPARSE_RECEIVERS", -1)
+        monkeypatch.setattr(L2S, "SPARSE_DENSITY", np.inf if request.param == "sparse" else 0.0)
     return request.param
 
 

@@ -50,6 +50,7 @@ def test_hessian_diagonal_matches_second_differences(monkeypatch):
     hs = l2_hessian_diagonal(sp.csr_matrix(P), counts, rows, cols)
     np.testing.assert_allclose(hs, h, rtol=1e-10, atol=1e-12 * np.abs(h).max())
     monkeypatch.setattr(L2S, "SPARSE_RECEIVERS", -1)
+    monkeypatch.setattr(L2S, "SPARSE_DENSITY", np.inf)
     hs = l2_hessian_diagonal(sp.csr_matrix(P), counts, rows, cols)
     np.testing.assert_allclose(hs, h, rtol=1e-10, atol=1e-12 * np.abs(h).max())
 

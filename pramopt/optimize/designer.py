@@ -24,7 +24,7 @@ from .._validation import check_choice
 from ..errors import InvalidParameterError, LargeProblemWarning
 from ..frequency.combinations import resolve_combinations
 from ..frequency.table import FrequencyTable, frequency_table, refuse_string_qi
-from ..loss import l2_loss
+from ..loss import DENSE_MAX, l2_loss
 from ..params import GAMMA_LADDER, DesignParams, parameters_doc, signature
 from ..result import DesignResult, Status
 from ..verified_result import finish
@@ -38,6 +38,7 @@ from .diagnosis import (
     small_stratum,
 )
 from .epsilon_k import check_options, design_epsilon_k
+from .objectives.l2 import SparseL2
 from .problem import DesignProblem, ProgressFn
 from .strategies import AttemptStatus, strategy
 from .strategies.checks import CheckedTrace, check
@@ -440,7 +441,14 @@ class _Designer:
         diagonal raised to ``min_diagonal`` exactly where a solver left it a hair below."""
         P = self._held(att.P)
         exact = P is att.P  # the strategy's closed forms describe its own matrix only
-        loss = att.loss if att.loss is not None and exact else l2_loss(P, self.problem.counts)
+        if att.loss is not None and exact:
+            loss = att.loss
+        elif name == "general" and sp.issparse(P) and P.shape[0] > DENSE_MAX:
+            # few receiver columns: the Woodbury form, where the sparse LU of the whole matrix
+            # took minutes on 22,670 cells (the same number up to rounding)
+            loss = SparseL2(P, self.problem.counts).loss
+        else:
+            loss = l2_loss(P, self.problem.counts)
         return Candidate(
             name,
             P,

@@ -184,7 +184,14 @@ class SparseL2:
             QRs = l2_sparse.inverse_rows(PcR, R, senders, Dn, rcond)
             if QRs is None:
                 return
-            self._finish(P, counts, act, idx, Dn, QRs, QRs[:-1].multiply(QRs[:-1]).sum(axis=1))
+            if QRs.nnz > l2_sparse.SPARSE_DENSITY * QRs.shape[0] * r:
+                self._sparse = False  # too dense for sparse products to pay: the dense block
+                QRd = QRs.toarray()
+                norms = np.einsum("ij,ij->i", QRd[:-1], QRd[:-1])
+                self._finish(P, counts, act, idx, Dn, QRd, norms)
+            else:
+                norms = QRs[:-1].multiply(QRs[:-1]).sum(axis=1)
+                self._finish(P, counts, act, idx, Dn, QRs, norms)
             return
         if r:
             PRR = PcR[R].toarray()

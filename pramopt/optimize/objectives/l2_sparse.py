@@ -19,11 +19,23 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-__all__ = ["SPARSE_RECEIVERS", "inverse_rows", "products", "pair_terms", "column_terms"]
+__all__ = [
+    "SPARSE_RECEIVERS",
+    "SPARSE_DENSITY",
+    "inverse_rows",
+    "products",
+    "pair_terms",
+    "column_terms",
+]
 
 #: :class:`~.l2.SparseL2` keeps the receivers' block sparse above this many receivers (below,
 #: dense BLAS on a small block is faster than sparse products).
 SPARSE_RECEIVERS = 1500
+
+#: ... and while at most this share of the active rows' ``QR`` entries are non-zero: a sparse
+#: product of density d costs about d^2 times the dense one's operations, each some 1,000 times
+#: slower than BLAS's, so beyond a few percent the dense block is faster.
+SPARSE_DENSITY = 0.02
 
 #: Pairs handled at a time by :func:`pair_terms` (rows of two sparse slices of that length).
 _PAIRS = 1 << 16
