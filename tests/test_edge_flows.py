@@ -175,6 +175,7 @@ def test_flows_not_all_routed_fall_back_or_seed_the_linear_stage(edge_program, m
     import pramopt.optimize.strategies.general_scale as GS
 
     monkeypatch.setattr(GS, "PHASE_ONE_MAX_CELLS", 0)
+    monkeypatch.setattr(GS, "EDGE_FLOWS_FIRST", 0)
     real = GS.routed_flows
     monkeypatch.setattr(GS, "routed_flows", lambda *a: dataclasses.replace(real(*a), routed=0.5))
     if not edge_program:

@@ -29,8 +29,9 @@ __all__ = [
 ]
 
 #: :class:`~.l2.SparseL2` keeps the receivers' block sparse above this many receivers (below,
-#: dense BLAS on a small block is faster than sparse products).
-SPARSE_RECEIVERS = 1500
+#: dense BLAS on a small block is faster: with 1,500 the 4-key census design's refinement took
+#: 295 s against 158 s, benchmarks/README.md).
+SPARSE_RECEIVERS = 3000
 
 #: ... and while at most this share of the active rows' ``QR`` entries are non-zero: a sparse
 #: product of density d costs about d^2 times the dense one's operations, each some 1,000 times

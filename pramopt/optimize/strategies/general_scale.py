@@ -42,6 +42,7 @@ __all__ = [
     "SEEDS_PER_CELL",
     "NEAR_CHANGED",
     "EDGE_FLOWS_MAX_PAIRS",
+    "EDGE_FLOWS_FIRST",
 ]
 
 #: Permitted transitions listed for pricing at most (beyond, pricing scans K x K candidates).
@@ -51,6 +52,11 @@ PAIRS_LIMIT = 30_000_000
 #: 25 minutes on the 4-key census sample, and the flow relaxation's fewest changes at the floor
 #: 0.51 there is the same with every transition allowed as with these (benchmarks/README.md).
 NEAR_CHANGED = 2
+#: Up to this many permitted transitions the program with a flow per transition is solved
+#: at once (14-29 s on the 4-key census sample's 1.28 million with d = 2, where the design
+#: refined from its optimum ended at a loss 1.3% below the one refined from the routed flows:
+#: benchmarks/README.md); above, the routed flows come first.
+EDGE_FLOWS_FIRST = 2_000_000
 #: Above this many permitted transitions, where the flow relaxation's optimum does not travel
 #: along them alone, the program with a flow per transition is left out (its rounds took
 #: longer than 28 minutes over the 9.8 million of the 6-key census sample with d = 2).
@@ -79,7 +85,8 @@ def _relaxed_flows(problem: DesignProblem, floor: float, pairs, trace: Trace) ->
     support: they already meet every C1 denominator, and the exact rows differ from them only
     by each rare cell's own transitions within its groups).
 
-    First the relaxation without the transitions' flows, routed by a maximum flow
+    Above :data:`EDGE_FLOWS_FIRST` transitions, first the relaxation without the transitions'
+    flows, routed by a maximum flow
     (:func:`~pramopt.optimize.edge_flows.routed_flows`, seconds); where its optimum does not
     travel along permitted transitions alone, the program with a flow per permitted transition
     by column generation (:func:`~pramopt.optimize.edge_flows.edge_flows`, minutes), from the
@@ -87,7 +94,9 @@ def _relaxed_flows(problem: DesignProblem, floor: float, pairs, trace: Trace) ->
     the linear stage and the bound is the relaxation's without flows (still a bound).
     """
     with trace.stage(f"flows@{floor:g}") as info:
-        routed = routed_flows(problem, floor, pairs)
+        # (up to EDGE_FLOWS_FIRST transitions the column generation takes seconds, and its
+        # optimum led to the smaller loss on the one sample measured)
+        routed = None if pairs[0].size <= EDGE_FLOWS_FIRST else routed_flows(problem, floor, pairs)
         if routed is not None and routed.routed >= 1.0 - ROUTE_SLACK:
             info["detail"] = (
                 f"the relaxation's optimum routed along the permitted transitions (maximum "
