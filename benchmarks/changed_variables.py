@@ -231,7 +231,7 @@ def _census_table(rows, out: Path, keys: int = 4, n: int = 20_000) -> pd.DataFra
         notes=[
             "Data: benchmarks/census_data.py, seed 0, the first keys of age, sex, region, marital "
             "(, education).",
-            "max_changed_variables none: auto mode (up to 10,000 cells the general design, made "
+            "max_changed_variables none: auto mode (up to 5,000 cells the general design, made "
             "over the transitions within 2 changed variables, beside the replacement and block "
             "designs); 1 to the number of keys: the general design, census-scale path (d = the "
             "number of keys: any transition allowed, the design made within 2 variables and "

@@ -64,9 +64,10 @@ __all__ = [
 #: (:mod:`.strategies.general_scale`) ...
 GENERAL_AUTO_MAX_CELLS = 600
 #: ... up to this many cells: beyond, the census-scale general design takes longer than the
-#: 10 minutes auto mode allows it on 2 cores (benchmarks/README.md, section 7), and auto mode
+#: 10 minutes auto mode allows it on 2 cores (2,610 cells: about 3 minutes; 9,206: its
+#: refinement still running after 25 minutes; benchmarks/README.md, section 7), and auto mode
 #: makes only the structures that need no floor.
-GENERAL_SCALE_AUTO_MAX_CELLS = 10_000
+GENERAL_SCALE_AUTO_MAX_CELLS = 5_000
 #: Up to this many cells (without ``max_changed_variables``) auto mode asks the flow relaxation
 #: whether a general design can exist before it skips one for its size, so that the summary says
 #: which (seconds up to here; minutes at 22,670 cells).
