@@ -55,6 +55,17 @@ def _dense_relaxation(t, alpha: float, d: int, floor: float | None):
     return -res.fun if floor is None else res.fun
 
 
+def _case(seed: int, d: int):
+    """The test table of ``seed`` under d: its table, problem, permitted transitions and the
+    dense relaxation's fewest changes at the floor 0.51."""
+    df, qi = _table(seed)
+    t = frequency_table(df, qi)
+    problem = _problem(t, 0.1, d)
+    best = _dense_relaxation(t, 0.1, d, 0.51)
+    assert best is not None
+    return t, problem, problem.allowed_pairs(10**9), best
+
+
 @pytest.mark.parametrize("phase_one", [True, False])
 @pytest.mark.parametrize("seed,d", [(2, 1), (4, 2), (5, 3)])
 def test_column_generation_reaches_the_dense_relaxations_optimum(seed, d, phase_one, monkeypatch):
@@ -62,12 +73,7 @@ def test_column_generation_reaches_the_dense_relaxations_optimum(seed, d, phase_
     # flow at once (written out densely here), with a bound below it and equal to it at the
     # end; the grown model and a fresh program per round must agree, with or without phase one.
     monkeypatch.setattr(EF, "PHASE_ONE", phase_one)
-    df, qi = _table(seed)
-    t = frequency_table(df, qi)
-    problem = _problem(t, 0.1, d)
-    pairs = problem.allowed_pairs(10**9)
-    best = _dense_relaxation(t, 0.1, d, 0.51)
-    assert best is not None
+    t, problem, pairs, best = _case(seed, d)
     seeds = np.arange(min(3, pairs[0].size))
     warm = EF.edge_flows(problem, 0.51, pairs, seeds=seeds)
     cold = EF.edge_flows(problem, 0.51, pairs, seeds=seeds, warm=False)
@@ -140,12 +146,7 @@ def test_routed_flows_are_permitted_and_their_bound_is_below_the_dense_optimum(s
     # d variables (from the codes), each cell sends at most its share, and the bound lies below
     # the dense relaxation with a flow per permitted transition; where every record is routed
     # the flows are an optimum of that program (their total equals it).
-    df, qi = _table(seed)
-    t = frequency_table(df, qi)
-    problem = _problem(t, 0.1, d)
-    pairs = problem.allowed_pairs(10**9)
-    best = _dense_relaxation(t, 0.1, d, 0.51)
-    assert best is not None
+    t, problem, pairs, best = _case(seed, d)
     f = EF.routed_flows(problem, 0.51, pairs)
     assert f is not None and f.status == "ok"
     assert (_hamming(t.codes)[f.rows, f.cols] <= d).all() and (f.flows > 0).all()

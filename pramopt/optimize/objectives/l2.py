@@ -300,11 +300,7 @@ class SparseL2:
             rw, cl = rows[lo:hi], cols[lo:hi]
             ir, ic = idx[rw], idx[cl]
             t = T[lo:hi]
-            p = np.flatnonzero(rw == cl)  # Dn^3 W
-            t[p] = Dn[cl[p]] ** 3 * w[cl[p]]
-            p = np.flatnonzero(ir < r)  # S QR^T W Dn^2: rows in R
-            c = cl[p]
-            t[p] += QRx[ic[p], ir[p]] * (w[c] * Dn[c] ** 2)
+            l2_sparse.diagonal_terms(t, rw, cl, ir, ic, Dn, w, r, QRx)
             p = np.flatnonzero((ir < a) & (ic < a) & (slot[ic] < 0))  # A QR^T, light columns
             dstep = max(1, _CHUNK // max(r, 1))
             for s in range(0, p.size, dstep):

@@ -98,6 +98,17 @@ def products(QRx: sp.csr_matrix, wa, Dn_s, r: int) -> tuple[sp.csr_matrix, sp.cs
     return H, A
 
 
+def diagonal_terms(t, rw, cl, ir, ic, Dn, w, r: int, QRx) -> None:
+    """Add to ``t`` the terms ``Dn^3 W`` and ``S QR^T W Dn^2`` of ``[Q^T W Q Q^T]`` at the pairs
+    ``rw, cl`` (``ir, ic``: their active-row positions), ``QRx`` dense or sparse."""
+    p = np.flatnonzero(rw == cl)  # Dn^3 W
+    t[p] = Dn[cl[p]] ** 3 * w[cl[p]]
+    p = np.flatnonzero(ir < r)  # S QR^T W Dn^2: rows in R
+    if p.size:
+        c = cl[p]
+        t[p] += np.asarray(QRx[ic[p], ir[p]]).ravel() * (w[c] * Dn[c] ** 2)
+
+
 def pair_terms(s, rows, cols) -> np.ndarray:
     """``[Q^T W Q Q^T]`` at the pairs, with ``QR`` and ``A`` sparse (see ``SparseL2.grad_at``)."""
     Dn, w, a, r = s._Dn, s._w, s._act.size, s.receivers.size
@@ -108,12 +119,7 @@ def pair_terms(s, rows, cols) -> np.ndarray:
         rw, cl = rows[lo:hi], cols[lo:hi]
         ir, ic = idx[rw], idx[cl]
         t = T[lo:hi]
-        p = np.flatnonzero(rw == cl)  # Dn^3 W
-        t[p] = Dn[cl[p]] ** 3 * w[cl[p]]
-        p = np.flatnonzero(ir < r)  # S QR^T W Dn^2: rows in R
-        c = cl[p]
-        if p.size:
-            t[p] += np.asarray(QRx[ic[p], ir[p]]).ravel() * (w[c] * Dn[c] ** 2)
+        diagonal_terms(t, rw, cl, ir, ic, Dn, w, r, QRx)
         p = np.flatnonzero((ir < a) & (ic < a))  # A QR^T: both active
         if p.size:
             t[p] += np.asarray(Ax[ir[p]].multiply(QRx[ic[p]]).sum(axis=1)).ravel()
