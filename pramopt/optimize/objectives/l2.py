@@ -89,7 +89,10 @@ class SparseL2:
     rows), then ``O(r)`` per gradient entry (or ``O(a r)`` per column for columns asked for
     by many pairs); memory ``O(a r + nnz(P))`` plus work pieces of a few MB.  No ``K x K``
     array is ever formed; ``QR`` is kept dense (``a x r``), which bounds the sizes this
-    serves to ``a r`` in the tens of millions.
+    serves to ``a r`` in the tens of millions, except above
+    :data:`~.l2_sparse.SPARSE_RECEIVERS` receivers while at most
+    :data:`~.l2_sparse.SPARSE_DENSITY` of it is non-zero: ``M``, ``QR``, ``H`` and ``A`` are then
+    sparse (:mod:`.l2_sparse`), with the same formulas.
 
     Parameters
     ----------
