@@ -38,6 +38,7 @@ from ..params import GAMMA_LADDER
 from ..result import Reduction
 from ..verify import C1Report
 from .constraints.c1 import floor_upper_bound
+from .diagnosis import floor_ruled_out
 from .problem import DesignProblem
 
 __all__ = [
@@ -141,11 +142,9 @@ class AutoPolicy:
         the counting bound or the flow relaxation's bound on every floor (``relax``, when known)
         rules out every floor above 1/2, or the table is too large."""
         g_low = max(GAMMA_LADDER[-1], problem.params.min_diagonal or 0.0)
-        if relax is not None and relax < g_low - 1e-6:  # (the relaxation's own tolerance)
-            return (
-                f"No design with every diagonal entry >= {g_low:g} satisfies C1: the flow "
-                f"relaxation of C1 bounds every diagonal floor by {relax:.4g}."
-            )
+        ruled_out = floor_ruled_out(relax, g_low)
+        if ruled_out is not None:
+            return ruled_out
         bound = floor_upper_bound(problem.table, problem.groups, problem.alpha)
         if bound < g_low:
             return (

@@ -31,6 +31,7 @@ __all__ = [
     "check_structure",
     "ADVICE",
     "RELAXATION_TOL",
+    "floor_ruled_out",
     "invariant_hint",
     "small_stratum",
     "forbidden",
@@ -50,6 +51,17 @@ ADVICE = "Coarsen the identifying variables, use fewer combinations or a larger 
 #: The flow relaxation proves a floor impossible only when its bound is below the floor by
 #: more than this (its solver's feasibility tolerance is 1e-7).
 RELAXATION_TOL = 1e-6
+
+
+def floor_ruled_out(relax: float | None, floor: float) -> str | None:
+    """The sentence that says no design has every diagonal entry >= ``floor`` when the flow
+    relaxation's bound on every floor, ``relax``, lies below it (None: it does not, or unknown)."""
+    if relax is None or relax >= floor - RELAXATION_TOL:
+        return None
+    return (
+        f"No design with every diagonal entry >= {floor:g} satisfies C1: the flow "
+        f"relaxation of C1 bounds every diagonal floor by {relax:.4g}."
+    )
 
 
 #: The expected-changes bound keeps the rows of the reduced C1 of as many combinations as fit in

@@ -24,7 +24,7 @@ from ...result import Reduction
 from ..backends import chain, supports
 from ..constraints.c1 import WorkingSet, membership, protected_groups, reduce_constraints
 from ..constraints.invariance import Invariance
-from ..diagnosis import ADVICE, RELAXATION_TOL, invariant_hint
+from ..diagnosis import ADVICE, floor_ruled_out, invariant_hint
 from ..pricing import Pricer, values_at_pairs
 from ..problem import DesignProblem, Trace
 from ..program import build_program
@@ -502,11 +502,8 @@ def solve(problem: DesignProblem, level: float, trace: Trace) -> Attempt:
     # path prices the flows, and this weaker bound takes seconds)
     flows = not (at_scale and problem.max_changed is not None)
     relax = once(trace, "floor bound", lambda: floor_bound_stage(problem, trace, flows=flows))
-    if relax is not None and relax < g_low - RELAXATION_TOL:
-        why = (
-            f"No design with every diagonal entry >= {g_low:g} satisfies C1: the flow "
-            f"relaxation of C1 bounds every diagonal floor by {relax:.4g}."
-        )
+    why = floor_ruled_out(relax, g_low)
+    if why is not None:
         return Attempt(
             AttemptStatus.INFEASIBLE,
             gamma=g_low,
