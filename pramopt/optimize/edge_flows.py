@@ -313,7 +313,7 @@ def routed_flows(problem: DesignProblem, floor: float, pairs) -> EdgeFlows | Non
     """
     from scipy.sparse.csgraph import maximum_flow
 
-    from .relaxation import flow_relaxation
+    from .relaxation import flow_relaxation, proven_minimum
 
     sol = flow_relaxation(problem, objective="changes", t_min=floor, edge_limit=0)
     if sol.status != "ok" or sol.out is None or sol.inflow is None:
@@ -340,11 +340,10 @@ def routed_flows(problem: DesignProblem, floor: float, pairs) -> EdgeFlows | Non
     need = max(1, min(int(cap_out.sum()), int(cap_in.sum())))
     f = sp.csr_array(res.flow)[:K, K : 2 * K].tocoo()
     carry = f.data > 0
-    bound = max(0.0, total * (1 - 1e-7) - 1e-6)  # the solver's tolerance, as changes_bound
     return EdgeFlows(
         "ok",
         changes=total,
-        bound=bound,
+        bound=proven_minimum(total),
         rows=np.asarray(f.row[carry], dtype=np.int64),
         cols=np.asarray(f.col[carry], dtype=np.int64),
         flows=f.data[carry] / scale,

@@ -45,6 +45,7 @@ __all__ = [
     "flow_relaxation",
     "floor_bound",
     "changes_bound",
+    "proven_minimum",
     "bound_combinations",
     "loss_bound",
 ]
@@ -385,8 +386,13 @@ def changes_bound(problem: DesignProblem, floor: float = 0.0, combinations=None)
     if sol.status != "ok":
         return None
     assert sol.out is not None  # set with status "ok"
-    # the solver's optimum may sit up to its tolerance above the true one: round down
-    return max(0.0, float(sol.out.sum()) * (1 - 1e-7) - 1e-6)
+    return proven_minimum(float(sol.out.sum()))
+
+
+def proven_minimum(changes: float) -> float:
+    """The relaxation's fewest changes ``changes`` as the solver found them, rounded down by its
+    tolerance (the optimum found may sit up to it above the true one): the bound to report."""
+    return max(0.0, changes * (1 - 1e-7) - 1e-6)
 
 
 def loss_bound(changes: float | None, counts) -> float | None:
