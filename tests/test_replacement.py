@@ -178,6 +178,10 @@ def test_changes_bound_at_the_designs_own_floor_is_below_the_full_c1_optimum_at_
     assert at > lb + 1.0  # the floor makes it tighter on these cases
     assert res.details["loss_lower_bound_at_floor"] == pytest.approx(at / pb.n**2)
     assert f"all P_mm >= {t:g}, as this one: >= {at:.4g}" in res.summary()
+    from pramopt.report import from_result, render_markdown
+
+    md = render_markdown(from_result(res, "t"))
+    assert f"* lower bound on the expected changes, all P_mm ≥ {t:g}: no design" in md
 
 
 def test_changes_bound_over_some_combinations_is_their_own_optimum_and_below_the_full_one(

@@ -242,6 +242,21 @@ def explanations(figures: dict) -> list[str]:
                 "same options changes fewer records in expectation (the flow relaxation of "
                 "C1)."
             )
+        elif key.startswith("lower bound on the expected changes, all P_mm"):
+            out.append(
+                f"{key}: no design that meets C1 with the same options and keeps every "
+                "record in its cell with probability at least this design's smallest changes "
+                "fewer records in expectation (the flow relaxation of C1 at that floor): the "
+                "design is within a factor of (its expected changes ÷ this bound) of the "
+                "fewest changes at its own retention, and only a lower retention somewhere "
+                "can change fewer records than this bound."
+            )
+        elif key.startswith("lower bound on the loss, all P_mm"):
+            out.append(
+                f"{key}: the same for the exact L2 loss of the general, replacement and block "
+                "designs that keep every cell at that floor (the bound on their expected "
+                "changes over n²)."
+            )
         elif key == "diagonal floor γ" and v is not None:
             out.append(
                 f"diagonal floor γ = {fmt(v)}: every cell keeps each of its records with "
