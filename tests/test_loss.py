@@ -167,6 +167,8 @@ def block(request, monkeypatch):
     if request.param != "dense":
         monkeypatch.setattr(L2S, "SPARSE_RECEIVERS", -1)
         monkeypatch.setattr(L2S, "SPARSE_DENSITY", np.inf if request.param == "sparse" else 0.0)
+        # the sparse LU's inverse measured too full, not foreseen from the structure
+        monkeypatch.setattr(L2S, "surely_dense", lambda PRR, a: False)
     return request.param
 
 
@@ -294,9 +296,12 @@ def test_sparse_singular_matrices_have_infinite_loss(block):
     P1 = np.array([[0.5, 0.5, 0, 0], [0.5, 0.5, 0, 0], [0, 0, 1.0, 0], [0.2, 0.3, 0, 0.5]])
     # identical receiver rows, also sending to a third receiver (3 x 3 block of rank 2)
     P2 = np.array([[0.4, 0.3, 0.3, 0], [0.4, 0.3, 0.3, 0], [0.1, 0.1, 0.8, 0], [0, 0, 0.1, 0.9]])
+    # a receiver that keeps nothing, sending to a receiver with the same row (a zero pivot in
+    # the back-substitution over single cells)
+    P3 = np.array([[0, 1.0, 0, 0], [0, 1.0, 0, 0], [0.5, 0, 0.5, 0], [0, 0, 0, 1.0]])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        for P in (P0, P1, P2):
+        for P in (P0, P1, P2, P3):
             assert l2_loss(P, counts) == np.inf
             s = SparseL2(sp.csr_matrix(P), counts)
             assert s.singular and s.loss == np.inf
@@ -351,16 +356,64 @@ def test_sparse_property_agrees_with_dense(K, frac, p_send, seed):
 
 @pytest.mark.parametrize("max_targets", [1, 3])
 def test_sparse_pieces_and_blocks(monkeypatch, max_targets):
-    # Tiny work pieces: several column blocks of A QR^T, several pieces of pairs and of the
+    # Tiny work pieces: several pieces of pairs, of the gathers of E's entries and of the
     # sender rows (both the sparse and the dense-block products) -- same numbers.
     import pramopt.optimize.objectives.l2 as loss_mod
+    import pramopt.optimize.objectives.l2_dense as dense_mod
 
     monkeypatch.setattr(loss_mod, "_CHUNK", 64)
     monkeypatch.setattr(loss_mod, "_PAIRS", 37)
+    monkeypatch.setattr(dense_mod, "_GATHER", 5)
     rng = np.random.default_rng(21 + max_targets)
     P = receiver_design(150, 30, rng, p_send=0.8, max_targets=max_targets)
     counts = rng.integers(0, 40, 150).astype(float)
     assert_matches_dense(P, counts, rng, n_pairs=400, n_cols=20)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_surely_dense_only_when_the_inverse_is_full(seed, monkeypatch):
+    # surely_dense skips the sparse inverse from the structure alone; it must never call a
+    # block dense whose inverse (a dense solve, counted) is within the sparse block's budget.
+    import pramopt.optimize.objectives.l2_sparse as L2S
+
+    rng = np.random.default_rng(seed)
+    K, r = 80, 30
+    P = receiver_design(
+        K, r, rng, p_send=rng.uniform(0.2, 0.9), max_targets=int(rng.integers(1, 4))
+    )
+    d = P.diagonal()
+    inR = np.bincount(P.indices, minlength=K) > (d != 0)
+    R = np.flatnonzero(inR)
+    PRR = sp.csr_matrix(P[R][:, R])
+    a = R.size + int(np.count_nonzero((np.asarray(P[:, R].sum(axis=1)).ravel() > 0) & ~inR))
+    M = np.linalg.inv(PRR.toarray())
+    full = int(np.count_nonzero(np.abs(M) > 1e-14 * np.abs(M).max()))
+    verdicts = []
+    for share in (0.001, 0.01, 0.05, 0.2, 0.5):
+        monkeypatch.setattr(L2S, "SPARSE_DENSITY", share)
+        verdict = L2S.surely_dense(PRR, a)
+        verdicts.append(verdict)
+        if verdict:
+            assert full > share * a * R.size
+    assert any(verdicts)  # the check does fire on these designs (at the smallest share)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_inverse_by_components_matches_dense_inverse(seed):
+    # chains of single cells, cycles of a few and one large component, in random order
+    from pramopt.optimize.objectives.l2_dense import inverse
+
+    rng = np.random.default_rng(seed)
+    r = 60
+    A = np.diag(rng.uniform(0.3, 1.0, r))
+    for _ in range(int(rng.integers(20, 120))):
+        i, j = rng.integers(0, r, 2)
+        A[i, j] += rng.uniform(0.0, 0.3) * (i != j)
+    big = rng.choice(r, int(rng.integers(2, 25)), replace=False)
+    A[big, np.roll(big, 1)] += 0.2  # a cycle through these cells: one component
+    M = inverse(sp.csr_matrix(A), 1e-12)
+    np.testing.assert_allclose(M, np.linalg.inv(A), rtol=1e-10, atol=1e-12 * np.abs(M).max())
+    assert M.flags.c_contiguous
 
 
 def scaling_design(K, r, rng, dense_block):

@@ -9,14 +9,11 @@ them together.
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
-import scipy.linalg as sla
 import scipy.sparse as sp
 
 from ...loss import as_dense, l2_loss
-from . import l2_sparse
+from . import l2_dense, l2_sparse
 
 
 def l2_loss_and_grad(P, counts) -> tuple[float, np.ndarray]:
@@ -84,12 +81,15 @@ class SparseL2:
         grad = (U0 r^T - 2 Q^T W Q Q^T) / n^2,      W = diag(w)
         Q^T W Q Q^T = A QR^T + Dn^3 W + S QR^T W Dn^2,   A = Dn W QR + S H,  H = QR^T W QR
 
-    (``Q Q^T = Dn^2 + QR QR^T`` since ``S^T Dn = 0``).  Cost: ``O(r^3 + nnz(P[:, R]) r)`` for
-    the loss, ``O(a r^2)`` more for the first gradient request (``a`` = number of active
-    rows), then ``O(r)`` per gradient entry (or ``O(a r)`` per column for columns asked for
-    by many pairs); memory ``O(a r + nnz(P))`` plus work pieces of a few MB.  No ``K x K``
-    array is ever formed; ``QR`` is kept dense (``a x r``), which bounds the sizes this
-    serves to ``a r`` in the tens of millions, except above
+    (``Q Q^T = Dn^2 + QR QR^T`` since ``S^T Dn = 0``).  ``M`` comes from block
+    back-substitution over the strongly connected components of ``P[R, R]``
+    (:func:`.l2_dense.inverse`): at most ``O(r^3)``, much less when the components are small.
+    Cost: that plus ``O(nnz(P[:, R]) r)`` for the loss, ``O(r^3)`` more for the first gradient
+    request (``A QR^T = Z E^T``, :mod:`.l2_dense`), then ``O(1)`` per gradient entry in a
+    receiver column and a sender's number of transitions in another; memory
+    ``O(a r + nnz(P))`` (``a`` = number of active rows) plus work pieces of a few MB.  No
+    ``K x K`` array is ever formed; ``QR`` is kept dense (``a x r``), which bounds the sizes
+    this serves to ``a r`` in the tens of millions, except above
     :data:`~.l2_sparse.SPARSE_RECEIVERS` receivers while at most
     :data:`~.l2_sparse.SPARSE_DENSITY` of it is non-zero: ``M``, ``QR``, ``H`` and ``A`` are then
     sparse (:mod:`.l2_sparse`), with the same formulas.
@@ -165,6 +165,7 @@ class SparseL2:
         self.singular = True
         self.loss = float("inf")
         self._H: np.ndarray | None = None
+        self._ZT: np.ndarray | None = None
         if not np.all(np.isfinite(P.data)):
             return
         scale = max(1.0, float(np.abs(P.data).max(initial=0.0)))
@@ -182,7 +183,10 @@ class SparseL2:
         act = np.concatenate([R, senders])
         idx = np.full(K, act.size, dtype=np.intp)  # inactive cells -> a zero sentinel row
         idx[act] = np.arange(act.size)
-        self._sparse = r > l2_sparse.SPARSE_RECEIVERS
+        self._F = l2_dense.senders_rows(PcR[senders], Dn[senders])
+        self._sparse = r > l2_sparse.SPARSE_RECEIVERS and not l2_sparse.surely_dense(
+            PcR[R], act.size
+        )
         if self._sparse:
             QRs = l2_sparse.inverse_rows(PcR, R, senders, Dn, rcond)
             if QRs is None:
@@ -197,18 +201,13 @@ class SparseL2:
                 self._finish(P, counts, act, idx, Dn, QRs, norms)
             return
         if r:
-            PRR = PcR[R].toarray()
-            with warnings.catch_warnings():  # exact singularity is caught by dgecon below
-                warnings.simplefilter("ignore", sla.LinAlgWarning)
-                lu, piv = sla.lu_factor(PRR, check_finite=False)
-                rc, info = sla.lapack.dgecon(lu, np.abs(PRR).sum(axis=0).max(), norm="1")
-            if info != 0 or not rc >= rcond:
+            M = l2_dense.inverse(PcR[R], rcond)
+            if M is None:
                 return
-            M = sla.lu_solve((lu, piv), np.eye(r), check_finite=False)
             QR = np.empty((act.size + 1, r))  # + a zero sentinel row for the inactive cells
             QR[:r] = M
-            _rows_times_dense(PcR, senders, M, out=QR[r:-1])
-            QR[r:-1] *= -Dn[senders, None]
+            del M
+            _rows_times_dense(self._F, np.arange(senders.size), QR[:r], out=QR[r:-1])
         else:
             QR = np.zeros((1, 0))
         QR[-1] = 0.0
@@ -230,24 +229,29 @@ class SparseL2:
 
     # -- gradient ---------------------------------------------------------------------------
     def _ready(self):
-        """Raise if singular; on first use form ``H`` and the active rows of ``A`` (+ zero row)."""
+        """Raise if singular; on first use form the gradient's block: ``H`` and the active rows
+        of ``A`` (+ zero row) when the receivers' block is sparse, ``Z^T`` and ``E`` when it is
+        dense (:mod:`.l2_dense`)."""
         if self.singular:
             raise np.linalg.LinAlgError("P is singular: the L2 loss is infinite")
         if self._H is None and self._sparse:
             r = self.receivers.size
             wa, s = self._w[self._act], self._act[r:]
             self._H, self._Ax = l2_sparse.products(self._QRx, wa, self._Dn[s], r)
-        if self._H is None:
+        if self._ZT is None and not self._sparse:
             r = self.receivers.size
-            QR = self._QRx[:-1]
-            wa = self._w[self._act]
-            H = QR.T @ (wa[:, None] * QR)
-            A = np.empty_like(self._QRx)
-            A[:r] = H
+            M = self._QRx[:r]
             s = self._act[r:]
-            A[r:-1] = (self._Dn[s] * wa[r:])[:, None] * QR[r:]
-            A[-1] = 0.0
-            self._H, self._Ax = H, A
+            self._ZT, self._E = l2_dense.gradient_block(M, self._F, self._w[self._act], self._Dn[s])
+
+    def h_diagonal(self) -> np.ndarray:
+        """The diagonal of ``H = QR^T W QR`` (one entry per receiver)."""
+        self._ready()
+        if self._sparse:
+            assert self._H is not None  # _ready() made it
+            return np.asarray(self._H.diagonal())
+        r = self.receivers.size
+        return l2_dense.h_diagonal(self._QRx[:r], self._F, self._w[self._act])
 
     def grad_at(self, rows, cols) -> np.ndarray:
         """Gradient entries ``d loss / d P[rows[i], cols[i]]``.
@@ -263,12 +267,10 @@ class SparseL2:
 
         Notes
         -----
-        The ``A QR^T`` term is non-zero only when both cells are active.  Columns asked for by
-        at least ``a / 8`` pairs (``a`` = number of active rows; e.g. the receiver columns of
-        the support) are evaluated as matrix products against all active rows, in column
-        blocks of about 2M entries; the other pairs by row-wise dot products of length ``r``.
-        Pairs are processed in pieces, so the extra memory is ``O(a r)`` plus a few MB.  For
-        many pairs in many columns outside the support, :meth:`grad_columns` is cheaper.
+        The ``A QR^T`` term is non-zero only when both cells are active.  With a dense
+        receivers' block it is read off ``Z E^T`` (:mod:`.l2_dense`), one entry of ``Z`` per
+        stored entry of ``E``'s row; with a sparse one, by sparse row products.  Pairs are
+        processed in pieces, so the extra memory is a few MB.
         """
         self._ready()
         rows = np.asarray(rows)
@@ -286,39 +288,19 @@ class SparseL2:
         if self._sparse:
             T = l2_sparse.pair_terms(self, rows, cols)
             return ((self._counts[rows] * self._r[cols] - 2.0 * T) / self.n**2).reshape(shape)
-        Dn, w, a, r = self._Dn, self._w, self._act.size, self.receivers.size
-        idx, QRx, Ax = self._idx, self._QRx, self._Ax
-        steps = [(s, min(s + _PAIRS, rows.size)) for s in range(0, rows.size, _PAIRS)]
-        # heavy columns: evaluated as column blocks of A QR^T
-        per_col = np.zeros(a + 1, dtype=np.intp)
-        for lo, hi in steps:
-            ir, ic = idx[rows[lo:hi]], idx[cols[lo:hi]]
-            per_col += np.bincount(ic[ir < a], minlength=a + 1)
-        heavy = np.flatnonzero(per_col[:a] * 8 >= max(a, 1))
-        slot = np.full(a + 1, -1, dtype=np.intp)
-        slot[heavy] = np.arange(heavy.size)
-        bstep = max(1, _CHUNK // max(a, 1))
+        Dn, w, r = self._Dn, self._w, self.receivers.size
+        idx, QRx, ZT = self._idx, self._QRx, self._ZT
+        assert ZT is not None  # _ready() made it
         T = np.zeros(rows.size)  # [Q^T W Q Q^T] at the pairs
-        for lo, hi in steps:
+        for lo in range(0, rows.size, _PAIRS):
+            hi = min(lo + _PAIRS, rows.size)
             rw, cl = rows[lo:hi], cols[lo:hi]
             ir, ic = idx[rw], idx[cl]
             t = T[lo:hi]
             l2_sparse.diagonal_terms(t, rw, cl, ir, ic, Dn, w, r, QRx)
-            p = np.flatnonzero((ir < a) & (ic < a) & (slot[ic] < 0))  # A QR^T, light columns
-            dstep = max(1, _CHUNK // max(r, 1))
-            for s in range(0, p.size, dstep):
-                q = p[s : s + dstep]
-                t[q] += np.einsum("ij,ij->i", Ax[ir[q]], QRx[ic[q]])
-        for b in range(0, heavy.size, bstep):  # A QR^T, heavy columns
-            B = Ax[:-1] @ QRx[heavy[b : b + bstep]].T  # a x block
-            for lo, hi in steps:
-                ir, sl = idx[rows[lo:hi]], slot[idx[cols[lo:hi]]] - b
-                p = np.flatnonzero((ir < a) & (sl >= 0) & (sl < B.shape[1]))
-                T[lo + p] += B[ir[p], sl[p]]
-        for lo, hi in steps:
-            t = T[lo:hi]
+            t += l2_dense.pair_terms(ZT, self._E, ir, ic)  # A QR^T = Z E^T
             t *= -2.0
-            t += self._counts[rows[lo:hi]] * self._r[cols[lo:hi]]
+            t += self._counts[rw] * self._r[cl]
             t /= self.n**2
         return T.reshape(shape)
 
@@ -329,7 +311,9 @@ class SparseL2:
         ----------
         cols : array_like of int, shape (c,)
             Columns, e.g. candidate receiver columns in column generation.  The block is dense
-            (``8 K c`` bytes) and costs ``O(a r c)``: ask for columns in batches.
+            (``8 K c`` bytes) and costs ``O(a nnz(E[cols]))`` with a dense receivers' block
+            (:mod:`.l2_dense`), ``O(a r c)`` at most with a sparse one: ask for columns in
+            batches.
 
         Returns
         -------
@@ -348,7 +332,7 @@ class SparseL2:
         Dn, w = self._Dn, self._w
         Qc = self._QRx[self._idx[cols]]  # len(cols) x r
         T = np.zeros((K, cols.size))
-        T[self._act] = self._Ax[:-1] @ Qc.T
+        T[self._act] = (self._E[self._idx[cols]] @ self._ZT)[:, :-1].T  # A QR^T = Z E^T
         T[self.receivers] += (Qc * (w[cols] * Dn[cols] ** 2)[:, None]).T
         T[cols, np.arange(cols.size)] += Dn[cols] ** 3 * w[cols]
         return (np.outer(self._counts, self._r[cols]) - 2.0 * T) / self.n**2

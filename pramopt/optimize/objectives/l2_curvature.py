@@ -62,14 +62,12 @@ def l2_hessian_diagonal(P, counts, rows, cols, grad=None) -> np.ndarray:
             return np.full(rows.size, np.inf)
         # Q = Dn + QR S^T (see SparseL2): Q_ji = Dn_j [i = j] + QR[j, pos(i)] for a receiver i,
         # and c_i = w_i Dn_i^2 off the receivers, (QR^T W QR)_ii on them.
-        s._ready()
-        assert s._H is not None  # _ready() made it
         R = s.receivers
         pos = np.full(s.K, -1, dtype=np.intp)
         pos[R] = np.arange(R.size)
         r, w, Dn = s._r, s._w, s._Dn
         c = w * Dn**2
-        c[R] = s._H.diagonal()
+        c[R] = s.h_diagonal()
         qji = np.where(rows == cols, Dn[cols], 0.0)
         inr = pos[rows] >= 0
         qji[inr] += np.asarray(s._QRx[s._idx[cols[inr]], pos[rows[inr]]]).ravel()

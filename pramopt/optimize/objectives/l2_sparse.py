@@ -17,11 +17,13 @@ import warnings
 
 import numpy as np
 import scipy.sparse as sp
+import scipy.sparse.csgraph as csgraph
 import scipy.sparse.linalg as spla
 
 __all__ = [
     "SPARSE_RECEIVERS",
     "SPARSE_DENSITY",
+    "surely_dense",
     "inverse_rows",
     "products",
     "pair_terms",
@@ -40,6 +42,17 @@ SPARSE_DENSITY = 0.02
 
 #: Pairs handled at a time by :func:`pair_terms` (rows of two sparse slices of that length).
 _PAIRS = 1 << 16
+
+
+def surely_dense(PRR: sp.csr_matrix, a: int) -> bool:
+    """Whether ``M = P[R, R]^-1`` is certainly too full for the sparse block, from the
+    structure alone: cells of one strongly connected component of ``P[R, R]``'s graph reach
+    one another, so (but for cancellation) the component's square block of ``M`` is full, and
+    those blocks alone exceed :data:`SPARSE_DENSITY` of the ``a x r`` active rows."""
+    r = PRR.shape[0]
+    _, label = csgraph.connected_components(PRR, directed=True, connection="strong")
+    sizes = np.bincount(label).astype(float)
+    return float(sizes @ sizes) > SPARSE_DENSITY * a * r
 
 
 def inverse_rows(PcR: sp.csr_matrix, R, senders, Dn, rcond: float) -> sp.csr_matrix | None:

@@ -1,0 +1,167 @@
+"""The gradient of :class:`~.l2.SparseL2` with a dense receivers' block, through ``G = M M^T``.
+
+:class:`~.l2.SparseL2` writes ``QR = Q[:, R] = E M`` on its active rows, with ``M = P[R, R]^-1``
+and ``E = [I_r; F]``, ``F = -Dn_s P[s, R]`` (a sender's row of ``F`` holds its few transitions
+into ``R``).  The gradient's matrix ``A QR^T`` (``A = Dn W QR + S H``, ``H = QR^T W QR``) is then
+``Z E^T`` with::
+
+    H = M^T C M,   C = E^T W E = W_R + F^T W_s F   (r x r, sparse)
+    Z[R] = H M^T = M^T (C G),   Z[s] = Dn_s W_s F G,   G = M M^T.
+
+``Z`` costs a symmetric product and one ``r x r x r`` product, and a gradient entry then costs
+``nnz(E_j)`` (one entry for a receiver column, a sender's few transitions otherwise).  Forming
+``A`` from ``H = QR^T W QR`` instead costs ``O(a r^2)`` and each entry ``O(r)``: at census scale,
+where the active rows ``a`` are two or three times ``r`` and pricing asks for millions of
+entries, that is what each refinement step spent its time on (benchmarks/README.md).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import scipy.linalg as sla
+import scipy.sparse as sp
+import scipy.sparse.csgraph as csgraph
+
+__all__ = ["inverse", "senders_rows", "gradient_block", "pair_terms", "h_diagonal"]
+
+#: Entries of ``E`` gathered at a time by :func:`pair_terms`.
+_GATHER = 1 << 21
+
+
+def inverse(PRR: sp.csr_matrix, rcond: float) -> np.ndarray | None:
+    """``M = P[R, R]^-1`` (dense, row-major) by block back-substitution, or None when singular.
+
+    Row ``i`` of ``P M = I`` reads ``sum_j P_ij M[j] = e_i``: the rows of ``M`` of one strongly
+    connected component ``S`` of ``P[R, R]``'s graph follow from those of the components it
+    sends into, ``M[S] = P_SS^-1 (I[S] - P[S, out] M[out])``.  Components are taken level by
+    level from the sinks up (a level's components send only into lower levels), all the
+    single cells of a level in one sparse product.  On census designs most components are
+    single cells and the largest holds a fraction of ``R``, so this costs a fraction of a dense
+    inversion's ``O(r^3)``; at worst (one component) it is one.
+
+    Singular: a non-finite entry, an exactly singular block, or the exact 1-norm condition
+    number ``||P[R, R]||_1 ||M||_1`` (both at hand) above ``1 / rcond``.
+    """
+    PRR = sp.csr_matrix(PRR)
+    r = PRR.shape[0]
+    M = np.zeros((r, r))
+    if r == 0:
+        return M
+    n_comp, label = csgraph.connected_components(PRR, directed=True, connection="strong")
+    rows = np.repeat(np.arange(r), np.diff(PRR.indptr))
+    cross = label[rows] != label[PRR.indices]
+    out = sp.csr_matrix((PRR.data * cross, PRR.indices.copy(), PRR.indptr.copy()), shape=(r, r))
+    out.eliminate_zeros()  # P[S, out]: the entries between components
+    level = _levels(label[rows[cross]], label[PRR.indices[cross]], n_comp)[label]
+    size = np.bincount(label, minlength=n_comp)[label]
+    diag = PRR.diagonal()
+    for lv in range(int(level.max()) + 1):
+        at = np.flatnonzero(level == lv)
+        rhs = -np.asarray(out[at] @ M) if out[at].nnz else np.zeros((at.size, r))
+        rhs[np.arange(at.size), at] += 1.0
+        single = size[at] == 1
+        if np.any(diag[at[single]] == 0.0):
+            return None
+        M[at[single]] = rhs[single] / diag[at[single], None]
+        for comp in np.unique(label[at[~single]]):
+            k = np.flatnonzero(label[at] == comp)
+            S = at[k]
+            with warnings.catch_warnings():  # exact singularity: a zero pivot, checked below
+                warnings.simplefilter("ignore", sla.LinAlgWarning)
+                lu, piv = sla.lu_factor(PRR[S][:, S].toarray(), check_finite=False)
+            if not np.all(np.diagonal(lu)):
+                return None
+            M[S] = sla.lu_solve((lu, piv), rhs[k], check_finite=False)
+    if not np.all(np.isfinite(M)):
+        return None
+    norm_p = float(abs(PRR).sum(axis=0).max())
+    norm_m = float(np.abs(M).sum(axis=0).max())
+    if not norm_p * norm_m * rcond <= 1.0:
+        return None
+    return M
+
+
+def _levels(src, dst, n: int) -> np.ndarray:
+    """Each node's longest path to a sink in the acyclic graph of edges ``src -> dst``."""
+    level = np.zeros(n, dtype=np.int64)
+    for _ in range(n):
+        new = np.zeros(n, dtype=np.int64)
+        np.maximum.at(new, src, level[dst] + 1)
+        if np.array_equal(new, level):
+            break
+        level = new
+    return level
+
+
+def senders_rows(PcR_s: sp.csr_matrix, Dn_s) -> sp.csr_matrix:
+    """``F = -Dn_s P[s, R]``: the senders' rows of ``E``."""
+    return sp.csr_matrix(sp.diags(-np.asarray(Dn_s, dtype=float)) @ PcR_s)
+
+
+def gradient_block(M: np.ndarray, F: sp.csr_matrix, wa, Dn_s) -> tuple[np.ndarray, sp.csr_matrix]:
+    """``Z^T`` (columns: the active rows, then a zero column) and ``E`` (its rows likewise, sparse).
+
+    Parameters
+    ----------
+    M : ndarray, shape (r, r)
+        ``P[R, R]^-1``.
+    F : scipy.sparse.csr_matrix, shape (a - r, r)
+        The senders' rows of ``E`` (:func:`senders_rows`).
+    wa : ndarray, shape (a,)
+        ``w = U0^T P`` on the active rows (receivers first).
+    Dn_s : ndarray, shape (a - r,)
+        ``1 / P_kk`` of the senders.
+
+    Notes
+    -----
+    ``Z`` is kept transposed (``r x (a + 1)``, row-major) so that a block of its columns
+    ``E[cols] @ Z^T`` is a sparse times row-major dense product.
+    """
+    r = M.shape[0]
+    wa = np.asarray(wa, dtype=float)
+    G = M @ M.T  # one array times its transpose: a symmetric product
+    C = sp.diags(wa[:r]) + F.T @ sp.diags(wa[r:]) @ F
+    ZT = np.empty((r, r + F.shape[0] + 1))
+    ZT[:, :r] = np.asarray(C @ G).T @ M  # (M^T C G)^T = G C^T M, G and C symmetric
+    ZT[:, r:-1] = np.asarray(F @ G).T
+    ZT[:, r:-1] *= Dn_s * wa[r:]
+    ZT[:, -1] = 0.0
+    E = sp.vstack([sp.identity(r, format="csr"), F, sp.csr_matrix((1, r))], format="csr")
+    E.sort_indices()
+    return ZT, E
+
+
+def h_diagonal(M: np.ndarray, F: sp.csr_matrix, wa) -> np.ndarray:
+    """The diagonal of ``H = QR^T W QR = M^T C M``, in ``O(nnz(C) r)``."""
+    r = M.shape[0]
+    wa = np.asarray(wa, dtype=float)
+    C = sp.diags(wa[:r]) + F.T @ sp.diags(wa[r:]) @ F
+    return np.einsum("kp,kp->p", M, np.asarray(C @ M))
+
+
+def pair_terms(ZT: np.ndarray, E: sp.csr_matrix, ir, ic) -> np.ndarray:
+    """``Z[ir[i]] . E[ic[i]]`` (``ZT = Z^T``) for every pair (positions among the active rows,
+    the zero row last), gathering only ``E``'s stored entries."""
+    ir = np.asarray(ir, dtype=np.intp)
+    ic = np.asarray(ic, dtype=np.intp)
+    out = np.zeros(ir.size)
+    deg = np.diff(E.indptr)[ic]
+    ends = np.cumsum(deg)
+    lo = 0
+    while lo < ir.size:
+        # pairs [lo, hi) with at most _GATHER entries of E between them (at least one pair)
+        base = ends[lo - 1] if lo else 0
+        hi = max(lo + 1, int(np.searchsorted(ends, base + _GATHER, side="right")))
+        d = deg[lo:hi]
+        n = int(d.sum())
+        if n:
+            which = np.repeat(np.arange(hi - lo), d)
+            # the flat position t of pair i's k-th entry is offset[i] + k; E's is indptr + k
+            offset = np.cumsum(d) - d
+            at = np.repeat(E.indptr[ic[lo:hi]] - offset, d) + np.arange(n)
+            vals = ZT[E.indices[at], ir[lo:hi][which]] * E.data[at]
+            out[lo:hi] = np.bincount(which, weights=vals, minlength=hi - lo)
+        lo = hi
+    return out
