@@ -129,6 +129,7 @@ def refine(
     B = None  # curvature at x, computed when a step needs it
     model = "linear"
     step_duals = step_gcols = None  # of the last QP step
+    lp_gcols = None  # the gradient the last subproblem's LP was solved with, if it was an LP
     history = list(history[:-1]) + [f]  # a continued run's last entry is this same point
     keep = steps is not None and MEMORY > 0  # remember accepted steps (x on the support, not z)
     steps = list(steps)[-MEMORY:] if keep else []
@@ -151,6 +152,7 @@ def refine(
         # the step's multipliers, with the gradient they go with (see want_duals)
         if Bs is not None:
             step_duals, step_gcols = out.duals, gcols
+        lp_gcols = gcols if Bs is None and out.x is not None else None
         if out.x is None:
             reason = f"subproblem {out.status}"
             break
@@ -180,7 +182,7 @@ def refine(
         if progress is not None:
             progress("refine", it, f, radius)
     duals, gcols = (
-        _final_duals(lp, x, g, gcols, step_duals, step_gcols, lo_base, hi_base, radius)
+        _final_duals(lp, x, g, gcols, step_duals, step_gcols, lo_base, hi_base, radius, lp_gcols)
         if want_duals
         else (None, gcols)
     )
@@ -303,13 +305,16 @@ class _Remembered:
         return float(self._own(x)) if self._own is not None else float(self(x)[0])
 
 
-def _final_duals(lp, x, g, gcols, step_duals, step_gcols, lo_base, hi_base, radius):
+def _final_duals(lp, x, g, gcols, step_duals, step_gcols, lo_base, hi_base, radius, lp_gcols):
     """Duals that price transitions outside the support, with the gradient they go with."""
     if step_duals is not None:
         # the last QP step's multipliers and the gradient at the point it was taken from: a
         # transition outside the support with a negative reduced cost would have made that
         # step's model decrease more (column generation for the curved subproblem, no extra solve)
         return step_duals, step_gcols
+    if lp_gcols is not None:
+        # likewise the last linear step's LP, still loaded, and the gradient it was solved with
+        return lp.duals(), lp_gcols
     if g is not None:
         # one more linear subproblem at the final point: its duals price transitions outside
         # the support (column generation on the exact loss's gradient)
