@@ -165,7 +165,7 @@ class SparseL2:
         self.singular = True
         self.loss = float("inf")
         self._H: np.ndarray | None = None
-        self._ZT: np.ndarray | None = None
+        self._ZT: l2_dense.GradientBlock | None = None
         if not np.all(np.isfinite(P.data)):
             return
         scale = max(1.0, float(np.abs(P.data).max(initial=0.0)))
@@ -242,7 +242,7 @@ class SparseL2:
             r = self.receivers.size
             M = self._QRx[:r]
             s = self._act[r:]
-            self._ZT, self._E = l2_dense.gradient_block(M, self._F, self._w[self._act], self._Dn[s])
+            self._ZT = l2_dense.GradientBlock(M, self._F, self._w[self._act], self._Dn[s])
 
     def h_diagonal(self) -> np.ndarray:
         """The diagonal of ``H = QR^T W QR`` (one entry per receiver)."""
@@ -298,7 +298,7 @@ class SparseL2:
             ir, ic = idx[rw], idx[cl]
             t = T[lo:hi]
             l2_sparse.diagonal_terms(t, rw, cl, ir, ic, Dn, w, r, QRx)
-            t += l2_dense.pair_terms(ZT, self._E, ir, ic)  # A QR^T = Z E^T
+            t += ZT.pair_terms(ir, ic)  # A QR^T = Z E^T
             t *= -2.0
             t += self._counts[rw] * self._r[cl]
             t /= self.n**2
@@ -332,7 +332,8 @@ class SparseL2:
         Dn, w = self._Dn, self._w
         Qc = self._QRx[self._idx[cols]]  # len(cols) x r
         T = np.zeros((K, cols.size))
-        T[self._act] = (self._E[self._idx[cols]] @ self._ZT)[:, :-1].T  # A QR^T = Z E^T
+        assert self._ZT is not None  # _ready() made it
+        T[self._act] = self._ZT.columns(self._idx[cols])  # A QR^T = Z E^T
         T[self.receivers] += (Qc * (w[cols] * Dn[cols] ** 2)[:, None]).T
         T[cols, np.arange(cols.size)] += Dn[cols] ** 3 * w[cols]
         return (np.outer(self._counts, self._r[cols]) - 2.0 * T) / self.n**2

@@ -24,7 +24,7 @@ import scipy.linalg as sla
 import scipy.sparse as sp
 import scipy.sparse.csgraph as csgraph
 
-__all__ = ["inverse", "senders_rows", "gradient_block", "pair_terms", "h_diagonal"]
+__all__ = ["inverse", "senders_rows", "GradientBlock", "pair_terms", "h_diagonal"]
 
 #: Entries of ``E`` gathered at a time by :func:`pair_terms`.
 _GATHER = 1 << 21
@@ -100,8 +100,9 @@ def senders_rows(PcR_s: sp.csr_matrix, Dn_s) -> sp.csr_matrix:
     return sp.csr_matrix(sp.diags(-np.asarray(Dn_s, dtype=float)) @ PcR_s)
 
 
-def gradient_block(M: np.ndarray, F: sp.csr_matrix, wa, Dn_s) -> tuple[np.ndarray, sp.csr_matrix]:
-    """``Z^T`` (columns: the active rows, then a zero column) and ``E`` (its rows likewise, sparse).
+class GradientBlock:
+    """``Z^T`` (columns: the active rows, then a zero column) and ``E`` (its rows likewise),
+    with ``Z[R]`` formed only when many of its entries are asked for.
 
     Parameters
     ----------
@@ -116,21 +117,76 @@ def gradient_block(M: np.ndarray, F: sp.csr_matrix, wa, Dn_s) -> tuple[np.ndarra
 
     Notes
     -----
-    ``Z`` is kept transposed (``r x (a + 1)``, row-major) so that a block of its columns
+    ``G`` is one symmetric product and ``Z[s] = Dn_s W_s F G`` a sparse one.  An entry of
+    ``Z[R] = M^T C G`` is ``(C M)[:, p] . G[:, l]``: the gradient on a refinement's support
+    needs a few per receiver, ``O(r)`` each, where the whole of ``Z[R]`` costs an ``r x r x r``
+    product; pricing, which asks for whole columns, forms it once (:meth:`columns`).  ``Z`` is
+    kept transposed (``r x (a + 1)``, row-major) so that a block of its columns
     ``E[cols] @ Z^T`` is a sparse times row-major dense product.
     """
-    r = M.shape[0]
-    wa = np.asarray(wa, dtype=float)
-    G = M @ M.T  # one array times its transpose: a symmetric product
-    C = sp.diags(wa[:r]) + F.T @ sp.diags(wa[r:]) @ F
-    ZT = np.empty((r, r + F.shape[0] + 1))
-    ZT[:, :r] = np.asarray(C @ G).T @ M  # (M^T C G)^T = G C^T M, G and C symmetric
-    ZT[:, r:-1] = np.asarray(F @ G).T
-    ZT[:, r:-1] *= Dn_s * wa[r:]
-    ZT[:, -1] = 0.0
-    E = sp.vstack([sp.identity(r, format="csr"), F, sp.csr_matrix((1, r))], format="csr")
-    E.sort_indices()
-    return ZT, E
+
+    def __init__(self, M: np.ndarray, F: sp.csr_matrix, wa, Dn_s):
+        r = M.shape[0]
+        wa = np.asarray(wa, dtype=float)
+        self.r = r
+        self.G: np.ndarray | None = M @ M.T  # one array times its transpose: symmetric product
+        C = sp.csr_matrix(sp.diags(wa[:r]) + F.T @ sp.diags(wa[r:]) @ F)
+        # (C M)^T = M^T C, row-major: row p is Z[R][p, l]'s left factor
+        self.CMT: np.ndarray | None = np.ascontiguousarray(np.asarray(C @ M).T)
+        self.ZT = np.empty((r, r + F.shape[0] + 1))  # its first r columns: Z[R]^T, when formed
+        self.ZT[:, r:-1] = np.asarray(F @ self.G).T
+        self.ZT[:, r:-1] *= Dn_s * wa[r:]
+        self.ZT[:, -1] = 0.0
+        self.full = False
+        E = sp.vstack([sp.identity(r, format="csr"), F, sp.csr_matrix((1, r))], format="csr")
+        E.sort_indices()
+        self.E = E
+
+    def form(self) -> None:
+        """Form ``Z[R]^T = G C M`` (G and C symmetric) and drop what only the entries needed."""
+        if not self.full:
+            assert self.G is not None and self.CMT is not None
+            self.ZT[:, : self.r] = self.G @ self.CMT.T
+            self.full = True
+            self.G = self.CMT = None
+
+    def pair_terms(self, ir, ic) -> np.ndarray:
+        """``Z[ir[i]] . E[ic[i]]`` for every pair (positions among the active rows)."""
+        ir = np.asarray(ir, dtype=np.intp)
+        ic = np.asarray(ic, dtype=np.intp)
+        rec = ir < self.r
+        if self.full or not rec.any():
+            return pair_terms(self.ZT, self.E, ir, ic)
+        out = np.zeros(ir.size)
+        other = ~rec
+        out[other] = pair_terms(self.ZT, self.E, ir[other], ic[other])
+        entries = int(np.diff(self.E.indptr)[ic[rec]].sum())
+        if entries * self.r > self.r**3 // 2:  # as dear as forming Z[R] (a product of r^3 / 2 ops)
+            self.form()
+            out[rec] = pair_terms(self.ZT, self.E, ir[rec], ic[rec])
+        else:
+            out[rec] = _receiver_terms(self.CMT, self.G, self.E, ir[rec], ic[rec])
+        return out
+
+    def columns(self, idx_cols) -> np.ndarray:
+        """``[Z E^T]`` for every active row (rows) and the columns at positions ``idx_cols``."""
+        self.form()
+        return (self.E[idx_cols] @ self.ZT)[:, :-1].T
+
+
+def _receiver_terms(CMT, G, E, p, ic) -> np.ndarray:
+    """``Z[R][p[i]] . E[ic[i]] = sum_l E[ic[i], l] (CMT[p[i]] . G[l])`` for every pair."""
+    r = CMT.shape[0]
+    deg = np.diff(E.indptr)[ic]
+    n = int(deg.sum())
+    which = np.repeat(np.arange(p.size), deg)
+    at = np.repeat(E.indptr[ic] - (np.cumsum(deg) - deg), deg) + np.arange(n)
+    vals = np.empty(n)
+    step = max(1, _GATHER // max(r, 1))
+    for lo in range(0, n, step):
+        w, a = which[lo : lo + step], at[lo : lo + step]
+        vals[lo : lo + step] = np.einsum("ij,ij->i", CMT[p[w]], G[E.indices[a]]) * E.data[a]
+    return np.bincount(which, weights=vals, minlength=p.size)
 
 
 def h_diagonal(M: np.ndarray, F: sp.csr_matrix, wa) -> np.ndarray:
