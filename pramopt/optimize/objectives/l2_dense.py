@@ -8,7 +8,8 @@ into ``R``).  The gradient's matrix ``A QR^T`` (``A = Dn W QR + S H``, ``H = QR^
     H = M^T C M,   C = E^T W E = W_R + F^T W_s F   (r x r, sparse)
     Z[R] = H M^T = M^T (C G),   Z[s] = Dn_s W_s F G,   G = M M^T.
 
-``Z`` costs a symmetric product and one ``r x r x r`` product, and a gradient entry then costs
+``Z`` costs a symmetric product and one ``r x r x r`` product (that one only when pricing asks for
+whole columns, :class:`GradientBlock`), and a gradient entry then costs
 ``nnz(E_j)`` (one entry for a receiver column, a sender's few transitions otherwise).  Forming
 ``A`` from ``H = QR^T W QR`` instead costs ``O(a r^2)`` and each entry ``O(r)``: at census scale,
 where the active rows ``a`` are two or three times ``r`` and pricing asks for millions of
@@ -161,7 +162,8 @@ class GradientBlock:
         other = ~rec
         out[other] = pair_terms(self.ZT, self.E, ir[other], ic[other])
         entries = int(np.diff(self.E.indptr)[ic[rec]].sum())
-        if entries * self.r > self.r**3 // 2:  # as dear as forming Z[R] (a product of r^3 / 2 ops)
+        # gathered dot products of length r cost more per operation than the r^3 product
+        if entries * self.r > self.r**3 // 2:
             self.form()
             out[rec] = pair_terms(self.ZT, self.E, ir[rec], ic[rec])
         else:
