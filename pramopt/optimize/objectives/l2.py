@@ -188,7 +188,7 @@ class SparseL2:
             PcR[R], act.size
         )
         if self._sparse:
-            QRs = l2_sparse.inverse_rows(PcR, R, senders, Dn, rcond)
+            QRs = l2_sparse.inverse_rows(PcR, R, self._F, rcond)
             if QRs is None:
                 return
             if QRs.nnz > l2_sparse.SPARSE_DENSITY * QRs.shape[0] * r:
@@ -246,10 +246,12 @@ class SparseL2:
 
     def h_diagonal(self) -> np.ndarray:
         """The diagonal of ``H = QR^T W QR`` (one entry per receiver)."""
-        self._ready()
         if self._sparse:
+            self._ready()
             assert self._H is not None  # _ready() made it
             return np.asarray(self._H.diagonal())
+        if self.singular:  # a dense block needs only M for it, not the gradient's block
+            raise np.linalg.LinAlgError("P is singular: the L2 loss is infinite")
         r = self.receivers.size
         return l2_dense.h_diagonal(self._QRx[:r], self._F, self._w[self._act])
 

@@ -25,7 +25,7 @@ import scipy.linalg as sla
 import scipy.sparse as sp
 import scipy.sparse.csgraph as csgraph
 
-__all__ = ["inverse", "senders_rows", "GradientBlock", "pair_terms", "h_diagonal"]
+__all__ = ["inverse", "senders_rows", "weights_block", "GradientBlock", "pair_terms", "h_diagonal"]
 
 #: Entries of ``E`` gathered at a time by :func:`pair_terms`.
 _GATHER = 1 << 21
@@ -131,7 +131,7 @@ class GradientBlock:
         wa = np.asarray(wa, dtype=float)
         self.r = r
         self.G: np.ndarray | None = M @ M.T  # one array times its transpose: symmetric product
-        C = sp.csr_matrix(sp.diags(wa[:r]) + F.T @ sp.diags(wa[r:]) @ F)
+        C = weights_block(F, wa)
         # (C M)^T = M^T C, row-major: row p is Z[R][p, l]'s left factor
         self.CMT: np.ndarray | None = np.ascontiguousarray(np.asarray(C @ M).T)
         self.ZT = np.empty((r, r + F.shape[0] + 1))  # its first r columns: Z[R]^T, when formed
@@ -176,13 +176,22 @@ class GradientBlock:
         return (self.E[idx_cols] @ self.ZT)[:, :-1].T
 
 
+def _entries(E: sp.csr_matrix, ic) -> tuple[np.ndarray, np.ndarray]:
+    """The stored entries of the rows ``E[ic]``, flat: ``(which, at)``, the pair each belongs
+    to and its position in ``E.indices`` / ``E.data``."""
+    deg = np.diff(E.indptr)[ic]
+    which = np.repeat(np.arange(ic.size), deg)
+    # the flat position t of pair i's k-th entry is offset[i] + k; E's is indptr + k
+    offset = np.cumsum(deg) - deg
+    at = np.repeat(E.indptr[ic] - offset, deg) + np.arange(int(deg.sum()))
+    return which, at
+
+
 def _receiver_terms(CMT, G, E, p, ic) -> np.ndarray:
     """``Z[R][p[i]] . E[ic[i]] = sum_l E[ic[i], l] (CMT[p[i]] . G[l])`` for every pair."""
     r = CMT.shape[0]
-    deg = np.diff(E.indptr)[ic]
-    n = int(deg.sum())
-    which = np.repeat(np.arange(p.size), deg)
-    at = np.repeat(E.indptr[ic] - (np.cumsum(deg) - deg), deg) + np.arange(n)
+    which, at = _entries(E, ic)
+    n = at.size
     vals = np.empty(n)
     step = max(1, _GATHER // max(r, 1))
     for lo in range(0, n, step):
@@ -191,12 +200,16 @@ def _receiver_terms(CMT, G, E, p, ic) -> np.ndarray:
     return np.bincount(which, weights=vals, minlength=p.size)
 
 
+def weights_block(F: sp.csr_matrix, wa) -> sp.csr_matrix:
+    """``C = E^T W E = W_R + F^T W_s F`` (r x r, sparse), ``wa`` = ``w`` on the active rows."""
+    r = F.shape[1]
+    wa = np.asarray(wa, dtype=float)
+    return sp.csr_matrix(sp.diags(wa[:r]) + F.T @ sp.diags(wa[r:]) @ F)
+
+
 def h_diagonal(M: np.ndarray, F: sp.csr_matrix, wa) -> np.ndarray:
     """The diagonal of ``H = QR^T W QR = M^T C M``, in ``O(nnz(C) r)``."""
-    r = M.shape[0]
-    wa = np.asarray(wa, dtype=float)
-    C = sp.diags(wa[:r]) + F.T @ sp.diags(wa[r:]) @ F
-    return np.einsum("kp,kp->p", M, np.asarray(C @ M))
+    return np.einsum("kp,kp->p", M, np.asarray(weights_block(F, wa) @ M))
 
 
 def pair_terms(ZT: np.ndarray, E: sp.csr_matrix, ir, ic) -> np.ndarray:
@@ -212,13 +225,8 @@ def pair_terms(ZT: np.ndarray, E: sp.csr_matrix, ir, ic) -> np.ndarray:
         # pairs [lo, hi) with at most _GATHER entries of E between them (at least one pair)
         base = ends[lo - 1] if lo else 0
         hi = max(lo + 1, int(np.searchsorted(ends, base + _GATHER, side="right")))
-        d = deg[lo:hi]
-        n = int(d.sum())
-        if n:
-            which = np.repeat(np.arange(hi - lo), d)
-            # the flat position t of pair i's k-th entry is offset[i] + k; E's is indptr + k
-            offset = np.cumsum(d) - d
-            at = np.repeat(E.indptr[ic[lo:hi]] - offset, d) + np.arange(n)
+        if ends[hi - 1] > base:
+            which, at = _entries(E, ic[lo:hi])
             vals = ZT[E.indices[at], ir[lo:hi][which]] * E.data[at]
             out[lo:hi] = np.bincount(which, weights=vals, minlength=hi - lo)
         lo = hi

@@ -55,11 +55,11 @@ def surely_dense(PRR: sp.csr_matrix, a: int) -> bool:
     return float(sizes @ sizes) > SPARSE_DENSITY * a * r
 
 
-def inverse_rows(PcR: sp.csr_matrix, R, senders, Dn, rcond: float) -> sp.csr_matrix | None:
-    """The active rows of ``QR`` (``M`` for the receivers, then ``-P[k, R] M / P_kk`` for the
-    ``senders``) and a zero row last, sparse; None when ``P[R, R]`` is singular: its exact
-    1-norm condition number (``||P[R, R]||_1 ||M||_1``, both at hand) above ``1 / rcond``, a
-    non-finite entry, or an exactly singular LU."""
+def inverse_rows(PcR: sp.csr_matrix, R, F: sp.csr_matrix, rcond: float) -> sp.csr_matrix | None:
+    """The active rows of ``QR`` (``M`` for the receivers, then ``F M`` for the senders, ``F``
+    their rows ``-P[k, R] / P_kk``) and a zero row last, sparse; None when ``P[R, R]`` is
+    singular: its exact 1-norm condition number (``||P[R, R]||_1 ||M||_1``, both at hand) above
+    ``1 / rcond``, a non-finite entry, or an exactly singular LU."""
     r = R.size
     if r == 0:
         return sp.csr_matrix((1, 0))
@@ -77,7 +77,7 @@ def inverse_rows(PcR: sp.csr_matrix, R, senders, Dn, rcond: float) -> sp.csr_mat
     norm_m = float(abs(M).sum(axis=0).max()) if M.nnz else 0.0
     if not norm_p * norm_m * rcond <= 1.0:
         return None
-    send = sp.diags(-Dn[senders]) @ PcR[senders] @ M
+    send = F @ M
     zero = sp.csr_matrix((1, r))
     return sp.vstack([M, send, zero], format="csr")
 
