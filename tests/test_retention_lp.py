@@ -146,6 +146,26 @@ def test_any_cost_optimum_equals_the_dense_program_with_several_pools(seed):
     assert c1_risk(P, pb.table.codes, pb.counts, pb.combos).max_risk <= alpha * (1 + 1e-7)
 
 
+def test_costs_on_the_scale_of_the_loss_still_give_the_optimum():
+    # The minimisation's costs are the loss's gradient, of the order of the loss (1e-8 on census
+    # samples): below the simplex's dual tolerance, where an unscaled solve stopped at a vertex
+    # that is not optimal on this table (-72.136 against -72.156).  The dense program is solved
+    # at the costs' own scale.
+    from pramopt.optimize.strategies.replacement_retentions import RetentionProgram
+
+    pb = _problem(_data(1, 400, (5, 5, 4)), 0.2)
+    pools = pb.table.codes[:, 0].astype(np.int64)
+    w = _w(pb, pools, 1)
+    cost = pb.counts * np.random.default_rng(1).uniform(-1.0, 1.0, pb.K)
+    best = _dense(pb, w, pools, 0.2, cost)
+    prog = RetentionProgram(pb, w, pools, 0.2, FLOOR)
+    o, _, status = prog.solve(
+        1e-9 * cost, np.zeros(pb.K), prog.hi, np.zeros(prog.in_m.size, dtype=bool)
+    )
+    assert status == "ok"
+    assert cost @ o == pytest.approx(best, rel=1e-7)
+
+
 @pytest.mark.parametrize("seed", [6, 18])
 def test_an_infeasible_program_is_reported_infeasible(seed):
     # The dense program from the definition has no solution here (no retentions with these w meet
