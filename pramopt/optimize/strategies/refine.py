@@ -28,10 +28,13 @@ updated (BFGS) by the loss's curvature along the last :data:`MEMORY` accepted cu
 this call's and the previous calls' (``steps``: sparse K x K matrices, or None to keep no
 steps, as for a parametrised program; the result's ``steps`` continue them on another
 support).
-Then, when the loss along the step curves more than the model said (one more evaluation),
-the minimiser of the quadratic through the loss at both ends and its slope at the start is
-taken if better, and ``sigma`` follows the ratio of the curvature met along the step to the
-model's (the Hessian's diagonal leaves out the coupling of entries in one column).  A step is
+A linear step first searches the hull of the points its program has admitted since it was
+loaded (iterates and LP vertices: :class:`.refine_span.Span`), on which a quadratic model
+follows from the secants of the last steps, so that successive steps no longer undo each
+other.  Otherwise, when the loss along the step curves more than the model said (one more
+evaluation), the minimiser of the quadratic through the loss at both ends and its slope at the
+start is taken if better, and ``sigma`` follows the ratio of the curvature met along the step
+to the model's (the Hessian's diagonal leaves out the coupling of entries in one column).  A step is
 accepted when the actual decrease is at least 10% of the predicted one; the radius doubles
 after a very good step at the boundary and shrinks fourfold after a rejected step.  Iterates
 stay feasible.  Stops (the documented tolerance) when the predicted decrease falls below
@@ -50,6 +53,7 @@ import scipy.sparse as sp
 
 from ..backends import solve_qp
 from ..support import clean
+from .refine_span import Span
 
 __all__ = ["refine", "RefineInfo"]
 
@@ -134,6 +138,7 @@ def refine(
     keep = steps is not None and MEMORY > 0  # remember accepted steps (x on the support, not z)
     steps = list(steps)[-MEMORY:] if keep else []
     pairs: list = []
+    span = Span()  # the last accepted linear steps, to search their admitted points' hull
 
     def info(reason, new=(), gc=None, duals=None, gscale=1.0):
         # RefineInfo's fields, in order
@@ -157,11 +162,11 @@ def refine(
             reason = f"subproblem {out.status}"
             break
         model = "linear" if Bs is None else "quadratic"
-        trial = _trial(x, f, g, out.x, Bs, pairs, rtol, sigma, loss, clean_fn)
+        trial = _trial(x, f, g, out.x, Bs, pairs, rtol, sigma, loss, clean_fn, span)
         if trial is None:
             reason = "converged"
             break
-        (xn, fn), d, rho, sigma = trial
+        (xn, fn), d, rho, sigma, vertex = trial
         if rho >= 0.1:
             if check is not None:
                 new = check(xn)
@@ -170,6 +175,7 @@ def refine(
             steps, radius = _remember(steps, d, sup, keep and Bs is not None, rho, radius)
             # the gradient only where a step is accepted (the evaluator keeps the point's design)
             fn, gn, gcn = loss(xn)
+            span = span.after(x, xn, vertex, g, gn) if Bs is None else Span()
             x, f, g, gcols = xn, fn, gn, gcn
             B = None
             accepted += 1
@@ -220,9 +226,10 @@ def _subproblem(lp, x, f, g, lo, hi, curvature, B, pairs, sigma, sup, steps, los
     return out, Bs, B, pairs, curvature
 
 
-def _trial(x, f, g, x_sub, Bs, pairs, rtol, sigma, loss, clean_fn):
-    """The trial point from the subproblem's ``x_sub``: ``((xn, fn), d, rho, sigma)``, or None
-    when the model predicts a decrease of at most ``rtol`` (converged)."""
+def _trial(x, f, g, x_sub, Bs, pairs, rtol, sigma, loss, clean_fn, span=None):
+    """The trial point from the subproblem's ``x_sub``: ``((xn, fn), d, rho, sigma, vertex)``
+    (``vertex``: the subproblem's point, cleaned), or None when the model predicts a decrease
+    of at most ``rtol`` (converged).  A linear step searches ``span`` first (:class:`Span`)."""
     xn = clean_fn(x_sub)
     d = xn - x
     lin = float(g @ (x - xn))  # first-order decrease
@@ -230,10 +237,19 @@ def _trial(x, f, g, x_sub, Bs, pairs, rtol, sigma, loss, clean_fn):
     pred = lin - quad
     if not np.isfinite(f) or pred <= rtol * abs(f):
         return None
-    (xn, fn), pred, sigma = _along_step(x, f, xn, lin, quad, Bs is not None, sigma, loss, clean_fn)
+    fn = loss.value(xn)
+    if Bs is None and span is not None:
+        found = span.search(x, f, g, xn, fn, lin, loss, clean_fn)
+        if found is not None:
+            (xp, fp), pred = found
+            return (xp, fp), xp - x, (f - fp) / pred, sigma, xn
+    vertex = xn
+    (xn, fn), pred, sigma = _along_step(
+        x, f, xn, fn, lin, quad, Bs is not None, sigma, loss, clean_fn
+    )
     d = xn - x
     rho = (f - fn) / pred if np.isfinite(fn) else -np.inf
-    return (xn, fn), d, rho, sigma
+    return (xn, fn), d, rho, sigma, vertex
 
 
 def _curvature_at(curvature, sup, steps, x, g, loss):
@@ -253,10 +269,10 @@ def _qp_step(lp, x, g, Bs, lo, hi, pairs):
     )
 
 
-def _along_step(x, f, xn, lin, quad, curved: bool, sigma: float, loss, clean_fn):
-    """The point taken along the step from ``x`` to ``xn``, the decrease its model predicts and the
-    curvature model's new scale.  Returns ``((x, f), predicted, sigma)``."""
-    fn = loss.value(xn)
+def _along_step(x, f, xn, fn, lin, quad, curved: bool, sigma: float, loss, clean_fn):
+    """The point taken along the step from ``x`` to ``xn`` (where the loss is ``fn``), the
+    decrease its model predicts and the curvature model's new scale.  Returns
+    ``((x, f), predicted, sigma)``."""
     d = xn - x
     pred = lin - quad
     # Curvature along the step: the quadratic through f(0) = f, f'(0) = -lin and f(1) = fn.
