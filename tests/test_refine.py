@@ -388,7 +388,10 @@ def test_trial_points_are_valued_without_their_gradient(example):
     np.testing.assert_array_equal(xa, xb)
     assert (ia.iterations, ia.accepted, ia.loss_end) == (ib.iterations, ib.accepted, ib.loss_end)
     assert ib.accepted > 0
-    assert calls["whole"] == 1 + ib.accepted  # the start and every accepted point, nothing else
+    # the start and every accepted point but one taken at the last iteration (the caller starts
+    # again from there, and prices with the last subproblem's duals and gradient), nothing else
+    last_taken = ib.iterations == 12 and ib.history[-1] < ib.history[-2]
+    assert calls["whole"] == 1 + ib.accepted - last_taken
     assert calls["value"] > ib.accepted  # points valued and not taken
 
 

@@ -94,6 +94,8 @@ def refine_loss(cg, x, trace: Trace):
             break
         settled = info.stop_reason == "converged"
         r, cc, drop, keys = _reprice(cg, sup, x, lp, info, dropped, curvature is not None)
+        # the chunk's pricing gradient (dense blocks at census scale) is not needed any more
+        info.grad_columns = None
         if r.size or drop.sum() > sup.size // 10:
             sup, x, dropped = _widen(cg, sup, x, r, cc, drop, keys, dropped)
             lp = None
