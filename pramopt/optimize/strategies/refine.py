@@ -179,17 +179,14 @@ def refine(
                 # the last step: the caller starts again from the point, and prices with the last
                 # subproblem's multipliers and gradient, so the point's own gradient is not needed
                 x, f = xn, fn
-                history.append(f)
-                if progress is not None:
-                    progress("refine", it, f, radius)
-                break
-            # the gradient only where a step is accepted (the evaluator keeps the point's
-            # design); the last point's gradient block is let go first (memory: each holds dense
-            # r x a blocks at census scale), the next subproblem's gradient takes its place
-            gcols = lp_gcols = None
-            fn, gn, gcn = loss(xn)
-            span = span.after(x, xn, vertex, g, gn) if Bs is None else Span()
-            x, f, g, gcols = xn, fn, gn, gcn
+            else:
+                # the gradient only where a step is accepted (the evaluator keeps the point's
+                # design); the last point's gradient block is let go first (memory: each holds
+                # dense r x a blocks at census scale), the next subproblem's gradient replaces it
+                gcols = lp_gcols = None
+                fn, gn, gcn = loss(xn)
+                span = span.after(x, xn, vertex, g, gn) if Bs is None else Span()
+                x, f, g, gcols = xn, fn, gn, gcn
         else:
             radius /= 4
             if radius < 1e-9:
