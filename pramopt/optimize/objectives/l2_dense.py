@@ -25,6 +25,8 @@ import scipy.linalg as sla
 import scipy.sparse as sp
 import scipy.sparse.csgraph as csgraph
 
+from . import l2_sparse
+
 __all__ = ["inverse", "senders_rows", "weights_block", "GradientBlock", "pair_terms", "h_diagonal"]
 
 #: Entries of ``E`` gathered at a time by :func:`pair_terms`.
@@ -77,9 +79,7 @@ def inverse(PRR: sp.csr_matrix, rcond: float) -> np.ndarray | None:
             M[S] = sla.lu_solve((lu, piv), rhs[k], check_finite=False)
     if not np.all(np.isfinite(M)):
         return None
-    norm_p = float(abs(PRR).sum(axis=0).max())
-    norm_m = float(np.abs(M).sum(axis=0).max())
-    if not norm_p * norm_m * rcond <= 1.0:
+    if not l2_sparse.well_conditioned(PRR, M, rcond):
         return None
     return M
 

@@ -24,6 +24,7 @@ __all__ = [
     "SPARSE_RECEIVERS",
     "SPARSE_DENSITY",
     "surely_dense",
+    "well_conditioned",
     "inverse_rows",
     "products",
     "pair_terms",
@@ -55,6 +56,14 @@ def surely_dense(PRR: sp.csr_matrix, a: int) -> bool:
     return float(sizes @ sizes) > SPARSE_DENSITY * a * r
 
 
+def well_conditioned(PRR, M, rcond: float) -> bool:
+    """Whether the exact 1-norm condition number ``||P[R, R]||_1 ||M||_1`` of ``P[R, R]``
+    (``M`` its inverse, dense or sparse: both norms at hand) is at most ``1 / rcond``."""
+    norm_p = float(abs(PRR).sum(axis=0).max())
+    norm_m = float(abs(M).sum(axis=0).max())
+    return norm_p * norm_m * rcond <= 1.0
+
+
 def inverse_rows(PcR: sp.csr_matrix, R, F: sp.csr_matrix, rcond: float) -> sp.csr_matrix | None:
     """The active rows of ``QR`` (``M`` for the receivers, then ``F M`` for the senders, ``F``
     their rows ``-P[k, R] / P_kk``) and a zero row last, sparse; None when ``P[R, R]`` is
@@ -73,9 +82,7 @@ def inverse_rows(PcR: sp.csr_matrix, R, F: sp.csr_matrix, rcond: float) -> sp.cs
         M = _sparse_solve(lu, r)
     if not np.all(np.isfinite(M.data)):
         return None
-    norm_p = float(abs(PRR).sum(axis=0).max()) if r else 0.0
-    norm_m = float(abs(M).sum(axis=0).max()) if M.nnz else 0.0
-    if not norm_p * norm_m * rcond <= 1.0:
+    if not well_conditioned(PRR, M, rcond):
         return None
     send = F @ M
     zero = sp.csr_matrix((1, r))
