@@ -56,6 +56,9 @@ class LinearProgram:
     the scale, as in phase one).  ``interior`` asks a backend that has both for an interior
     point (with crossover, so duals and a vertex come back) instead of the simplex method: the
     census-scale programs, rebuilt after every pricing round, are solved several times faster so.
+    ``restart`` asks a backend that warm-starts for a solve from scratch each time (presolve
+    and a crash basis): the refinement's steps change every cost and bound, and on the census
+    samples the previous vertex made a worse start than none (benchmarks/README.md).
     """
 
     A: sp.csc_matrix
@@ -71,6 +74,7 @@ class LinearProgram:
     constraints: tuple = ()
     scale_costs: bool = True
     interior: bool = False
+    restart: bool = False
 
     @property
     def n_cols(self) -> int:
@@ -85,6 +89,7 @@ def build_program(
     elastic: float | None = None,
     param: sp.spmatrix | None = None,
     interior: bool = False,
+    restart: bool = False,
 ) -> LinearProgram:
     """Assemble the program over ``support`` with the rows of ``constraints``.
 
@@ -102,6 +107,8 @@ def build_program(
         ``x = param @ z``: the columns are the parameters ``z`` (not with column ratios).
     interior : bool
         Ask for an interior-point solve (:class:`LinearProgram`).
+    restart : bool
+        Ask for every solve from scratch, not from the last one's basis (:class:`LinearProgram`).
     """
     K = support.K
     T = None if param is None else sp.csr_matrix(param)
@@ -177,6 +184,7 @@ def build_program(
         constraints=constraints,
         scale_costs=not max_floor,
         interior=interior,
+        restart=restart,
     )
 
 

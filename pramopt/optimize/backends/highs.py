@@ -81,6 +81,7 @@ class HighsProgram:
         self.h.passModel(lp)
         self._idx = np.arange(program.n_x, dtype=np.int32)
         self.scale = 1.0
+        self._solved = False
 
     def solve(self, c, lo, hi) -> LPSolution:
         P = self.program
@@ -88,6 +89,9 @@ class HighsProgram:
         scale = (float(np.max(np.abs(c))) or 1.0) if P.scale_costs else 1.0
         self.scale = scale
         t0 = time.perf_counter()
+        if P.restart and self._solved:
+            self.h.clearSolver()  # no basis: presolve and a crash basis, as for a new model
+        self._solved = True
         self.h.changeColsCost(P.n_x, self._idx, np.asarray(c, dtype=float) / scale)
         self.h.changeColsBounds(
             P.n_x, self._idx, np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)

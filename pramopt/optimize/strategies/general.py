@@ -235,7 +235,14 @@ class ColumnGeneration:
         lo = np.where(diag, np.where(kept[sup.rows], 1.0, self.floor), 0.0)
         return lo, np.ones(sup.size)
 
-    def load(self, sup: Support, *, phase_one: bool = False, interior: bool = False):
+    def load(
+        self,
+        sup: Support,
+        *,
+        phase_one: bool = False,
+        interior: bool = False,
+        restart: bool = False,
+    ):
         inv = [Invariance(self.counts)] if self.problem.params.invariant else []
         prog = build_program(
             sup,
@@ -243,6 +250,7 @@ class ColumnGeneration:
             max_floor=phase_one,
             elastic=PHASE1_ELASTIC if (phase_one or self.elastic) else None,
             interior=interior,
+            restart=restart,
         )
         return chain(prog, self.problem.params.solver)
 
