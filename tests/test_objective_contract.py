@@ -30,6 +30,7 @@ from pramopt.loss import l2_loss
 from pramopt.optimize.constraints import CONSTRAINTS, Constraint, Prices
 from pramopt.optimize.constraints.c1 import WorkingSet
 from pramopt.optimize.objectives import OBJECTIVES, Objective
+from pramopt.optimize.pricing import values_at_pairs
 from pramopt.optimize.problem import DesignProblem
 from pramopt.optimize.program import Duals, build_program
 from pramopt.optimize.strategies.blocks import BlockModel
@@ -147,6 +148,25 @@ def test_gradient_and_curvature_on_support(objective, problem, sparse):
     assert B.shape == (sup.size,) and np.all(B > 0)
     exact = B[picks] > B.min()  # above the floor that keeps the model convex
     assert exact.any() and np.allclose(B[picks][exact], fd2[exact], rtol=1e-4)
+
+
+def test_pricing_values_at_pairs_are_the_dense_gradient(objective, problem):
+    """Pricing over a list of transitions reads the gradient at pairs (``grad_columns.at``
+    where an evaluator has it): the same values as the dense evaluator's whole gradient, at
+    pairs on and off the support."""
+    rng = np.random.default_rng(4)
+    K, counts = problem.K, problem.counts
+    sup = _receivers(K, [0, 3])
+    mask = sup.to_matrix(np.ones(sup.size)).toarray()
+    P = mask * rng.uniform(0.05, 1.0, (K, K)) + 3.0 * np.eye(K)
+    P /= P.sum(axis=1, keepdims=True)
+    _, _, gcols = objective.on_support(sup, counts, True)(sup.from_matrix(P))
+    dense = _dense(K)
+    _, _, dense_cols = objective.on_support(dense, counts, False)(dense.from_matrix(P))
+    G = dense_cols(np.arange(K))
+    rows, cols = rng.integers(0, K, 400), rng.integers(0, K, 400)
+    got = values_at_pairs(gcols, rows, cols, K)
+    assert np.allclose(got, G[rows, cols], rtol=1e-9, atol=1e-12 * np.abs(G).max())
 
 
 def test_value_alone_on_support(objective, problem):

@@ -157,7 +157,12 @@ class Pricer:
 
 
 def values_at_pairs(cost_fn, rows: np.ndarray, cols: np.ndarray, K: int) -> np.ndarray:
-    """``cost_fn(cols)[rows, cols]`` pair by pair, in blocks of columns (K x 256 at a time)."""
+    """``cost_fn(cols)[rows, cols]`` pair by pair: by ``cost_fn.at(rows, cols)`` when the cost
+    function has it (the entries alone, :class:`~.objectives.l2.Gradient`), else in blocks of
+    whole columns (K x 256 at a time)."""
+    at = getattr(cost_fn, "at", None)
+    if at is not None:
+        return np.asarray(at(rows, cols), dtype=float)
     out = np.empty(rows.size)
     order = np.argsort(cols, kind="stable")
     uc, start = np.unique(cols[order], return_index=True)

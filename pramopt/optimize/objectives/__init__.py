@@ -22,7 +22,9 @@ __all__ = ["Objective", "Evaluator", "OBJECTIVES", "objective_for", "default_obj
 #: ``evaluate(x) -> (value, gradient on the support entries, grad_columns)``; ``grad_columns``
 #: (or None) maps column indices to the K x len(cols) gradient there, for pricing.  An evaluator
 #: may also carry ``evaluate.value(x)``, the value alone (the refinement values trial points with
-#: it and asks for the gradient only at the ones it accepts).
+#: it and asks for the gradient only at the ones it accepts).  ``grad_columns`` may carry
+#: ``grad_columns.at(rows, cols)``, the entries at pairs alone, which pricing over a list of
+#: transitions then uses instead of whole columns.
 Evaluator = Callable[[np.ndarray], tuple]
 
 

@@ -85,6 +85,14 @@ class WeightedChangesL2(L2Loss):
                 h = self.linear_cost(all_rows[:, None], cols[None, :])
                 return gcols(cols) + scale * counts[:, None] * h
 
+            base_at = getattr(gcols, "at", None)
+            if base_at is not None:  # the entries at pairs alone, as the L2 loss gives them
+
+                def at(rows, cols):
+                    rows, cols = np.asarray(rows), np.asarray(cols)
+                    return base_at(rows, cols) + scale * counts[rows] * self.linear_cost(rows, cols)
+
+                columns.at = at
             return f + float(lin @ x), g + lin, (None if gcols is None else columns)
 
         base_value = getattr(base, "value", None)
