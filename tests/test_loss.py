@@ -370,6 +370,27 @@ def test_sparse_pieces_and_blocks(monkeypatch, max_targets):
     assert_matches_dense(P, counts, rng, n_pairs=400, n_cols=20)
 
 
+@pytest.mark.parametrize("slowdown,formed", [(0, False), (1e12, True)])
+def test_receiver_entries_by_either_route(monkeypatch, slowdown, formed):
+    # A receiver row's entries of the gradient's block Z come from its two factors (gathered
+    # dot products) or from the whole block formed once; which one is a cost estimate
+    # (GATHER_SLOWDOWN), and both give the dense inverse's numbers.
+    import pramopt.optimize.objectives.l2_dense as dense_mod
+
+    monkeypatch.setattr(dense_mod, "GATHER_SLOWDOWN", slowdown)
+    rng = np.random.default_rng(31)
+    P = receiver_design(200, 40, rng, p_send=0.7)
+    counts = rng.integers(0, 40, 200).astype(float)
+    _, G = l2_loss_and_grad(P.toarray(), counts)
+    s = SparseL2(P, counts)
+    assert not s._sparse and s.receivers.size > 20
+    a = np.repeat(s.receivers, 5)  # receiver rows, against any columns
+    b = rng.integers(0, 200, a.size)
+    got = s.grad_at(a, b)
+    assert s._ZT.full is formed
+    np.testing.assert_allclose(got, G[a, b], rtol=1e-9, atol=1e-12 * np.abs(G).max())
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_surely_dense_only_when_the_inverse_is_full(seed, monkeypatch):
     # surely_dense skips the sparse inverse from the structure alone; it must never call a

@@ -32,6 +32,12 @@ __all__ = ["inverse", "senders_rows", "weights_block", "GradientBlock", "pair_te
 #: Entries of ``E`` gathered at a time by :func:`pair_terms`.
 _GATHER = 1 << 21
 
+#: How many of BLAS's multiply-adds one multiply-add of a gathered dot product costs: an entry
+#: of ``Z[R]`` read off its two factors (``O(r)`` gathered) against the whole of ``Z[R]`` (one
+#: ``r x r x r`` product).  Measured 70 on a 5-key census design (4,267 receivers, 2 cores:
+#: 0.41e9 gathered against 29e9 per second, benchmarks/README.md).
+GATHER_SLOWDOWN = 64
+
 
 def inverse(PRR: sp.csr_matrix, rcond: float) -> np.ndarray | None:
     """``M = P[R, R]^-1`` (dense, row-major) by block back-substitution, or None when singular.
@@ -151,23 +157,29 @@ class GradientBlock:
             self.full = True
             self.G = self.CMT = None
 
+    def plan(self, ir, ic) -> None:
+        """Form ``Z[R]`` now if the pairs ``(ir, ic)``, asked for in pieces, need more of its
+        entries than gathered dot products pay for."""
+        ir = np.asarray(ir, dtype=np.intp)
+        rec = ir < self.r
+        if not self.full and rec.any():
+            entries = int(np.diff(self.E.indptr)[np.asarray(ic, dtype=np.intp)[rec]].sum())
+            # gathered dot products of length r cost far more per operation than the r^3 product
+            if entries * GATHER_SLOWDOWN > self.r**2:
+                self.form()
+
     def pair_terms(self, ir, ic) -> np.ndarray:
         """``Z[ir[i]] . E[ic[i]]`` for every pair (positions among the active rows)."""
         ir = np.asarray(ir, dtype=np.intp)
         ic = np.asarray(ic, dtype=np.intp)
+        self.plan(ir, ic)
         rec = ir < self.r
         if self.full or not rec.any():
             return pair_terms(self.ZT, self.E, ir, ic)
         out = np.zeros(ir.size)
         other = ~rec
         out[other] = pair_terms(self.ZT, self.E, ir[other], ic[other])
-        entries = int(np.diff(self.E.indptr)[ic[rec]].sum())
-        # gathered dot products of length r cost more per operation than the r^3 product
-        if entries * self.r > self.r**3 // 2:
-            self.form()
-            out[rec] = pair_terms(self.ZT, self.E, ir[rec], ic[rec])
-        else:
-            out[rec] = _receiver_terms(self.CMT, self.G, self.E, ir[rec], ic[rec])
+        out[rec] = _receiver_terms(self.CMT, self.G, self.E, ir[rec], ic[rec])
         return out
 
     def columns(self, idx_cols) -> np.ndarray:
