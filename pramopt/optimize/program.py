@@ -57,7 +57,7 @@ class LinearProgram:
     point (with crossover, so duals and a vertex come back) instead of the simplex method: the
     census-scale programs, rebuilt after every pricing round, are solved several times faster so.
     ``restart`` asks a backend that warm-starts for a solve from scratch each time (presolve
-    and a crash basis): the refinement's steps change every cost and bound, and on the census
+    and a crash basis): the refinement's steps change every cost and bound, and on large census
     samples the previous vertex made a worse start than none (benchmarks/README.md).
     """
 

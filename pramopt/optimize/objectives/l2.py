@@ -382,9 +382,8 @@ class Gradient:
     """A valued design's gradient, for pricing: ``gradient(cols)`` is the ``K x len(cols)``
     block (:meth:`SparseL2.grad_columns`), ``gradient.at(rows, cols)`` the entries at the pairs
     alone (:meth:`SparseL2.grad_at`).  Over a list of permitted transitions the pairs are a few
-    hundred per column, and whole columns cost ``K`` entries each and the gradient block's
-    ``r x r x r`` product: on the 5-key census sample 4.0 s against 0.5 s for the same values
-    (benchmarks/README.md)."""
+    hundred per column, where whole columns cost ``K`` entries each: on a 5-key census design
+    3.2 s against 4.0 s for the same values (benchmarks/README.md)."""
 
     __slots__ = ("_s",)
 

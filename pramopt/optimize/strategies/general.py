@@ -89,6 +89,12 @@ REFINE_PRICING_GAIN = 2
 #: transitions the QP's interior point gives a little mass each, and the loss after 14 steps was
 #: 0.7% higher than with 2,000.
 REFINE_MAX_ADD = 2000
+#: On the census-scale path, supports of more than this many transitions solve each step's
+#: program from scratch (:attr:`~..program.LinearProgram.restart`): on the 6-key sample
+#: (programs of 150,000 columns and more) a warm start from the last vertex took 2-3 times longer
+#: by step 14; on the 4-key sample (supports of 33,000) it was the faster one, by about 10% a
+#: step (benchmarks/README.md).
+REFINE_RESTART_MIN = 50_000
 #: Largest initial refinement support beyond the linear stage's transitions (see
 #: :func:`.general_refine.refine_pairs`).
 REFINE_SUPPORT_MAX = 100_000

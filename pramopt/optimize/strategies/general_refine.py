@@ -44,8 +44,8 @@ def refine_loss(cg, x, trace: Trace):
     stop = None
     while its < p.max_iter:
         if lp is None:
-            # census scale: each step's program from scratch (see LinearProgram.restart)
-            lp = cg.load(sup, restart=cg.elastic)
+            # large census-scale supports: each step's program from scratch (REFINE_RESTART_MIN)
+            lp = cg.load(sup, restart=cg.elastic and sup.size > G.REFINE_RESTART_MIN)
         lo, hi = cg.bounds(sup)
         evaluate = problem.objective.on_support(sup, counts, sparse=cg.mode != "dense")
         # the curved model needs the objective's curvature (None: linear steps only)
