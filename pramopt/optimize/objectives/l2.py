@@ -294,8 +294,11 @@ class SparseL2:
         idx, QRx, ZT = self._idx, self._QRx, self._ZT
         assert ZT is not None  # _ready() made it
         T = np.zeros(rows.size)  # [Q^T W Q Q^T] at the pairs
-        if rows.size:  # on all the pairs at once: they are taken in pieces
-            ZT.plan(idx[rows], idx[cols])
+        if not ZT.full:  # on the whole request: its pieces alone would each look small
+            need = 0
+            for lo in range(0, rows.size, _PAIRS):
+                need += ZT.entries(idx[rows[lo : lo + _PAIRS]], idx[cols[lo : lo + _PAIRS]])
+            ZT.plan(need)
         for lo in range(0, rows.size, _PAIRS):
             hi = min(lo + _PAIRS, rows.size)
             rw, cl = rows[lo:hi], cols[lo:hi]

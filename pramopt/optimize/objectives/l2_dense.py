@@ -157,22 +157,24 @@ class GradientBlock:
             self.full = True
             self.G = self.CMT = None
 
-    def plan(self, ir, ic) -> None:
-        """Form ``Z[R]`` now if the pairs ``(ir, ic)``, asked for in pieces, need more of its
-        entries than gathered dot products pay for."""
-        ir = np.asarray(ir, dtype=np.intp)
-        rec = ir < self.r
-        if not self.full and rec.any():
-            entries = int(np.diff(self.E.indptr)[np.asarray(ic, dtype=np.intp)[rec]].sum())
-            # gathered dot products of length r cost far more per operation than the r^3 product
-            if entries * GATHER_SLOWDOWN > self.r**2:
-                self.form()
+    def entries(self, ir, ic) -> int:
+        """How many products of ``Z[R]``'s two factors the pairs ``(ir, ic)`` need unformed."""
+        rec = np.asarray(ir, dtype=np.intp) < self.r
+        return int(np.diff(self.E.indptr)[np.asarray(ic, dtype=np.intp)[rec]].sum())
+
+    def plan(self, entries: int) -> None:
+        """Form ``Z[R]`` now if ``entries`` (:meth:`entries`, summed over every piece of a
+        request) cost more gathered than the whole block does."""
+        # gathered dot products of length r cost far more per operation than the r^3 product
+        if not self.full and entries * GATHER_SLOWDOWN > self.r**2:
+            self.form()
 
     def pair_terms(self, ir, ic) -> np.ndarray:
         """``Z[ir[i]] . E[ic[i]]`` for every pair (positions among the active rows)."""
         ir = np.asarray(ir, dtype=np.intp)
         ic = np.asarray(ic, dtype=np.intp)
-        self.plan(ir, ic)
+        if not self.full:
+            self.plan(self.entries(ir, ic))
         rec = ir < self.r
         if self.full or not rec.any():
             return pair_terms(self.ZT, self.E, ir, ic)
