@@ -1,8 +1,8 @@
 """A loaded HiGHS program marked ``restart`` solves every time as a newly loaded one would.
 
-The refinement's step programs change every cost and bound between solves; at census scale
-the previous basis made a slower start than none, so those programs ask for a solve from
-scratch.  The reference is independent of the flag: a fresh model of the same program, solved
+The refinement's step programs change every cost and bound between solves; on large census
+supports the previous basis made a slower start than none, so those programs ask for a solve
+from scratch.  The reference is independent of the flag: a fresh model of the same program, solved
 once with the second costs and bounds.  HiGHS is deterministic, so a solve from scratch takes
 exactly the fresh model's simplex iterations and reaches its vertex; a warm start from the
 first optimum takes fewer.
