@@ -285,6 +285,7 @@ def _dense_bfgs(B0, pairs):
     return B
 
 
+@pytest.mark.slow  # about 65 s: the explicit reference QP has a dense Hessian over every entry
 def test_qp_with_curvature_pairs_solves_the_bfgs_model(example):
     # The curved model's curvature pairs are held in the QP by auxiliary columns (a projection and
     # a rank-one term per pair).  Independent check: the same QP with the dense BFGS matrix,
