@@ -30,7 +30,14 @@ from .backends import LPResult, Outcome, solve_lp
 from .problem import DesignProblem
 from .relaxation import _FlowProgram
 
-__all__ = ["EdgeFlows", "edge_flows", "routed_flows", "allows_floor", "smallest_per_key"]
+__all__ = [
+    "EdgeFlows",
+    "edge_flows",
+    "routed_flows",
+    "allows_floor",
+    "edge_seeds",
+    "smallest_per_key",
+]
 
 #: :func:`edge_flows` starts from each cell's this many largest permitted senders and receivers,
 #: adds up to this many of the most negatively priced transitions of each cell per round, and
@@ -227,7 +234,7 @@ def edge_flows(
     cap = (1.0 - floor) * U.astype(float)
     cap[problem.keep_rows] = 0.0
     if seeds is None:
-        seeds = _edge_seeds(U, pr, pc, EDGE_SEEDS)
+        seeds = edge_seeds(U, pr, pc, EDGE_SEEDS)
     active = np.zeros(pr.size, dtype=bool)
     active[seeds] = True
     order = np.flatnonzero(active)  # the listed pairs, in the order of the model's columns
@@ -366,7 +373,7 @@ def allows_floor(problem: DesignProblem, floor: float, pairs) -> tuple[bool | No
     return (True if flows.slack <= SLACK_TOL else None), flows
 
 
-def _edge_seeds(U, pr, pc, per_cell: int) -> np.ndarray:
+def edge_seeds(U, pr, pc, per_cell: int) -> np.ndarray:
     """Indices into the pairs: each cell's ``per_cell`` largest senders and receivers."""
     return np.concatenate(
         [smallest_per_key(pc, -U[pr], per_cell), smallest_per_key(pr, -U[pc], per_cell)]

@@ -130,12 +130,12 @@ def _relaxed_flows(problem: DesignProblem, floor: float, pairs, trace: Trace) ->
 def _pair_index(problem: DesignProblem, pairs, rows, cols) -> np.ndarray:
     """Positions in ``pairs`` (ordered by row then column) of the transitions ``rows, cols``
     (each one of them), with each cell's largest permitted senders and receivers."""
-    from ..edge_flows import EDGE_SEEDS, _edge_seeds
+    from ..edge_flows import EDGE_SEEDS, edge_seeds
 
     pr, pc = (np.asarray(a, dtype=np.int64) for a in pairs)
     key = pr * problem.K + pc
     pos = np.searchsorted(key, np.asarray(rows, dtype=np.int64) * problem.K + cols)
-    return np.union1d(pos, _edge_seeds(problem.counts, pr, pc, EDGE_SEEDS))
+    return np.union1d(pos, edge_seeds(problem.counts, pr, pc, EDGE_SEEDS))
 
 
 def _no_flows(problem: DesignProblem, gamma: float, floor: float, pairs, flows) -> Attempt:
