@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pramopt.loss import expected_changes, l2_loss
+from pramopt.optimize.objectives import l2_sparse as L2S
 from pramopt.optimize.objectives.l2 import (
     SparseL2,
     l2_loss_and_grad,
@@ -157,18 +158,19 @@ def test_singular_matrix_has_infinite_loss():
 # Section 3 of Cator et al. (l2_loss / l2_loss_and_grad), an independent computation.
 
 
-@pytest.fixture(params=["dense", "sparse", "sparse LU, dense block"])
+@pytest.fixture(params=["dense", "sparse", "sparse inverse, dense block", "over the budget"])
 def block(request, monkeypatch):
     """SparseL2 with the receivers' block dense, sparse (pramopt.optimize.objectives.l2_sparse)
-    whatever its size and density, or from the sparse LU made dense: all must give the dense
-    inverse's numbers."""
-    import pramopt.optimize.objectives.l2_sparse as L2S
-
+    whatever its size and density, from the whole sparse inverse made dense, or dense once the
+    sparse inverse goes over its budget: all must give the dense inverse's numbers."""
     if request.param != "dense":
         monkeypatch.setattr(L2S, "SPARSE_RECEIVERS", -1)
         monkeypatch.setattr(L2S, "SPARSE_DENSITY", np.inf if request.param == "sparse" else 0.0)
-        # the sparse LU's inverse measured too full, not foreseen from the structure
+        # too full, not foreseen from the structure
         monkeypatch.setattr(L2S, "surely_dense", lambda PRR, a: False)
+    if request.param == "sparse inverse, dense block":  # M whole, then QR measured too full
+        rows = L2S.inverse_rows
+        monkeypatch.setattr(L2S, "inverse_rows", lambda *a, budget: rows(*a, budget=np.inf))
     return request.param
 
 
@@ -395,8 +397,6 @@ def test_receiver_entries_by_either_route(monkeypatch, slowdown, formed):
 def test_surely_dense_only_when_the_inverse_is_full(seed, monkeypatch):
     # surely_dense skips the sparse inverse from the structure alone; it must never call a
     # block dense whose inverse (a dense solve, counted) is within the sparse block's budget.
-    import pramopt.optimize.objectives.l2_sparse as L2S
-
     rng = np.random.default_rng(seed)
     K, r = 80, 30
     P = receiver_design(
@@ -433,8 +433,17 @@ def test_inverse_by_components_matches_dense_inverse(seed):
     big = rng.choice(r, int(rng.integers(2, 25)), replace=False)
     A[big, np.roll(big, 1)] += 0.2  # a cycle through these cells: one component
     M = inverse(sp.csr_matrix(A), 1e-12)
-    np.testing.assert_allclose(M, np.linalg.inv(A), rtol=1e-10, atol=1e-12 * np.abs(M).max())
+    ref = np.linalg.inv(A)
+    np.testing.assert_allclose(M, ref, rtol=1e-10, atol=1e-12 * np.abs(M).max())
     assert M.flags.c_contiguous
+    # the same by sparse rows: the same numbers, and only the reference's non-zeros stored
+    Ms = L2S.sparse_inverse(sp.csr_matrix(A))
+    np.testing.assert_allclose(Ms.toarray(), ref, rtol=1e-10, atol=1e-12 * np.abs(ref).max())
+    assert Ms.nnz <= np.count_nonzero(np.abs(ref) > 1e-14 * np.abs(ref).max())
+    # given up once it holds more than its budget, never after returning a part of M
+    with pytest.raises(L2S.TooDense):
+        L2S.sparse_inverse(sp.csr_matrix(A), budget=Ms.nnz / 2)
+    assert L2S.sparse_inverse(sp.csr_matrix(A), budget=Ms.nnz).nnz == Ms.nnz
 
 
 def scaling_design(K, r, rng, dense_block):

@@ -188,7 +188,12 @@ class SparseL2:
             PcR[R], act.size
         )
         if self._sparse:
-            QRs = l2_sparse.inverse_rows(PcR, R, self._F, rcond)
+            budget = l2_sparse.SPARSE_DENSITY * act.size * r
+            try:
+                QRs = l2_sparse.inverse_rows(PcR, R, self._F, rcond, budget=budget)
+            except l2_sparse.TooDense:  # M alone is over the budget: the dense block below
+                self._sparse = False
+        if self._sparse:
             if QRs is None:
                 return
             if QRs.nnz > l2_sparse.SPARSE_DENSITY * QRs.shape[0] * r:

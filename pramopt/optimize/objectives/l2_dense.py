@@ -23,7 +23,6 @@ import warnings
 import numpy as np
 import scipy.linalg as sla
 import scipy.sparse as sp
-import scipy.sparse.csgraph as csgraph
 
 from . import l2_sparse
 
@@ -58,13 +57,7 @@ def inverse(PRR: sp.csr_matrix, rcond: float) -> np.ndarray | None:
     M = np.zeros((r, r))
     if r == 0:
         return M
-    n_comp, label = csgraph.connected_components(PRR, directed=True, connection="strong")
-    rows = np.repeat(np.arange(r), np.diff(PRR.indptr))
-    cross = label[rows] != label[PRR.indices]
-    out = sp.csr_matrix((PRR.data * cross, PRR.indices.copy(), PRR.indptr.copy()), shape=(r, r))
-    out.eliminate_zeros()  # P[S, out]: the entries between components
-    level = _levels(label[rows[cross]], label[PRR.indices[cross]], n_comp)[label]
-    size = np.bincount(label, minlength=n_comp)[label]
+    label, level, size, out = l2_sparse.components(PRR)
     diag = PRR.diagonal()
     for lv in range(int(level.max()) + 1):
         at = np.flatnonzero(level == lv)
@@ -88,18 +81,6 @@ def inverse(PRR: sp.csr_matrix, rcond: float) -> np.ndarray | None:
     if not l2_sparse.well_conditioned(PRR, M, rcond):
         return None
     return M
-
-
-def _levels(src, dst, n: int) -> np.ndarray:
-    """Each node's longest path to a sink in the acyclic graph of edges ``src -> dst``."""
-    level = np.zeros(n, dtype=np.int64)
-    for _ in range(n):
-        new = np.zeros(n, dtype=np.int64)
-        np.maximum.at(new, src, level[dst] + 1)
-        if np.array_equal(new, level):
-            break
-        level = new
-    return level
 
 
 def senders_rows(PcR_s: sp.csr_matrix, Dn_s) -> sp.csr_matrix:

@@ -6,8 +6,10 @@ cells sending into ``R``).  It stores ``M`` and ``QR`` dense: ``O(r^3)`` for the
 and ``O(a r^2)`` for the gradient's ``H = QR^T W QR``, minutes per evaluation with thousands of
 receivers.  On census-shaped designs ``P[R, R]`` is the identity's pattern plus the few
 transitions between receivers, and its inverse is just as sparse (1.4% of its entries on the
-4-key sample's linear-stage design, 1,514 receivers): here ``M`` comes from a sparse LU, one
-solve per column, and ``QR``, ``H`` and ``A`` stay sparse.  The formulas are those of
+4-key sample's linear-stage design, 1,514 receivers): here ``M`` comes from block
+back-substitution over the components of ``P[R, R]``'s graph with sparse rows
+(:func:`sparse_inverse`, given up as soon as it holds more entries than the sparse block's budget),
+and ``QR``, ``H`` and ``A`` stay sparse.  The formulas are those of
 :class:`~.l2.SparseL2`; only the storage differs, so both give the same numbers up to rounding.
 """
 
@@ -16,16 +18,19 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import scipy.linalg as sla
 import scipy.sparse as sp
 import scipy.sparse.csgraph as csgraph
-import scipy.sparse.linalg as spla
 
 __all__ = [
     "SPARSE_RECEIVERS",
     "SPARSE_DENSITY",
     "surely_dense",
     "well_conditioned",
+    "TooDense",
+    "components",
     "inverse_rows",
+    "sparse_inverse",
     "products",
     "pair_terms",
     "column_terms",
@@ -64,23 +69,52 @@ def well_conditioned(PRR, M, rcond: float) -> bool:
     return norm_p * norm_m * rcond <= 1.0
 
 
-def inverse_rows(PcR: sp.csr_matrix, R, F: sp.csr_matrix, rcond: float) -> sp.csr_matrix | None:
+class TooDense(Exception):
+    """The sparse inverse would hold more entries than the sparse block's budget."""
+
+
+def components(PRR: sp.csr_matrix) -> tuple:
+    """The structure of ``P[R, R]``'s graph that its inverse follows: ``(label, level, size,
+    out)``, each cell's strongly connected component, the component's level (its longest path
+    to a sink of the condensation: a level's components send only into lower levels) and size,
+    and ``P[S, out]``, the entries between components (a sparse ``r x r`` matrix)."""
+    r = PRR.shape[0]
+    n_comp, label = csgraph.connected_components(PRR, directed=True, connection="strong")
+    rows = np.repeat(np.arange(r), np.diff(PRR.indptr))
+    cross = label[rows] != label[PRR.indices]
+    out = sp.csr_matrix((PRR.data * cross, PRR.indices.copy(), PRR.indptr.copy()), shape=(r, r))
+    out.eliminate_zeros()
+    level = _levels(label[rows[cross]], label[PRR.indices[cross]], n_comp)[label]
+    size = np.bincount(label, minlength=n_comp)[label]
+    return label, level, size, out
+
+
+def _levels(src, dst, n: int) -> np.ndarray:
+    """Each node's longest path to a sink in the acyclic graph of edges ``src -> dst``."""
+    level = np.zeros(n, dtype=np.int64)
+    for _ in range(n):
+        new = np.zeros(n, dtype=np.int64)
+        np.maximum.at(new, src, level[dst] + 1)
+        if np.array_equal(new, level):
+            break
+        level = new
+    return level
+
+
+def inverse_rows(
+    PcR: sp.csr_matrix, R, F: sp.csr_matrix, rcond: float, budget: float = np.inf
+) -> sp.csr_matrix | None:
     """The active rows of ``QR`` (``M`` for the receivers, then ``F M`` for the senders, ``F``
     their rows ``-P[k, R] / P_kk``) and a zero row last, sparse; None when ``P[R, R]`` is
     singular: its exact 1-norm condition number (``||P[R, R]||_1 ||M||_1``, both at hand) above
-    ``1 / rcond``, a non-finite entry, or an exactly singular LU."""
+    ``1 / rcond``, a non-finite entry, or an exactly singular block.  Raises :class:`TooDense`
+    as soon as ``M`` holds more than ``budget`` entries."""
     r = R.size
     if r == 0:
         return sp.csr_matrix((1, 0))
-    PRR = sp.csc_matrix(PcR[R])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            lu = spla.splu(PRR)
-        except RuntimeError:  # "Factor is exactly singular"
-            return None
-        M = _sparse_solve(lu, r)
-    if not np.all(np.isfinite(M.data)):
+    PRR = sp.csr_matrix(PcR[R])
+    M = sparse_inverse(PRR, budget)
+    if M is None or not np.all(np.isfinite(M.data)):
         return None
     if not well_conditioned(PRR, M, rcond):
         return None
@@ -89,22 +123,58 @@ def inverse_rows(PcR: sp.csr_matrix, R, F: sp.csr_matrix, rcond: float) -> sp.cs
     return sp.vstack([M, send, zero], format="csr")
 
 
-def _sparse_solve(lu, r: int) -> sp.csr_matrix:
-    """``P[R, R]^-1`` from its LU, a block of columns at a time, the zeros dropped."""
-    cols = []
-    step = max(1, min(r, (1 << 22) // max(r, 1)))
-    for s in range(0, r, step):
-        e = np.zeros((r, min(step, r - s)))
-        e[np.arange(s, s + e.shape[1]), np.arange(e.shape[1])] = 1.0
-        X = lu.solve(e)
-        X[np.abs(X) < _DROP * np.abs(X).max(initial=0.0)] = 0.0
-        cols.append(sp.csc_matrix(X))
-    return sp.hstack(cols, format="csr") if cols else sp.csr_matrix((0, 0))
+def sparse_inverse(PRR: sp.csr_matrix, budget: float = np.inf) -> sp.csr_matrix | None:
+    """``M = P[R, R]^-1``, sparse, by block back-substitution over the components of
+    :func:`components` (see :func:`.l2_dense.inverse`, the same with ``M`` dense); None when a
+    block is exactly singular.  Raises :class:`TooDense` as soon as ``M`` holds more than
+    ``budget`` entries, before the rest is computed.
 
-
-#: Entries of ``M`` below this fraction of the largest in their block are rounding noise of the
-#: solve (exact zeros of the inverse come out as ~1e-17): dropped.
-_DROP = 1e-15
+    A row of ``M`` is non-zero only where its cell reaches others in ``P[R, R]``'s graph, so
+    the products stay as sparse as ``M`` itself: no solve with ``r`` right-hand sides.
+    """
+    r = PRR.shape[0]
+    label, level, size, out = components(PRR)
+    diag = PRR.diagonal()
+    order: list = []  # cells whose rows of M are known, in the order of `done`'s rows
+    blocks: list = []
+    done = sp.csr_matrix((0, r))
+    held = 0
+    for lv in range(int(level.max()) + 1 if r else 0):
+        at = np.flatnonzero(level == lv)
+        eye = sp.csr_matrix((np.ones(at.size), (np.arange(at.size), at)), shape=(at.size, r))
+        o = out[at]
+        # the entries of a level's rows point only into lower levels, whose rows are done
+        rhs = (eye - o[:, np.concatenate(order)] @ done).tocsr() if o.nnz else eye
+        single = size[at] == 1
+        if np.any(diag[at[single]] == 0.0):
+            return None
+        rows_lv = [at[single]]
+        blocks_lv = [sp.diags(1.0 / diag[at[single]]) @ rhs[np.flatnonzero(single)]]
+        for comp in np.unique(label[at[~single]]):
+            k = np.flatnonzero(label[at] == comp)
+            S = at[k]
+            B = rhs[k]
+            cols = np.unique(B.indices)
+            with warnings.catch_warnings():  # exact singularity: a zero pivot, checked below
+                warnings.simplefilter("ignore", sla.LinAlgWarning)
+                lu, piv = sla.lu_factor(PRR[S][:, S].toarray(), check_finite=False)
+            if not np.all(np.diagonal(lu)):
+                return None
+            X = sla.lu_solve((lu, piv), B[:, cols].toarray(), check_finite=False)
+            rr, cc = np.nonzero(X)
+            rows_lv.append(S)
+            blocks_lv.append(sp.csr_matrix((X[rr, cc], (rr, cols[cc])), shape=(S.size, r)))
+        order += rows_lv
+        blocks += blocks_lv
+        held += sum(b.nnz for b in blocks_lv)
+        if held > budget:
+            raise TooDense
+        done = sp.vstack(blocks, format="csr")
+    if not r:
+        return sp.csr_matrix((0, 0))
+    M = done[np.argsort(np.concatenate(order))]
+    M.eliminate_zeros()
+    return M
 
 
 def products(QRx: sp.csr_matrix, wa, Dn_s, r: int) -> tuple[sp.csr_matrix, sp.csr_matrix]:
