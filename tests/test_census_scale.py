@@ -180,6 +180,28 @@ def test_seeds_are_each_cells_largest_permitted_neighbours():
         )
 
 
+@pytest.mark.parametrize("d", [1, 2])
+def test_group_reach_counts_each_record_that_can_reach_a_group_once(d):
+    # The cap on a C1 denominator behind the floor bound: per group, the records of every cell
+    # that is in it or has a permitted transition into one of its cells (by brute force here).
+    df, qi = _table(3)
+    t = frequency_table(df, qi)
+    from pramopt.frequency.combinations import resolve_combinations
+    from pramopt.optimize.problem import DesignProblem
+    from pramopt.params import DesignParams
+
+    params = DesignParams(alpha=0.1, max_changed_variables=d)
+    prob = DesignProblem.build(t, resolve_combinations(t.qi, 2, None, "t"), params)
+    pairs = prob.allowed_pairs(10**7)
+    H = _hamming(t.codes)
+    member = prob.groups.member
+    want = np.zeros(prob.groups.n_groups)
+    for g in range(prob.groups.n_groups):
+        cells = {c for c in range(t.n_cells) if g in member[c]}
+        want[g] = sum(t.counts[k] for k in range(t.n_cells) if any(H[k, c] <= d for c in cells))
+    np.testing.assert_array_equal(prob.group_reach(pairs), want)
+
+
 def test_auto_rule_prefers_fewer_changed_values_at_a_comparable_objective():
     # The rule stated in auto.py, on hand-made figures: the smallest objective wins unless
     # another candidate is within 10% of it and changes at most 2/3 as many values.

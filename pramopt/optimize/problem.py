@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from .._activity import activity, current
 from ..errors import CallbackError, InvalidParameterError
@@ -234,11 +235,18 @@ class DesignProblem:
         K, G = self.K, self.groups.n_groups
         r = np.concatenate([np.asarray(pairs[0], dtype=np.int64), np.arange(K)])
         c = np.concatenate([np.asarray(pairs[1], dtype=np.int64), np.arange(K)])
+        adj = sp.csr_matrix((np.ones(r.size, dtype=bool), (r, c)), shape=(K, K))
+        cells = np.arange(K)
         reach = np.zeros(G)
-        # a group belongs to one combination: the distinct (cell, group) pairs of each add up
+        # a group belongs to one combination: the distinct (cell, group) pairs of each add up;
+        # a boolean product's pattern lists them without sorting millions of keys
         for j in range(self.groups.member.shape[1]):
-            key = np.unique(r * G + self.groups.member[c, j])
-            reach += np.bincount(key % G, weights=self.counts[key // G], minlength=G)
+            into = sp.csr_matrix(
+                (np.ones(K, dtype=bool), (cells, self.groups.member[:, j])), shape=(K, G)
+            )
+            B = (adj @ into).tocsr()
+            senders = np.repeat(cells, np.diff(B.indptr))
+            reach += np.bincount(B.indices, weights=self.counts[senders], minlength=G)
         return reach
 
     def _near_pairs(self, limit: int) -> tuple[np.ndarray, np.ndarray] | None:
