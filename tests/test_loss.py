@@ -235,6 +235,18 @@ def test_sparse_loss_and_gradient_match_dense_inverse(K, r, seed, block):
     assert set(s.receivers) <= set(range(K)) and len(s.receivers) <= r
 
 
+def test_dense_gradient_block_in_small_pieces(monkeypatch):
+    # every piecewise loop of the dense gradient block (sender columns of Z, gathered entries)
+    # cut into many pieces: the same numbers as the dense inverse
+    import pramopt.optimize.objectives.l2_dense as L2D
+
+    monkeypatch.setattr(L2D, "_GATHER", 97)
+    rng = np.random.default_rng(6)
+    P = receiver_design(300, 20, rng)
+    counts = rng.integers(0, 40, 300).astype(float)
+    assert_matches_dense(P, counts, rng)
+
+
 def test_sparse_all_columns_receivers_dense_matrix(block):
     # R = every column: Woodbury degenerates to the dense inverse of P[R, R] = P.
     rng = np.random.default_rng(11)

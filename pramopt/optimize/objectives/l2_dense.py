@@ -122,7 +122,10 @@ class GradientBlock:
         # (C M)^T = M^T C, row-major: row p is Z[R][p, l]'s left factor
         self.CMT: np.ndarray | None = np.ascontiguousarray(np.asarray(C @ M).T)
         self.ZT = np.empty((r, r + F.shape[0] + 1))  # its first r columns: Z[R]^T, when formed
-        self.ZT[:, r:-1] = np.asarray(F @ self.G).T
+        step = max(1, _GATHER // max(r, 1))  # (F G)^T in pieces: no (a - r) x r temporary
+        for lo in range(0, F.shape[0], step):
+            hi = min(lo + step, F.shape[0])
+            self.ZT[:, r + lo : r + hi] = np.asarray(F[lo:hi] @ self.G).T
         self.ZT[:, r:-1] *= Dn_s * wa[r:]
         self.ZT[:, -1] = 0.0
         self.full = False
@@ -134,7 +137,7 @@ class GradientBlock:
         """Form ``Z[R]^T = G C M`` (G and C symmetric) and drop what only the entries needed."""
         if not self.full:
             assert self.G is not None and self.CMT is not None
-            self.ZT[:, : self.r] = self.G @ self.CMT.T
+            np.matmul(self.G, self.CMT.T, out=self.ZT[:, : self.r])  # no r x r temporary
             self.full = True
             self.G = self.CMT = None
 
