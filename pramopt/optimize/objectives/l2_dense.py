@@ -154,11 +154,10 @@ class GradientBlock:
             self.form()
 
     def pair_terms(self, ir, ic) -> np.ndarray:
-        """``Z[ir[i]] . E[ic[i]]`` for every pair (positions among the active rows)."""
+        """``Z[ir[i]] . E[ic[i]]`` for every pair (positions among the active rows); the caller
+        plans (:meth:`plan`) on the whole request first."""
         ir = np.asarray(ir, dtype=np.intp)
         ic = np.asarray(ic, dtype=np.intp)
-        if not self.full:
-            self.plan(self.entries(ir, ic))
         rec = ir < self.r
         if self.full or not rec.any():
             return pair_terms(self.ZT, self.E, ir, ic)

@@ -136,9 +136,7 @@ def sparse_inverse(PRR: sp.csr_matrix, budget: float = np.inf) -> sp.csr_matrix 
     label, level, size, out = components(PRR)
     diag = PRR.diagonal()
     order: list = []  # cells whose rows of M are known, in the order of `done`'s rows
-    blocks: list = []
     done = sp.csr_matrix((0, r))
-    held = 0
     for lv in range(int(level.max()) + 1 if r else 0):
         at = np.flatnonzero(level == lv)
         eye = sp.csr_matrix((np.ones(at.size), (np.arange(at.size), at)), shape=(at.size, r))
@@ -165,11 +163,9 @@ def sparse_inverse(PRR: sp.csr_matrix, budget: float = np.inf) -> sp.csr_matrix 
             rows_lv.append(S)
             blocks_lv.append(sp.csr_matrix((X[rr, cc], (rr, cols[cc])), shape=(S.size, r)))
         order += rows_lv
-        blocks += blocks_lv
-        held += sum(b.nnz for b in blocks_lv)
-        if held > budget:
+        if done.nnz + sum(b.nnz for b in blocks_lv) > budget:
             raise TooDense
-        done = sp.vstack(blocks, format="csr")
+        done = sp.vstack([done, *blocks_lv], format="csr")
     if not r:
         return sp.csr_matrix((0, 0))
     M = done[np.argsort(np.concatenate(order))]
