@@ -434,6 +434,42 @@ def test_without_d_the_sparse_path_keeps_near_transitions_and_bounds_the_whole_c
     assert "change at most 1 identifying variables" in res.message
 
 
+def test_above_near_d_the_linear_stage_starts_near_and_the_refinement_prices_every_permitted(
+    monkeypatch,
+):
+    # With d = 3 above NEAR_CHANGED (here 1), the linear stage runs over the transitions within
+    # one variable, so it ends at that class's fewest changes (47.11 by a dense LP, above 40.98
+    # within three), and the refinement prices every transition within three.  The design must
+    # pass the full C1 check with every transition within three variables (from the codes), and
+    # the bound reported must be d = 3's (below its dense optimum), not the near class's.
+    monkeypatch.setattr(GS, "PHASE_ONE_MAX_CELLS", 0)
+    monkeypatch.setattr(GS, "NEAR_CHANGED", 1)
+    df, qi = _table(0)
+    t = frequency_table(df, qi)
+    import pramopt.optimize.strategies.general as G
+
+    priced = []  # the permitted transitions each pricing round looked at
+    price = G.ColumnGeneration.price
+
+    def spy(self, *a, **k):
+        priced.append(None if self.pairs is None else self.pairs[0].size)
+        return price(self, *a, **k)
+
+    monkeypatch.setattr(G.ColumnGeneration, "price", spy)
+    res = pramopt.design(t, alpha=0.1, structure="general", max_changed_variables=3)
+    assert res.success, res.message
+    _assert_verified_within(res, df, qi, t, 3)
+    H = _hamming(t.codes)
+    assert priced[0] == int(((H >= 1) & (H <= 1)).sum())
+    assert priced[-1] == int(((H >= 1) & (H <= 3)).sum())
+    near = _min_changes_within(t, 0.1, 1, 0.51)
+    within = _min_changes_within(t, 0.1, 3, 0.51)
+    assert within < near - 1.0
+    assert res.reduction.linear_changes >= near * (1 - 1e-6)
+    assert res.reduction.floor_changes_bound <= within * (1 + 1e-9)
+    assert "refinement priced every transition within 3" in res.message
+
+
 def test_without_d_auto_mode_turns_to_other_structures_when_near_transitions_allow_none(
     monkeypatch,
 ):

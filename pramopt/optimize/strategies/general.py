@@ -165,6 +165,9 @@ class ColumnGeneration:
     own_bounds : bool
         Raise ``floor_bound`` by each round's Lagrangian bound (False where the design must
         be judged against a wider class than its permitted transitions).
+    wide_pairs : tuple of ndarray, optional
+        The permitted transitions the refinement prices, where they are wider than ``pairs``
+        (the linear stage's).
     """
 
     def __init__(
@@ -181,9 +184,11 @@ class ColumnGeneration:
         mode: str | None = None,
         floor_bound: float | None = None,
         own_bounds: bool = True,
+        wide_pairs: tuple | None = None,
     ):
         p = problem.params
         self.elastic, self.pairs = elastic, pairs
+        self.wide_pairs = wide_pairs
         self.problem, self.gamma, self.floor, self.a_solve, self.phase_one = (
             problem,
             gamma,
@@ -652,6 +657,8 @@ def solve_general(
         )
     if p.refine_loss and p.max_iter > 0:
         t_ref = time.perf_counter()
+        if cg.wide_pairs is not None:
+            cg.pairs = cg.wide_pairs
         x, its, info, stop = cg.refine(x, trace)
         trace.add(
             "refine",

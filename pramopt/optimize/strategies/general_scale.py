@@ -80,7 +80,9 @@ def seeds(problem: DesignProblem, pairs, per_cell: int = SEEDS_PER_CELL) -> Supp
     return Support.from_pairs(r[pick], c[pick], K)
 
 
-def _relaxed_flows(problem: DesignProblem, floor: float, pairs, trace: Trace) -> EdgeFlows:
+def _relaxed_flows(
+    problem: DesignProblem, floor: float, pairs, trace: Trace, name: str = "flows"
+) -> EdgeFlows:
     """The flow relaxation's fewest changes over the permitted transitions (its flows seed the
     support: they already meet every C1 denominator, and the exact rows differ from them only
     by each rare cell's own transitions within its groups).
@@ -93,7 +95,7 @@ def _relaxed_flows(problem: DesignProblem, floor: float, pairs, trace: Trace) ->
     routed flows, up to :data:`EDGE_FLOWS_MAX_PAIRS` transitions; beyond, the routed part seeds
     the linear stage and the bound is the relaxation's without flows (still a bound).
     """
-    with trace.stage(f"flows@{floor:g}") as info:
+    with trace.stage(f"{name}@{floor:g}") as info:
         # (up to EDGE_FLOWS_FIRST transitions the column generation takes seconds, and its
         # optimum led to the smaller loss on the one sample measured)
         routed = None if pairs[0].size <= EDGE_FLOWS_FIRST else routed_flows(problem, floor, pairs)
@@ -244,6 +246,7 @@ def _at_scale(
             )
     low = max(g_low, floor)
     bound = None
+    near = None
     if pairs is not None:
         init, mode = seeds(problem, pairs), "diagonal"
         flows = _relaxed_flows(problem, low, pairs, trace)
@@ -254,6 +257,7 @@ def _at_scale(
             # (with change_weights the linear stage minimises another cost: no fewest changes
             # to set a bound beside)
             bound = None if problem.params.change_weights else flows.bound
+            near = _near_start(problem, pairs, low, trace)
     if whole is not None:
         bound = whole[0]
     att = solve_general(
@@ -262,17 +266,53 @@ def _at_scale(
         low,
         level,
         trace,
-        init=init,
+        init=init if near is None else near[1],
         elastic=True,
-        pairs=pairs,
+        pairs=pairs if near is None else near[0],
         mode=mode,
         floor_bound=bound,
-        own_bounds=whole is None,
+        # the linear stage's own bound holds for its transitions only
+        own_bounds=whole is None and near is None,
+        wide_pairs=None if near is None else pairs,
     )
     if att.status is AttemptStatus.OK:
         why = (
             f"Diagonal floor gamma = {g_low:g}: with {problem.K} cells the general design starts "
             "sparse at the lowest floor allowed (no search for the largest floor)."
         )
+        if near is not None:
+            why += (
+                f" Its linear stage used the transitions that change at most {NEAR_CHANGED} "
+                f"variables; the refinement priced every transition within {problem.max_changed}."
+            )
         return dataclasses.replace(att, gamma=g_low, describe=why)
     return dataclasses.replace(att, gamma=g_low)
+
+
+def _near_start(problem: DesignProblem, pairs, floor: float, trace: Trace):
+    """With ``max_changed_variables`` above :data:`NEAR_CHANGED`: the transitions within
+    :data:`NEAR_CHANGED` variables and the first support over them (seeds and the flow
+    relaxation's flows), which the linear stage starts from; None at or below it, or when the
+    flow relaxation over them has no solution at the floor.
+
+    The linear stage over every permitted transition ends at a vertex with fewer changes that
+    move more variables, from which the refinement ends at a larger loss than from the vertex
+    within :data:`NEAR_CHANGED` (on the 5-key census sample: d = 3 above d = 2,
+    benchmarks/README.md); the refinement still prices every permitted transition.
+    """
+    d = problem.max_changed
+    if d is None or d <= NEAR_CHANGED:
+        return None
+    codes = problem.table.codes
+    r, c = pairs
+    keep = np.zeros(r.size, dtype=bool)
+    step = 1 << 20
+    for lo in range(0, r.size, step):
+        hi = min(lo + step, r.size)
+        diff = np.count_nonzero(codes[r[lo:hi]] != codes[c[lo:hi]], axis=-1)
+        keep[lo:hi] = diff <= NEAR_CHANGED
+    near = (r[keep], c[keep])
+    flows = _relaxed_flows(problem, floor, near, trace, name=f"flows within {NEAR_CHANGED}")
+    if flows.status != "ok" or flows.no_solution:
+        return None
+    return near, seeds(problem, near).union(flows.rows, flows.cols)
