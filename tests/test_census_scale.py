@@ -439,7 +439,8 @@ def test_above_near_d_the_linear_stage_starts_near_and_the_refinement_prices_eve
 ):
     # With d = 3 above NEAR_CHANGED (here 1), the linear stage runs over the transitions within
     # one variable, so it ends at that class's fewest changes (47.11 by a dense LP, above 40.98
-    # within three), and the refinement prices every transition within three.  The design must
+    # within three), a first refinement stays there, and the second prices every transition
+    # within three.  The design must
     # pass the full C1 check with every transition within three variables (from the codes), and
     # the bound reported must be d = 3's (below its dense optimum), not the near class's.
     monkeypatch.setattr(GS, "PHASE_ONE_MAX_CELLS", 0)
@@ -467,7 +468,12 @@ def test_above_near_d_the_linear_stage_starts_near_and_the_refinement_prices_eve
     assert within < near - 1.0
     assert res.reduction.linear_changes >= near * (1 - 1e-6)
     assert res.reduction.floor_changes_bound <= within * (1 + 1e-9)
-    assert "refinement priced every transition within 3" in res.message
+    assert "over every transition within 3" in res.message
+    assert any(s.name == "refine within 1" for s in res.stages)
+    # the refinement goes on from the design within one variable: allowing three ends no worse
+    within_one = pramopt.design(t, alpha=0.1, structure="general", max_changed_variables=1)
+    assert within_one.success
+    assert res.loss <= within_one.loss * (1 + 1e-12)
 
 
 def test_without_d_auto_mode_turns_to_other_structures_when_near_transitions_allow_none(

@@ -166,8 +166,12 @@ class ColumnGeneration:
         Raise ``floor_bound`` by each round's Lagrangian bound (False where the design must
         be judged against a wider class than its permitted transitions).
     wide_pairs : tuple of ndarray, optional
-        The permitted transitions the refinement prices, where they are wider than ``pairs``
-        (the linear stage's).
+        Every permitted transition, where ``pairs`` (the linear stage's) are only those within
+        ``near`` changed variables: the refinement then runs within ``near`` first, and from its
+        end over every permitted transition.
+    near : int, optional
+        With ``wide_pairs``: the changed variables the linear stage and the first refinement
+        stay within.
     """
 
     def __init__(
@@ -185,10 +189,12 @@ class ColumnGeneration:
         floor_bound: float | None = None,
         own_bounds: bool = True,
         wide_pairs: tuple | None = None,
+        near: int | None = None,
     ):
         p = problem.params
         self.elastic, self.pairs = elastic, pairs
         self.wide_pairs = wide_pairs
+        self.near = near if wide_pairs is not None else None
         self.problem, self.gamma, self.floor, self.a_solve, self.phase_one = (
             problem,
             gamma,
@@ -265,11 +271,25 @@ class ColumnGeneration:
         )
         return chain(prog, self.problem.params.solver)
 
+    def allowed(self, r, c) -> np.ndarray:
+        """The transitions this stage may use: the problem's, within ``near`` changed
+        variables while the solve stays there."""
+        ok = self.problem.allowed(r, c)
+        if self.near is not None:
+            codes = self.problem.table.codes
+            ok &= np.count_nonzero(codes[r] != codes[c], axis=-1) <= self.near
+        return ok
+
+    def widen_to_every_permitted(self) -> bool:
+        """Leave ``near`` for every permitted transition; False when already there."""
+        if self.near is None:
+            return False
+        self.pairs, self.near = self.wide_pairs, None
+        return True
+
     def pricer(self, lp, duals) -> Pricer:
         """The reduced costs of one solve (``lp`` and its ``duals``)."""
-        return Pricer(
-            lp.program.support, self.counts, lp.program.constraints, duals, self.problem.allowed
-        )
+        return Pricer(lp.program.support, self.counts, lp.program.constraints, duals, self.allowed)
 
     def price(
         self, lp, duals, cost_fn=None, tol: float = 1e-7, max_add: int | None = None, pricer=None
@@ -657,9 +677,19 @@ def solve_general(
         )
     if p.refine_loss and p.max_iter > 0:
         t_ref = time.perf_counter()
-        if cg.wide_pairs is not None:
-            cg.pairs = cg.wide_pairs
+        near = cg.near
         x, its, info, stop = cg.refine(x, trace)
+        if cg.widen_to_every_permitted():
+            # from the design within ``near`` variables, so that allowing more never ends worse
+            trace.add(
+                f"refine within {near}",
+                time.perf_counter() - t_ref,
+                its,
+                f"support {cg.sup.size}, stop: {stop or info.stop_reason}, "
+                f"loss {info.loss_end:.4g}",
+            )
+            t_ref = time.perf_counter()
+            x, its, info, stop = cg.refine(x, trace)
         trace.add(
             "refine",
             time.perf_counter() - t_ref,

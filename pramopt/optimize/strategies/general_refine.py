@@ -171,7 +171,7 @@ def _refine_support(cg, x):
         # exact loss's gradient adds whatever else would help.
         Px = sup.to_matrix(x).tocoo()
         off = (Px.row != Px.col) & (Px.data > 0)
-        rr, cc = refine_pairs(Px, off, cg.counts, problem.allowed)
+        rr, cc = refine_pairs(Px, off, cg.counts, cg.allowed)
         small = Support.from_pairs(
             np.concatenate([rr, Px.row[off]]), np.concatenate([cc, Px.col[off]]), K
         )

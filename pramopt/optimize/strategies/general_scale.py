@@ -274,6 +274,7 @@ def _at_scale(
         # the linear stage's own bound holds for its transitions only
         own_bounds=whole is None and near is None,
         wide_pairs=None if near is None else pairs,
+        near=NEAR_CHANGED,
     )
     if att.status is AttemptStatus.OK:
         why = (
@@ -282,8 +283,9 @@ def _at_scale(
         )
         if near is not None:
             why += (
-                f" Its linear stage used the transitions that change at most {NEAR_CHANGED} "
-                f"variables; the refinement priced every transition within {problem.max_changed}."
+                f" Its linear stage and a first refinement used the transitions that change at "
+                f"most {NEAR_CHANGED} variables; the refinement then went on from that design "
+                f"over every transition within {problem.max_changed}."
             )
         return dataclasses.replace(att, gamma=g_low, describe=why)
     return dataclasses.replace(att, gamma=g_low)
