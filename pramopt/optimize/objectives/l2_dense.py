@@ -75,7 +75,11 @@ def inverse(PRR: sp.csr_matrix, rcond: float) -> np.ndarray | None:
                 lu, piv = sla.lu_factor(PRR[S][:, S].toarray(), check_finite=False)
             if not np.all(np.diagonal(lu)):
                 return None
-            M[S] = sla.lu_solve((lu, piv), rhs[k], check_finite=False)
+            # only the columns the component reaches (its own and those it sends into, directly
+            # or not) are nonzero: a large component at a low level reaches a fraction of R
+            b = rhs[k]
+            cols = np.flatnonzero(np.any(b != 0.0, axis=0))
+            M[np.ix_(S, cols)] = sla.lu_solve((lu, piv), b[:, cols], check_finite=False)
     if not np.all(np.isfinite(M)):
         return None
     if not l2_sparse.well_conditioned(PRR, M, rcond):
