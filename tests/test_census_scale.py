@@ -526,3 +526,47 @@ def test_auto_mode_above_its_size_says_whether_a_general_design_can_exist(
         assert "the flow relaxation of C1 bounds every diagonal floor by" in res.message
     P = res.to_dense()
     assert brute_force_max_risk(P, df, qi, list(itertools.combinations(range(4), 3))) <= 0.1
+
+
+@pytest.mark.parametrize("option", ["fixed", "keep_cells", "min_diagonal", "change_weights"])
+def test_options_that_keep_records_plausible_hold_on_the_census_scale_path(option, monkeypatch):
+    # Each option, with d = 2 on the census-scale path, checked from the codes and the matrix:
+    # fixed (no transition changes z4), keep_cells (the largest cell's row is e_k), min_diagonal
+    # (every P_mm at least 0.78: without it the smallest is 0.769; the flow relaxation allows
+    # 0.7895), change_weights (the reported objective is the dense L2 loss of
+    # tests/reference.py plus 2/n^2 times the weighted changes counted here); always the full C1
+    # by brute force and every transition within d.
+    from reference import l2_loss_from_covariance
+
+    monkeypatch.setattr(GS, "PHASE_ONE_MAX_CELLS", 0)
+    df, qi = _table(0)
+    t = frequency_table(df, qi)
+    big = int(np.argmax(t.counts))
+    kw = {
+        "fixed": {"fixed": ["z4"]},
+        "keep_cells": {"keep_cells": [t.cells().iloc[big].to_dict()]},
+        "min_diagonal": {"min_diagonal": 0.78},
+        "change_weights": {"change_weights": {"z1": 5.0}},
+    }[option]
+    res = pramopt.design(t, alpha=0.1, structure="general", max_changed_variables=2, **kw)
+    assert res.success, res.message
+    _assert_verified_within(res, df, qi, t, 2)
+    P = sp.csr_matrix(res.matrix)
+    coo = P.tocoo()
+    codes = t.codes
+    if option == "fixed":
+        j = qi.index("z4")
+        assert (codes[coo.row, j] == codes[coo.col, j]).all()
+    elif option == "keep_cells":
+        row = P[big].toarray().ravel()
+        assert row[big] == 1.0 and np.count_nonzero(row) == 1
+    elif option == "min_diagonal":
+        assert P.diagonal().min() >= 0.78
+    else:
+        U = t.counts.astype(float)
+        j = qi.index("z1")
+        moved = float(
+            (U[coo.row] * coo.data * 5.0 * (codes[coo.row, j] != codes[coo.col, j])).sum()
+        )
+        want = l2_loss_from_covariance(P.toarray(), U) + 2.0 / U.sum() ** 2 * moved
+        assert res.details["weighted_objective"] == pytest.approx(want, rel=1e-8)
