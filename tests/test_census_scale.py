@@ -468,12 +468,19 @@ def test_above_near_d_the_linear_stage_starts_near_and_the_refinement_prices_eve
     assert within < near - 1.0
     assert res.reduction.linear_changes >= near * (1 - 1e-6)
     assert res.reduction.floor_changes_bound <= within * (1 + 1e-9)
-    assert "over every transition within 3" in res.message
+    assert "prices every transition within 3" in res.message
     assert any(s.name == "refine within 1" for s in res.stages)
     # the refinement goes on from the design within one variable: allowing three ends no worse
     within_one = pramopt.design(t, alpha=0.1, structure="general", max_changed_variables=1)
     assert within_one.success
     assert res.loss <= within_one.loss * (1 + 1e-12)
+    # max_iter bounds the two refinements together
+    for cap in (9, 30):  # (uncapped: 21 within one variable, then 15)
+        short = pramopt.design(
+            t, alpha=0.1, structure="general", max_changed_variables=3, max_iter=cap
+        )
+        assert short.success
+        assert sum(s.iterations for s in short.stages if s.name.startswith("refine")) <= cap
 
 
 def test_without_d_auto_mode_turns_to_other_structures_when_near_transitions_allow_none(

@@ -493,15 +493,16 @@ class ColumnGeneration:
         return None if lin is None else self.counts[:, None] * lin
 
     # -- the refinement (:mod:`.general_refine`) ----------------------------------------------
-    def refine(self, x, trace: Trace):
+    def refine(self, x, trace: Trace, max_iter: int | None = None):
         """Trust-region steps on the exact loss from the linear stage's ``x`` (on ``self.sup``).
 
         Curved (QP) steps with the L2 loss's Hessian diagonal; linear ones (SLP) for another
-        objective or when a QP fails (see :func:`.refine.refine`).
+        objective or when a QP fails (see :func:`.refine.refine`); at most ``max_iter`` of
+        them (default: the ``max_iter`` parameter).
         """
         from .general_refine import refine_loss  # it reads this module's REFINE_* constants
 
-        return refine_loss(self, x, trace)
+        return refine_loss(self, x, trace, max_iter)
 
 
 #: Pricing rounds of phase one once its restricted program is feasible (see ColumnGeneration).
@@ -679,7 +680,7 @@ def solve_general(
         t_ref = time.perf_counter()
         near = cg.near
         x, its, info, stop = cg.refine(x, trace)
-        if cg.widen_to_every_permitted():
+        if its < p.max_iter and cg.widen_to_every_permitted():
             # from the design within ``near`` variables, so that allowing more never ends worse
             trace.add(
                 f"refine within {near}",
@@ -689,7 +690,8 @@ def solve_general(
                 f"loss {info.loss_end:.4g}",
             )
             t_ref = time.perf_counter()
-            x, its, info, stop = cg.refine(x, trace)
+            # (the max_iter parameter bounds both refinements together)
+            x, its, info, stop = cg.refine(x, trace, p.max_iter - its)
         trace.add(
             "refine",
             time.perf_counter() - t_ref,

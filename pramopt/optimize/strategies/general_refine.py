@@ -20,15 +20,17 @@ from . import general as G
 __all__ = ["refine_loss", "refine_pairs"]
 
 
-def refine_loss(cg, x, trace: Trace):
+def refine_loss(cg, x, trace: Trace, max_iter: int | None = None):
     """Trust-region steps on the exact loss from the linear stage's ``x`` (on ``cg.sup``).
 
     Curved (QP) steps with the L2 loss's Hessian diagonal; linear ones (SLP) for another
     objective or when a QP fails (see :func:`.refine.refine`).  ``cg`` is the
-    :class:`~.general.ColumnGeneration` of the solve; returns ``(x, iterations, info, stop)``.
+    :class:`~.general.ColumnGeneration` of the solve; ``max_iter``: the iterations left
+    (default: the ``max_iter`` parameter); returns ``(x, iterations, info, stop)``.
     """
     problem = cg.problem
     p = problem.params
+    budget = p.max_iter if max_iter is None else max_iter
     counts = cg.counts
     sup, x = _refine_support(cg, x)
     its = 0
@@ -42,7 +44,7 @@ def refine_loss(cg, x, trace: Trace):
     settled = False  # whether the last chunk ended with the model predicting < rtol
     curved = False  # whether a chunk has taken curved (QP) steps
     stop = None
-    while its < p.max_iter:
+    while its < budget:
         if lp is None:
             # large census-scale supports: each step's program from scratch (REFINE_RESTART_MIN)
             lp = cg.load(sup, restart=cg.elastic and sup.size > G.REFINE_RESTART_MIN)
@@ -61,7 +63,7 @@ def refine_loss(cg, x, trace: Trace):
             evaluate,
             check=lambda z, s=sup: cg.pending(s, z),
             rtol=p.rtol,
-            max_iter=min(chunk if cg.widen else p.max_iter, p.max_iter - its),
+            max_iter=min(chunk if cg.widen else budget, budget - its),
             progress=trace.progress,
             radius=radius,
             history=hist,

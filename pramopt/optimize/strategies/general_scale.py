@@ -283,9 +283,9 @@ def _at_scale(
         )
         if near is not None:
             why += (
-                f" Its linear stage and a first refinement used the transitions that change at "
-                f"most {NEAR_CHANGED} variables; the refinement then went on from that design "
-                f"over every transition within {problem.max_changed}."
+                f" Its linear stage and first refinement used the transitions that change at "
+                f"most {NEAR_CHANGED} variables; a second refinement from that design prices "
+                f"every transition within {problem.max_changed} (max_iter iterations in all)."
             )
         return dataclasses.replace(att, gamma=g_low, describe=why)
     return dataclasses.replace(att, gamma=g_low)
