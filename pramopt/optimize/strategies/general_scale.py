@@ -298,9 +298,10 @@ def _near_start(problem: DesignProblem, pairs, floor: float, trace: Trace):
     flow relaxation over them has no solution at the floor.
 
     The linear stage over every permitted transition ends at a vertex with fewer changes that
-    move more variables, from which the refinement ends at a larger loss than from the vertex
-    within :data:`NEAR_CHANGED` (on the 5-key census sample: d = 3 above d = 2,
-    benchmarks/README.md); the refinement still prices every permitted transition.
+    move more variables, from which the refinement (a local method) ended above the design
+    within :data:`NEAR_CHANGED` on both census samples (benchmarks/README.md).  So the linear
+    stage and a first refinement stay within :data:`NEAR_CHANGED`, and a second refinement goes
+    on from that design over every permitted transition (:func:`.general.solve_general`).
     """
     d = problem.max_changed
     if d is None or d <= NEAR_CHANGED:
