@@ -409,6 +409,14 @@ def test_floor_bound_proves_no_general_design_before_any_search(monkeypatch):
     assert not any(s.name.startswith(("linear", "flows@")) for s in res.stages)
 
 
+def _near_one_table(monkeypatch):
+    """The 50-cell table of seed 0 on the census-scale path, with NEAR_CHANGED = 1."""
+    monkeypatch.setattr(GS, "PHASE_ONE_MAX_CELLS", 0)
+    monkeypatch.setattr(GS, "NEAR_CHANGED", 1)
+    df, qi = _table(0)
+    return df, qi, frequency_table(df, qi)
+
+
 def test_without_d_the_sparse_path_keeps_near_transitions_and_bounds_the_whole_class(
     monkeypatch,
 ):
@@ -418,10 +426,7 @@ def test_without_d_the_sparse_path_keeps_near_transitions_and_bounds_the_whole_c
     # full C1 check, keep every transition within one variable (from the codes), reach the fewest
     # changes of its class, and report the bound of the whole class, which the restricted class's
     # own bound (above the whole optimum) would not be.
-    monkeypatch.setattr(GS, "PHASE_ONE_MAX_CELLS", 0)
-    monkeypatch.setattr(GS, "NEAR_CHANGED", 1)
-    df, qi = _table(0)
-    t = frequency_table(df, qi)
+    df, qi, t = _near_one_table(monkeypatch)
     res = pramopt.design(t, alpha=0.1, structure="general", refine_loss=False)
     assert res.success, res.message
     _assert_verified_within(res, df, qi, t, 1)
@@ -440,13 +445,10 @@ def test_above_near_d_the_linear_stage_starts_near_and_the_refinement_prices_eve
     # With d = 3 above NEAR_CHANGED (here 1), the linear stage runs over the transitions within
     # one variable, so it ends at that class's fewest changes (47.11 by a dense LP, above 40.98
     # within three), a first refinement stays there, and the second prices every transition
-    # within three.  The design must
-    # pass the full C1 check with every transition within three variables (from the codes), and
-    # the bound reported must be d = 3's (below its dense optimum), not the near class's.
-    monkeypatch.setattr(GS, "PHASE_ONE_MAX_CELLS", 0)
-    monkeypatch.setattr(GS, "NEAR_CHANGED", 1)
-    df, qi = _table(0)
-    t = frequency_table(df, qi)
+    # within three.  The design must pass the full C1 check with every transition within three
+    # variables (from the codes), and the bound reported must be d = 3's (below its dense
+    # optimum), not the near class's.
+    df, qi, t = _near_one_table(monkeypatch)
     import pramopt.optimize.strategies.general as G
 
     priced = []  # the permitted transitions each pricing round looked at
