@@ -188,6 +188,11 @@ class DesignProblem:
                 return False
         return True
 
+    def within(self, r, c, d: int) -> np.ndarray:
+        """Whether cells ``r[i]`` and ``c[i]`` differ in at most ``d`` identifying variables."""
+        codes = self.table.codes
+        return np.count_nonzero(codes[r] != codes[c], axis=-1) <= d
+
     def allowed(self, r, c) -> np.ndarray:
         """Transitions the options permit: not out of a kept cell, never across fixed strata, and
         between cells that differ in at most ``max_changed_variables`` identifying variables."""
@@ -196,8 +201,7 @@ class DesignProblem:
         if self._fixed_codes is not None:
             ok &= np.all(self._fixed_codes[r] == self._fixed_codes[c], axis=-1)
         if self.max_changed is not None:
-            codes = self.table.codes
-            ok &= np.count_nonzero(codes[r] != codes[c], axis=-1) <= self.max_changed
+            ok &= self.within(r, c, self.max_changed)
         return ok
 
     def allowed_pairs(self, limit: int) -> tuple[np.ndarray, np.ndarray] | None:

@@ -276,8 +276,7 @@ class ColumnGeneration:
         variables while the solve stays there."""
         ok = self.problem.allowed(r, c)
         if self.near is not None:
-            codes = self.problem.table.codes
-            ok &= np.count_nonzero(codes[r] != codes[c], axis=-1) <= self.near
+            ok &= self.problem.within(r, c, self.near)
         return ok
 
     def widen_to_every_permitted(self) -> bool:

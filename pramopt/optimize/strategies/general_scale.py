@@ -248,16 +248,20 @@ def _at_scale(
     bound = None
     near = None
     if pairs is not None:
-        init, mode = seeds(problem, pairs), "diagonal"
+        mode = "diagonal"
         flows = _relaxed_flows(problem, low, pairs, trace)
-        if flows.status == "ok":
-            if flows.no_solution:
-                return _no_flows(problem, g_low, low, pairs, flows)
-            init = init.union(flows.rows, flows.cols)
+        solved = flows.status == "ok"
+        if solved and flows.no_solution:
+            return _no_flows(problem, g_low, low, pairs, flows)
+        if solved:
             # (with change_weights the linear stage minimises another cost: no fewest changes
             # to set a bound beside)
             bound = None if problem.params.change_weights else flows.bound
             near = _near_start(problem, pairs, low, trace)
+        if near is None:  # (else the linear stage starts from the near start's support)
+            init = seeds(problem, pairs)
+            if solved:
+                init = init.union(flows.rows, flows.cols)
     if whole is not None:
         bound = whole[0]
     att = solve_general(
@@ -306,14 +310,11 @@ def _near_start(problem: DesignProblem, pairs, floor: float, trace: Trace):
     d = problem.max_changed
     if d is None or d <= NEAR_CHANGED:
         return None
-    codes = problem.table.codes
     r, c = pairs
     keep = np.zeros(r.size, dtype=bool)
-    step = 1 << 20
+    step = 1 << 20  # (tens of millions of pairs: their codes a piece at a time)
     for lo in range(0, r.size, step):
-        hi = min(lo + step, r.size)
-        diff = np.count_nonzero(codes[r[lo:hi]] != codes[c[lo:hi]], axis=-1)
-        keep[lo:hi] = diff <= NEAR_CHANGED
+        keep[lo : lo + step] = problem.within(r[lo : lo + step], c[lo : lo + step], NEAR_CHANGED)
     near = (r[keep], c[keep])
     flows = _relaxed_flows(problem, floor, near, trace, name=f"flows within {NEAR_CHANGED}")
     if flows.status != "ok" or flows.no_solution:
