@@ -37,6 +37,8 @@ __all__ = [
     "parameters_doc",
     "signature",
     "GAMMA_LADDER",
+    "BELOW_HALF_FLOORS",
+    "BELOW_HALF_MAX_CONDITION",
     "DENSE_SUPPORT_MAX",
     "PRIVACY_MAX_CELLS",
 ]
@@ -45,6 +47,14 @@ __all__ = [
 #: stay above 1/2: a strictly diagonally dominant P is invertible, which the estimator (4) and
 #: the loss need (a minimum-changes solution without a floor can be singular).
 GAMMA_LADDER = (0.95, 0.9, 0.8, 0.7, 0.6, 0.51)
+#: Floors below 1/2 a general design under ``max_changed_variables`` may take, in turn, where the
+#: flow relaxation proves that no design meets C1 with every diagonal entry >= 0.51 (no other
+#: structure honours the restriction).  P is then not invertible by its form: each design's
+#: invertibility is checked numerically (:data:`BELOW_HALF_MAX_CONDITION`).
+BELOW_HALF_FLOORS = (0.45, 0.4, 0.3, 0.2)
+#: A design below the 1/2 floor is returned only when its condition number is finite and at
+#: most this (a design at a floor >= 0.51 has an infinity-norm condition number of at most 50).
+BELOW_HALF_MAX_CONDITION = 1e6
 #: Up to this many cells the support of a general design is dense (every pair of cells).
 DENSE_SUPPORT_MAX = 300
 #: The values of ``structure``: the strategies' (:data:`~pramopt.optimize.strategies.STRUCTURES`)

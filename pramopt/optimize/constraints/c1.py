@@ -334,6 +334,23 @@ class WorkingSet:
         G = self.groups.n_groups
         return key[~np.isin(key, self.m * G + self.g)].tolist()
 
+    def outside(self, support: Support, alpha: float, gamma: float) -> np.ndarray:
+        """Keys of the rows outside their group that ``support`` lets fill and the working set
+        lacks: (m, g) for a rare m with an entry into a cell of g, m not in g, and g small
+        enough for bound (5) to leave the row (U_π(k0) < (1 - gamma)/(gamma alpha)).
+
+        With the rows inside protected groups (the reduction's), these are every C1 row a
+        matrix over ``support`` can violate at the floor ``gamma``."""
+        G = self.groups.n_groups
+        small = self.groups.size < (1.0 - gamma) / (gamma * alpha)
+        rare = self.counts < 1.0 / alpha
+        off = (support.rows != support.cols) & rare[support.rows]
+        r, c = support.rows[off], support.cols[off]
+        gc = self.groups.member[c]
+        hit = (gc != self.groups.member[r]) & small[gc]
+        keys = np.unique((r[:, None].astype(np.int64) * G + gc)[hit])
+        return keys[~np.isin(keys, self.m * G + self.g)]
+
     def add(self, keys) -> None:
         keys = np.asarray(keys, dtype=np.int64)
         G = self.groups.n_groups

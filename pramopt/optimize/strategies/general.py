@@ -18,13 +18,19 @@ from typing import Any
 
 import numpy as np
 
-from ...loss import expected_changes
-from ...params import DENSE_SUPPORT_MAX, GAMMA_LADDER, DesignParams
+from ...loss import condition_number, expected_changes
+from ...params import (
+    BELOW_HALF_FLOORS,
+    BELOW_HALF_MAX_CONDITION,
+    DENSE_SUPPORT_MAX,
+    GAMMA_LADDER,
+    DesignParams,
+)
 from ...result import Reduction
 from ..backends import chain, supports
 from ..constraints.c1 import WorkingSet, membership, protected_groups, reduce_constraints
 from ..constraints.invariance import Invariance
-from ..diagnosis import ADVICE, floor_ruled_out, invariant_hint
+from ..diagnosis import ADVICE, RELAXATION_TOL, floor_ruled_out, invariant_hint
 from ..pricing import Pricer, values_at_pairs
 from ..problem import DesignProblem, Trace
 from ..program import build_program
@@ -47,6 +53,12 @@ __all__ = [
     "DENSE_SUPPORT_MAX",
     "COVER_BUDGET",
 ]
+
+#: Below the 1/2 floor the linear stage stops pricing once a round gains less than this
+#: fraction of its expected changes, or after this many rounds: it is a start for the
+#: refinement, and its rounds grew to minutes on the 5-key census sample (benchmarks/README.md).
+LINEAR_STALL_BELOW_HALF = 2e-3
+LINEAR_ROUNDS_BELOW_HALF = 6
 
 #: Sources of the initial cover support: at most this many support entries from the largest
 #: cells into the cover (column generation adds whatever else helps).
@@ -240,6 +252,8 @@ class ColumnGeneration:
         self.floor_bound = floor_bound
         self.own_bounds = own_bounds
         self._caps: np.ndarray | None = None
+        # an upper bound on every transition (None: none), for the linear stage below 1/2
+        self.cap: float | None = None
 
     # -- shared pieces ------------------------------------------------------------------------
     def pending(self, sup: Support, x) -> list:
@@ -250,7 +264,9 @@ class ColumnGeneration:
         diag = sup.rows == sup.cols
         kept = self.problem.kept
         lo = np.where(diag, np.where(kept[sup.rows], 1.0, self.floor), 0.0)
-        return lo, np.ones(sup.size)
+        if self.cap is None:
+            return lo, np.ones(sup.size)
+        return lo, np.where(diag, 1.0, self.cap)
 
     def load(
         self,
@@ -259,11 +275,17 @@ class ColumnGeneration:
         phase_one: bool = False,
         interior: bool = False,
         restart: bool = False,
+        extra: tuple = (),
     ):
+        if self.gamma < 0.5:
+            # below 1/2 the rows outside their groups bind: found lazily, a few dozen per
+            # round, each round a new program (docs/method.md); imposed with the transitions
+            # that can fill them instead
+            self.ws.add(self.ws.outside(sup, self.problem.alpha, self.gamma))
         inv = [Invariance(self.counts)] if self.problem.params.invariant else []
         prog = build_program(
             sup,
-            [self.ws.rows(sup, self.mem), *inv],
+            [self.ws.rows(sup, self.mem), *inv, *extra],
             max_floor=phase_one,
             elastic=PHASE1_ELASTIC if (phase_one or self.elastic) else None,
             interior=interior,
@@ -369,6 +391,8 @@ class ColumnGeneration:
                 lp = None
                 continue
             cap = PHASE1_MAX_ROUNDS if phase_one else MAX_PRICING_ROUNDS
+            if self.gamma < 0.5 and not phase_one:
+                cap = min(cap, LINEAR_ROUNDS_BELOW_HALF)
             duals = lp.duals() if (self.widen and rounds < cap) else None
             if duals is not None:
                 pricer = self.pricer(lp, duals)
@@ -401,7 +425,10 @@ class ColumnGeneration:
                 # row and can stay loose while the objective has stalled; it is reported as is)
                 # (while elastic rows keep a slack the objective, penalty included, is what falls)
                 now = out.objective if slack_left else E
-                stalled = not phase_one and abs(prev_E - now) <= LP_GAP_RTOL * max(abs(now), 1e-12)
+                # (below 1/2 the linear stage is a start for the refinement whose rounds grow
+                # to minutes: see LINEAR_STALL_BELOW_HALF)
+                rtol = LP_GAP_RTOL if self.gamma >= 0.5 else LINEAR_STALL_BELOW_HALF
+                stalled = not phase_one and abs(prev_E - now) <= rtol * max(abs(now), 1e-12)
                 prev_E = np.inf if slack_left else E
                 if self.lp_gap <= LP_GAP_RTOL or stalled:
                     r = r[:0]
@@ -530,8 +557,8 @@ def solve(problem: DesignProblem, level: float, trace: Trace) -> Attempt:
     diagonal floor (once per design), phase one, then the rungs of the floor's ladder that phase
     one allows, from the requested gamma down, until one is feasible."""
     # phase one is built on this module's ColumnGeneration
-    from .general_scale import PHASE_ONE_MAX_CELLS, solve_at_scale
-    from .phase_one import floor_bound_stage, largest_floor
+    from .general_scale import PHASE_ONE_MAX_CELLS
+    from .phase_one import floor_bound_stage
 
     p = problem.params
     floor = 0.0 if p.min_diagonal is None else p.min_diagonal
@@ -543,13 +570,34 @@ def solve(problem: DesignProblem, level: float, trace: Trace) -> Attempt:
     relax = once(trace, "floor bound", lambda: floor_bound_stage(problem, trace, flows=flows))
     why = floor_ruled_out(relax, g_low)
     if why is not None:
+        low = below_half_floors(problem, relax, floor)
+        if low:
+            return _below_half(problem, level, trace, floor, low, why, relax)
         return Attempt(
             AttemptStatus.INFEASIBLE,
             gamma=g_low,
             auto_reason=why,
             detail=f"{why}{invariant_hint(p)} {ADVICE}",
         )
-    if at_scale:
+    return _at_floor(problem, level, trace, floor, g_low, relax)
+
+
+def _at_floor(
+    problem: DesignProblem,
+    level: float,
+    trace: Trace,
+    floor: float,
+    g_low: float,
+    relax: float | None,
+) -> Attempt:
+    """The general design with every diagonal entry at least ``g_low``: sparse throughout at
+    census scale, else phase one and the ladder's rungs (``relax``: the flow relaxation's bound
+    on every floor, for the message)."""
+    from .general_scale import PHASE_ONE_MAX_CELLS, solve_at_scale
+    from .phase_one import largest_floor
+
+    p = problem.params
+    if problem.K > PHASE_ONE_MAX_CELLS:
         return solve_at_scale(problem, level, trace, floor, g_low)
     ph = largest_floor(problem, g_low, floor, level, trace)
     if ph.status == "unproven":
@@ -573,8 +621,9 @@ def solve(problem: DesignProblem, level: float, trace: Trace) -> Attempt:
             gamma=g_low,
             auto_reason=f"No design with every diagonal entry >= {g_low:g} satisfies "
             "C1 (phase one).",
-            detail=f"No design satisfies C1 with every diagonal entry >= {g_low:g} "
-            f"(needed to keep P invertible).{invariant_hint(p)} {ADVICE}",
+            detail=f"No design satisfies C1 with every diagonal entry >= {g_low:g}"
+            f"{' (needed to keep P invertible)' if g_low > 0.5 else ''}.{invariant_hint(p)} "
+            f"{ADVICE}",
         )
     if ph.status != "ok":
         trace.add("phase1", ph.seconds, 0, ph.status)
@@ -583,6 +632,71 @@ def solve(problem: DesignProblem, level: float, trace: Trace) -> Attempt:
         )
     trace.add("phase1", ph.seconds, 0, f"largest feasible floor {ph.t:.4g}")
     return _ladder(problem, level, trace, ph, floor, g_low)
+
+
+def below_half_floors(problem: DesignProblem, relax: float | None, floor: float) -> tuple:
+    """The floors below 1/2 to try (:data:`~pramopt.params.BELOW_HALF_FLOORS` at or above the
+    user's ``min_diagonal`` and below the flow relaxation's bound ``relax`` on every floor);
+    none without a bound or without ``max_changed_variables`` (the replacement and block
+    designs, invertible by their form, are then there to take)."""
+    if relax is None or problem.params.max_changed_variables is None:
+        return ()
+    return tuple(g for g in BELOW_HALF_FLOORS if floor <= g <= relax - RELAXATION_TOL)
+
+
+def _below_half(
+    problem: DesignProblem,
+    level: float,
+    trace: Trace,
+    floor: float,
+    low: tuple,
+    why: str,
+    relax: float | None,
+) -> Attempt:
+    """The general design at the first floor of ``low`` (each below 1/2) that gives one, where
+    ``why`` says that no design keeps every diagonal entry >= 0.51.
+
+    Below 1/2 P is not invertible by diagonal dominance, so the design is returned only where
+    its condition number (:func:`pramopt.loss.condition_number`, computed from P alone) is
+    finite and at most :data:`~pramopt.params.BELOW_HALF_MAX_CONDITION`; the loss bound, which
+    needs every diagonal entry of P^-1 >= 1, is then not claimed (:mod:`..diagnosis`).
+    """
+    tried = []
+    last = None
+    for g in low:
+        att = _at_floor(problem, level, trace, floor, g, relax)
+        tried.append(g)
+        last = att
+        if att.status in (AttemptStatus.INFEASIBLE, AttemptStatus.UNPROVEN):
+            continue
+        if not att.ok:
+            return att
+        with trace.stage("invertibility") as info:
+            cond = condition_number(att.P)
+            info["detail"] = f"condition number {cond:.4g}"
+        if not (np.isfinite(cond) and cond <= BELOW_HALF_MAX_CONDITION):
+            return Attempt(
+                AttemptStatus.UNPROVEN,
+                gamma=g,
+                auto_reason=why,
+                detail=f"{why} The design found at the floor {g:g} below 1/2 is numerically "
+                f"singular (condition number {cond:.4g}, above {BELOW_HALF_MAX_CONDITION:g}): "
+                f"no design is returned. {ADVICE}",
+            )
+        said = (
+            f"{why} This design keeps every diagonal entry >= {g:g} (below 1/2, so P is not "
+            f"invertible by its form: its condition number, computed from P, is {cond:.4g}; no "
+            "lower bound on the loss is claimed). "
+        )
+        return dataclasses.replace(att, gamma=g, condition=cond, describe=said + att.describe)
+    floors = ", ".join(f"{g:g}" for g in tried)
+    return Attempt(
+        AttemptStatus.INFEASIBLE if last is None else last.status,
+        gamma=tried[-1] if tried else None,
+        auto_reason=why,
+        detail=f"{why} No design was found at the floors below 1/2 tried ({floors})"
+        + ("" if last is None else f": {last.detail}"),
+    )
 
 
 def _ladder(
@@ -608,7 +722,8 @@ def _ladder(
         if gam < p.gamma:
             why += (
                 f": the reduced problem is infeasible at gamma = {p.gamma:g} (the largest "
-                f"feasible floor is {ph.t:.4g}), so gamma was lowered as the paper suggests."
+                f"feasible floor is {ph.t:.4g}), so gamma was lowered"
+                + (" as the paper suggests." if gam > 0.5 else " below 1/2 (see above).")
             )
         else:  # the parameters hold every value, defaults too: say which this one is
             default = DesignParams.__dataclass_fields__["gamma"].default
@@ -642,6 +757,10 @@ def solve_general(
         0,
         f"{cg.red.m.size} rows, support {cg.sup.size} ({cg.mode})",
     )
+    if floor < 0.5:
+        # below 1/2 the fewest changes put as much on a transition as on the diagonal: two rare
+        # cells that send their records to each other alike then have equal rows
+        cg.cap = floor * CAP_BELOW_HALF
     t_lin = time.perf_counter()
     status, out, x, lp, rounds = cg.linear(trace)
     if status != "ok":
@@ -668,6 +787,16 @@ def solve_general(
         f"expected changes {expected_changes(cg.sup.to_matrix(x), cg.counts):.4g}",
     )
     cg.linear_changes = expected_changes(cg.sup.to_matrix(x), cg.counts)
+    if floor < 0.5:
+        x = _invertible_start(cg, lp, x, trace)
+        cg.cap = None
+        if x is None:
+            return Attempt(
+                AttemptStatus.UNPROVEN,
+                reduction=_reduction(cg),
+                detail=f"the linear stage at floor {floor:g} ended at a singular matrix, and "
+                "no point between it and the vertices of perturbed costs is invertible",
+            )
     if cg.floor_bound is not None:
         trace.add(
             f"changes bound@{gamma:g}",
@@ -703,6 +832,103 @@ def solve_general(
         reduction=_reduction(cg, final=True),
         solver=solver_used,
     )
+
+
+#: Below the 1/2 floor the linear stage keeps every transition below this fraction of the
+#: floor, so that no two rows can be equal (a row's diagonal entry would have to equal another
+#: row's entry in that column).
+CAP_BELOW_HALF = 0.8
+#: A linear-stage vertex below the 1/2 floor is refined from as it is when its condition
+#: number is at most this; otherwise from the start :func:`_invertible_start` makes.
+START_MAX_CONDITION = 1e3
+#: The weights of the dominance rows of that start: ``U0(k)^-power``.  A rare cell of one record
+#: may then keep 0.45 of it while it sends the rest to cells of 2 or more records (0.55 * 2^-0.4
+#: < 0.45), and a cell of 100 records may send a tenth of them to cells of one (0.9 * 100^-0.4
+#: > 0.1).
+START_DOMINANCE_POWER = 0.4
+#: Their margin, relative to the row's weight.
+START_DOMINANCE_MARGIN = 0.02
+#: Vertices of perturbed costs tried where no design on the support meets the dominance rows.
+START_VERTICES = 3
+#: Their costs on the transitions: up to this fraction of a record per transition.
+START_PERTURBATION = 0.1
+#: The points tried on the segment from the linear stage's vertex to the second matrix.
+START_STEPS = (0.1, 0.25, 0.5, 0.75, 1.0)
+
+
+def _invertible_start(cg: ColumnGeneration, lp, x, trace: Trace):
+    """Below the 1/2 floor, a start of finite loss for the refinement (None: none found).
+
+    The linear stage's vertex may then be singular (two rare cells that send their records to
+    each other alike have equal rows) or nearly so: its loss is infinite or huge, and the
+    refinement, which accepts only steps that lower the loss, cannot leave it.  A second matrix
+    of the same program over the same support is found: first with the weighted dominance rows
+    of :class:`~..constraints.dominance.Dominance` (invertible by its form), else, where those
+    rows leave no solution, the vertices of small random (seeded) costs on the transitions,
+    which break such ties.  Every point between two matrices that meet C1 meets it (C1 is
+    linear in P), and where the second matrix is invertible ``det((1 - t) P0 + t P1)`` is a
+    polynomial in t that is not zero at t = 1, so all but finitely many points of the segment
+    are invertible.  The point of smallest exact loss among :data:`START_STEPS` is taken (the
+    vertex itself where it is invertible and of smaller loss).
+    """
+    from ..constraints.dominance import Dominance, count_weights
+    from ..objectives.l2 import SparseL2
+
+    sup, counts = cg.sup, cg.counts
+    P0 = sup.to_matrix(x)
+    f0 = SparseL2(P0, counts).loss
+    if np.isfinite(f0) and condition_number(P0) <= START_MAX_CONDITION:
+        return x
+    t0 = time.perf_counter()
+    c, lo, hi = cg._vectors(sup)
+    off = sup.rows != sup.cols
+    rng = np.random.default_rng(0)
+    dom = Dominance(count_weights(counts, START_DOMINANCE_POWER), START_DOMINANCE_MARGIN)
+    seconds = [("dominance rows", (dom,), c)] + [
+        (
+            "perturbed costs",
+            (),
+            c + np.where(off, START_PERTURBATION * counts[sup.rows] * rng.random(sup.size), 0.0),
+        )
+        for _ in range(START_VERTICES)
+    ]
+    best, best_loss = (x, f0) if np.isfinite(f0) else (None, np.inf)
+    used = []
+    for name, extra, cost in seconds:
+        used.append(name)
+        x1 = _second_matrix(cg, sup, extra, cost, lo, hi)
+        for t in START_STEPS if x1 is not None else ():
+            xt = (1.0 - t) * x + t * x1
+            f = SparseL2(sup.to_matrix(xt), counts).loss
+            if f < best_loss:
+                best, best_loss = xt, f
+        if x1 is not None and best is not None:
+            break
+    trace.add(
+        "invertible start",
+        time.perf_counter() - t0,
+        len(used),
+        f"from {used[-1]}: "
+        + ("none found" if best is None else f"loss {best_loss:.4g}")
+        + f" (the linear stage's vertex: {f0:.4g})",
+    )
+    return best
+
+
+def _second_matrix(cg: ColumnGeneration, sup: Support, extra: tuple, cost, lo, hi):
+    """The solution of the linear stage's program over ``sup`` with the rows ``extra`` and the
+    costs ``cost``, with every C1 row it violates imposed in turn (None: no solution)."""
+    for _ in range(MAX_PRICING_ROUNDS):
+        lp = cg.load(sup, interior=cg.elastic, extra=extra)
+        out = lp.solve(cost, lo, hi)
+        if out.x is None or _unmet(out):
+            return None
+        x1 = clean(sup, out.x)
+        new = cg.pending(sup, x1)
+        if not new:
+            return x1
+        cg.ws.add(new)
+    return None
 
 
 def _reduction(cg: ColumnGeneration, final: bool = False) -> Reduction:

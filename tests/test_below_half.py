@@ -1,0 +1,221 @@
+"""The general design below the 1/2 floor, under max_changed_variables, where no design keeps
+every diagonal entry >= 0.51: checked against a dense program, a brute-force C1 check and
+numpy's inverse."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+from full_c1 import full_c1_rows, row_sums
+from scipy.optimize import linprog
+from test_design import brute_force_max_risk
+
+import pramopt
+import pramopt.optimize.strategies.general as G
+import pramopt.optimize.strategies.general_scale as GS
+from pramopt.frequency.table import frequency_table
+
+QI = ["a", "b"]
+
+
+def _data() -> pd.DataFrame:
+    # Two cells of 22 records and six single records on a 4 x 2 grid: every rare cell needs
+    # about 1/alpha records released into it, and the records that can go round are too few
+    # for every diagonal entry to stay above 1/2.
+    big = [(0, 0)] * 22 + [(1, 1)] * 22
+    rare = [(a, b) for a in range(4) for b in range(2) if (a, b) not in ((0, 0), (1, 1))]
+    return pd.DataFrame(big + rare, columns=QI)
+
+
+def _feasible(t, d: int, floor: float) -> bool:
+    """Whether any P meets the full C1 (every record's combination of both keys) with every
+    transition at most ``d`` variables apart and every P_mm >= ``floor``: one dense LP whose
+    rows are built from the definition (tests/full_c1.py)."""
+    K = t.n_cells
+    far = ((t.codes[:, None, :] != t.codes[None, :, :]).sum(axis=2) > d).ravel()
+    A = full_c1_rows(t, 0.1, combos=[(0, 1)])
+    res = linprog(
+        np.zeros(K * K),
+        A_ub=A,
+        b_ub=np.zeros(A.shape[0]),
+        A_eq=row_sums(K),
+        b_eq=np.ones(K),
+        bounds=np.column_stack(
+            [np.where(np.eye(K, dtype=bool).ravel(), floor, 0.0), np.where(far, 0.0, 1.0)]
+        ),
+        method="highs",
+    )
+    assert res.status in (0, 2)
+    return res.status == 0
+
+
+def _loss_from_definition(P: np.ndarray, counts: np.ndarray) -> float:
+    """n^2 L = sum_k U0(k) (sum_j P_kj ||q_j||^2 - 1), q_j the rows of P^-1 (numpy's)."""
+    Q = np.linalg.inv(P)
+    n = counts.sum()
+    return float(counts @ (P @ (Q**2).sum(axis=1) - 1.0)) / n**2
+
+
+@pytest.mark.parametrize("census_path", [False, True])
+def test_below_half_design_is_verified_invertible_and_within_d(census_path, monkeypatch):
+    if census_path:  # no phase one, elastic rows, pricing over the listed transitions
+        monkeypatch.setattr(GS, "PHASE_ONE_MAX_CELLS", 0)
+    df = _data()
+    t = frequency_table(df, QI)
+    assert not _feasible(t, 1, 0.51)  # no design keeps every P_mm >= 0.51 within d = 1
+    res = pramopt.design(t, alpha=0.1, structure="general", max_changed_variables=1)
+    assert res.success, res.message
+    P = sp.csr_matrix(res.matrix).toarray()
+    assert 0.0 < res.gamma < 0.5
+    assert P.diagonal().min() >= res.gamma - 1e-9
+    assert P.diagonal().min() < 0.51
+    assert brute_force_max_risk(P, df, QI, [(0, 1)]) <= 0.1
+    coo = sp.coo_matrix(P)
+    off = coo.row != coo.col
+    assert ((t.codes[coo.row[off]] != t.codes[coo.col[off]]).sum(axis=1) <= 1).all()
+    # invertible, its loss that of the definition, its condition number numpy's
+    counts = t.counts.astype(float)
+    assert res.loss == pytest.approx(_loss_from_definition(P, counts), rel=1e-8)
+    assert res.condition_number == pytest.approx(np.linalg.cond(P), rel=1e-6)
+    assert "below 1/2" in res.message
+    # the loss bound needs diag(P^-1) >= 1, which no form guarantees here
+    assert res.details.get("loss_lower_bound") is None
+
+
+def test_a_singular_vertex_gets_an_invertible_start(monkeypatch):
+    # Without the cap on transitions, with every transition allowed (d = 2 of 2 keys), the
+    # fewest changes at the floor 0.45 end at a singular vertex (two rare cells that send
+    # their records to each other alike); without the start between it and a second matrix the
+    # design has no finite loss and is refused.
+    df = _data()
+    t = frequency_table(df, QI)
+    assert not _feasible(t, 2, 0.51)
+    monkeypatch.setattr(G, "CAP_BELOW_HALF", 10.0)  # a cap above 1: none
+    monkeypatch.setattr(G, "_invertible_start", lambda cg, lp, x, trace: x)
+    res = pramopt.design(t, alpha=0.1, structure="general", max_changed_variables=2)
+    assert not res.success
+    assert "numerically singular" in res.message
+    monkeypatch.undo()
+    monkeypatch.setattr(G, "CAP_BELOW_HALF", 10.0)
+    res = pramopt.design(
+        t, alpha=0.1, structure="general", max_changed_variables=2, refine_loss=False
+    )
+    assert res.success, res.message
+    P = sp.csr_matrix(res.matrix).toarray()
+    assert np.isfinite(np.linalg.cond(P)) and np.linalg.cond(P) < 1e6
+    assert brute_force_max_risk(P, df, QI, [(0, 1)]) <= 0.1
+    start = [s.detail for s in res.stages if s.name == "invertible start"]
+    assert start and "(the linear stage's vertex: inf)" in start[0]
+
+
+def test_the_cap_keeps_the_linear_stage_vertex_invertible():
+    # With the cap (every transition below 0.8 of the floor) no two rows can be equal, and the
+    # same program's vertex is invertible: no start is needed.
+    df = _data()
+    t = frequency_table(df, QI)
+    res = pramopt.design(
+        t, alpha=0.1, structure="general", max_changed_variables=2, refine_loss=False
+    )
+    assert res.success, res.message
+    P = sp.csr_matrix(res.matrix).toarray()
+    off = P[~np.eye(P.shape[0], dtype=bool)]
+    assert off.max() <= 0.8 * res.gamma + 1e-9
+    assert np.linalg.cond(P) < 1e3
+    assert not any(s.name == "invertible start" for s in res.stages)
+    assert brute_force_max_risk(P, df, QI, [(0, 1)]) <= 0.1
+
+
+def test_an_ill_conditioned_design_below_half_is_refused(monkeypatch):
+    monkeypatch.setattr(G, "BELOW_HALF_MAX_CONDITION", 1.0)  # every matrix has cond >= 1
+    t = frequency_table(_data(), QI)
+    res = pramopt.design(t, alpha=0.1, structure="general", max_changed_variables=1)
+    assert not res.success
+    assert "numerically singular" in res.message
+
+
+def test_a_floor_the_user_sets_at_or_above_half_is_kept():
+    t = frequency_table(_data(), QI)
+    res = pramopt.design(
+        t, alpha=0.1, structure="general", max_changed_variables=1, min_diagonal=0.51
+    )
+    assert res.status is pramopt.Status.INFEASIBLE, res.message
+    assert "bounds every diagonal floor by" in res.message
+
+
+def test_rows_outside_groups_that_a_support_can_fill_cover_every_violation():
+    # Below 1/2 the linear stage imposes, with the reducer's rows, the rows outside their group
+    # that its support can fill.  For random matrices over a random support with every diagonal
+    # entry >= 0.3, every C1 row violated (computed here from the definition, record by group)
+    # must be among them (C1: P(m -> g) <= alpha D_g, D_g the records released into g).
+    import itertools
+
+    from pramopt.optimize.constraints.c1 import WorkingSet, build_groups, reduce_constraints
+    from pramopt.optimize.support import Support
+    from pramopt.spec import zipf_data
+
+    df = zipf_data(n=120, seed=5, levels=[3, 3, 3, 2], exponent=1.0)
+    qi = ["z1", "z2", "z3", "z4"]
+    t = frequency_table(df, qi)
+    combos = list(itertools.combinations(range(4), 3))
+    groups = build_groups(t, combos)
+    alpha, gamma, K = 0.1, 0.3, t.n_cells
+    U = t.counts.astype(float)
+    rng = np.random.default_rng(0)
+    outside_hits = 0
+    for _ in range(30):
+        mask = (rng.random((K, K)) < 0.15) | np.eye(K, dtype=bool)
+        r, c = np.nonzero(mask)
+        sup = Support.from_pairs(r, c, K)
+        red = reduce_constraints(t, groups, alpha, gamma)
+        ws = WorkingSet(red.m, red.g, t, groups, combos, alpha)
+        imposed = set(zip(red.m.tolist(), red.g.tolist()))
+        G = groups.n_groups
+        imposed |= {(int(k // G), int(k % G)) for k in ws.outside(sup, alpha, gamma)}
+        P = np.where(mask, rng.random((K, K)) ** 3, 0.0)
+        np.fill_diagonal(P, 0.0)
+        P *= (1.0 - gamma * 1.01) / np.maximum(P.sum(axis=1, keepdims=True), 1e-300)
+        np.fill_diagonal(P, 1.0 - P.sum(axis=1))
+        for ci, pi in enumerate(combos):
+            keys = [tuple(row) for row in t.codes[:, list(pi)]]
+            for k0 in set(keys):
+                ing = np.array([k == k0 for k in keys])
+                g = int(groups.member[np.flatnonzero(ing)[0], ci])
+                den = float(U @ P[:, ing].sum(axis=1))
+                for m in range(K):
+                    if P[m, ing].sum() > alpha * den * (1 + 1e-12):
+                        assert (m, g) in imposed
+                        outside_hits += not ing[m]
+    assert outside_hits > 0  # rows outside their groups were violated, and all were imposed
+
+
+def test_weighted_dominance_rows_match_their_definition_and_make_p_invertible():
+    from pramopt.optimize.constraints.dominance import Dominance, count_weights
+    from pramopt.optimize.support import Support
+
+    rng = np.random.default_rng(1)
+    K = 12
+    counts = rng.integers(1, 200, K)
+    w = count_weights(counts, 0.4)
+    assert np.allclose(w, counts.astype(float) ** -0.4)
+    dom = Dominance(w, 0.02)
+    met = 0
+    for _ in range(200):
+        P = rng.random((K, K)) * (rng.random((K, K)) < 0.3)
+        np.fill_diagonal(P, rng.uniform(0.2, 0.6, K))
+        P[np.diag_indices(K)] *= P.sum(axis=1) / P.diagonal()
+        P /= P.sum(axis=1, keepdims=True)
+        lhs = np.array(
+            [w[m] * P[m, m] - sum(w[k] * P[m, k] for k in range(K) if k != m) for m in range(K)]
+        )
+        r, c = np.nonzero(P)
+        sup = Support.from_pairs(r, c, K)
+        x = P[sup.rows, sup.cols]
+        assert np.allclose(dom.matrix(sup) @ x, lhs)
+        bad = lhs < 0.02 * w
+        assert set(dom.violated(sp.csr_matrix(P)).tolist()) == set(np.flatnonzero(bad).tolist())
+        if not bad.any():
+            met += 1
+            assert np.isfinite(np.linalg.cond(P)) and abs(np.linalg.det(P)) > 0
+    assert met > 0
