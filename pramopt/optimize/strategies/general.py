@@ -275,7 +275,6 @@ class ColumnGeneration:
         phase_one: bool = False,
         interior: bool = False,
         restart: bool = False,
-        extra: tuple = (),
     ):
         if self.gamma < 0.5:
             # below 1/2 the rows outside their groups bind: found lazily, a few dozen per
@@ -285,7 +284,7 @@ class ColumnGeneration:
         inv = [Invariance(self.counts)] if self.problem.params.invariant else []
         prog = build_program(
             sup,
-            [self.ws.rows(sup, self.mem), *inv, *extra],
+            [self.ws.rows(sup, self.mem), *inv],
             max_floor=phase_one,
             elastic=PHASE1_ELASTIC if (phase_one or self.elastic) else None,
             interior=interior,
@@ -841,37 +840,27 @@ CAP_BELOW_HALF = 0.8
 #: A linear-stage vertex below the 1/2 floor is refined from as it is when its condition
 #: number is at most this; otherwise from the start :func:`_invertible_start` makes.
 START_MAX_CONDITION = 1e3
-#: The weights of the dominance rows of that start: ``U0(k)^-power``.  A rare cell of one record
-#: may then keep 0.45 of it while it sends the rest to cells of 2 or more records (0.55 * 2^-0.4
-#: < 0.45), and a cell of 100 records may send a tenth of them to cells of one (0.9 * 100^-0.4
-#: > 0.1).
-START_DOMINANCE_POWER = 0.4
-#: Their margin, relative to the row's weight.
-START_DOMINANCE_MARGIN = 0.02
-#: Vertices of perturbed costs tried where no design on the support meets the dominance rows.
+#: Vertices of perturbed costs tried for the start.
 START_VERTICES = 3
 #: Their costs on the transitions: up to this fraction of a record per transition.
 START_PERTURBATION = 0.1
-#: The points tried on the segment from the linear stage's vertex to the second matrix.
+#: The points tried on the segment from the linear stage's vertex to the second one.
 START_STEPS = (0.1, 0.25, 0.5, 0.75, 1.0)
 
 
 def _invertible_start(cg: ColumnGeneration, lp, x, trace: Trace):
     """Below the 1/2 floor, a start of finite loss for the refinement (None: none found).
 
-    The linear stage's vertex may then be singular (two rare cells that send their records to
-    each other alike have equal rows) or nearly so: its loss is infinite or huge, and the
-    refinement, which accepts only steps that lower the loss, cannot leave it.  A second matrix
-    of the same program over the same support is found: first with the weighted dominance rows
-    of :class:`~..constraints.dominance.Dominance` (invertible by its form), else, where those
-    rows leave no solution, the vertices of small random (seeded) costs on the transitions,
-    which break such ties.  Every point between two matrices that meet C1 meets it (C1 is
-    linear in P), and where the second matrix is invertible ``det((1 - t) P0 + t P1)`` is a
-    polynomial in t that is not zero at t = 1, so all but finitely many points of the segment
-    are invertible.  The point of smallest exact loss among :data:`START_STEPS` is taken (the
-    vertex itself where it is invertible and of smaller loss).
+    The linear stage's vertex may then be singular or nearly so (the cap on its transitions
+    keeps rows apart, not every combination of them): its loss is infinite or huge, and the
+    refinement, which accepts only steps that lower the loss, cannot leave it, or crawls.  A
+    vertex of the same program over the same support under small random (seeded) costs on the
+    transitions is found (several, until one helps).  Every point between two matrices that
+    meet C1 meets it (C1 is linear in P), and where the second vertex is invertible
+    ``det((1 - t) P0 + t P1)`` is a polynomial in t that is not zero at t = 1, so all but
+    finitely many points of the segment are invertible.  The point of smallest exact loss among
+    :data:`START_STEPS` is taken (the vertex itself where its loss is smaller).
     """
-    from ..constraints.dominance import Dominance, count_weights
     from ..objectives.l2 import SparseL2
 
     sup, counts = cg.sup, cg.counts
@@ -883,43 +872,34 @@ def _invertible_start(cg: ColumnGeneration, lp, x, trace: Trace):
     c, lo, hi = cg._vectors(sup)
     off = sup.rows != sup.cols
     rng = np.random.default_rng(0)
-    dom = Dominance(count_weights(counts, START_DOMINANCE_POWER), START_DOMINANCE_MARGIN)
-    seconds = [("dominance rows", (dom,), c)] + [
-        (
-            "perturbed costs",
-            (),
-            c + np.where(off, START_PERTURBATION * counts[sup.rows] * rng.random(sup.size), 0.0),
-        )
-        for _ in range(START_VERTICES)
-    ]
     best, best_loss = (x, f0) if np.isfinite(f0) else (None, np.inf)
-    used = []
-    for name, extra, cost in seconds:
-        used.append(name)
-        x1 = _second_matrix(cg, sup, extra, cost, lo, hi)
+    tried = 0
+    while tried < START_VERTICES:
+        tried += 1
+        noise = START_PERTURBATION * counts[sup.rows] * rng.random(sup.size)
+        x1 = _second_matrix(cg, sup, c + np.where(off, noise, 0.0), lo, hi)
         for t in START_STEPS if x1 is not None else ():
             xt = (1.0 - t) * x + t * x1
             f = SparseL2(sup.to_matrix(xt), counts).loss
             if f < best_loss:
                 best, best_loss = xt, f
-        if x1 is not None and best is not None:
+        if best is not None and best_loss < f0:
             break
     trace.add(
         "invertible start",
         time.perf_counter() - t0,
-        len(used),
-        f"from {used[-1]}: "
-        + ("none found" if best is None else f"loss {best_loss:.4g}")
+        tried,
+        ("none found" if best is None else f"loss {best_loss:.4g}")
         + f" (the linear stage's vertex: {f0:.4g})",
     )
     return best
 
 
-def _second_matrix(cg: ColumnGeneration, sup: Support, extra: tuple, cost, lo, hi):
-    """The solution of the linear stage's program over ``sup`` with the rows ``extra`` and the
-    costs ``cost``, with every C1 row it violates imposed in turn (None: no solution)."""
+def _second_matrix(cg: ColumnGeneration, sup: Support, cost, lo, hi):
+    """The solution of the linear stage's program over ``sup`` under the costs ``cost``, with
+    every C1 row it violates imposed in turn (None: no solution)."""
     for _ in range(MAX_PRICING_ROUNDS):
-        lp = cg.load(sup, interior=cg.elastic, extra=extra)
+        lp = cg.load(sup, interior=cg.elastic)
         out = lp.solve(cost, lo, hi)
         if out.x is None or _unmet(out):
             return None
