@@ -300,8 +300,11 @@ class DesignParams:
         "identifying variables (Hamming distance; a missing value counts as one more category).  "
         "Only the general design honours it (the replacement and block designs move records "
         "between every pair of cells of a pool, and are used only where no pool has more than "
-        "this many varying variables); where it makes C1 infeasible the result says so with the "
-        "smallest number that the flow relaxation of C1 allows.",
+        "this many varying variables); where no design keeps every diagonal entry >= 0.51 the "
+        "general design goes below 1/2 (0.45, 0.4, 0.3, 0.2, never below ``min_diagonal``) and "
+        "is returned only with a condition number of at most 1e6, computed from P; where it "
+        "makes C1 infeasible the result says so with the smallest number that the flow "
+        "relaxation of C1 allows.",
         cli={"type": int, "metavar": "D"},
     )
     change_weights: Mapping | None = _param(
