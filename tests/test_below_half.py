@@ -80,6 +80,16 @@ def test_below_half_design_is_verified_invertible_and_within_d(census_path, monk
     assert res.loss == pytest.approx(_loss_from_definition(P, counts), rel=1e-8)
     assert res.condition_number == pytest.approx(np.linalg.cond(P), rel=1e-6)
     assert "below 1/2" in res.message
+    # the proven bound on the changes of every design with that floor within d (none from the
+    # capped program's own duals, only the flow relaxation's): below the exact optimum of the
+    # dense program without the linear stage's cap (built here)
+    from full_c1 import min_changes
+
+    far = (t.codes[:, None, :] != t.codes[None, :, :]).sum(axis=2) > 1
+    lo = np.where(np.eye(t.n_cells, dtype=bool), res.gamma, 0.0).ravel()
+    best = min_changes(t, 0.1, lo=lo, hi=np.where(far, 0.0, 1.0).ravel(), combos=[(0, 1)])
+    lb = res.reduction.floor_changes_bound
+    assert (lb is None) if not census_path else (lb <= best * (1 + 1e-9))
     # the loss bound needs diag(P^-1) >= 1, which no form guarantees here
     assert res.details.get("loss_lower_bound") is None
 
@@ -93,7 +103,7 @@ def test_a_singular_vertex_gets_an_invertible_start(monkeypatch):
     t = frequency_table(df, QI)
     assert not _feasible(t, 2, 0.51)
     monkeypatch.setattr(G, "CAP_BELOW_HALF", 10.0)  # a cap above 1: none
-    monkeypatch.setattr(G, "_invertible_start", lambda cg, lp, x, trace: x)
+    monkeypatch.setattr(G, "_invertible_start", lambda cg, x, trace: x)
     res = pramopt.design(t, alpha=0.1, structure="general", max_changed_variables=2)
     assert not res.success
     assert "numerically singular" in res.message

@@ -468,9 +468,11 @@ class ColumnGeneration:
         relaxation.  ``BOUND_RTOL`` n more is taken off for the solver's tolerances.
         """
         p = self.problem.params
-        if p.change_weights or out.objective is None or not self.own_bounds:
+        if p.change_weights or out.objective is None or not self.own_bounds or self.cap is not None:
             # the objective is not the expected changes, or the bound must hold for designs
-            # beyond this program's permitted transitions
+            # beyond this program's permitted transitions, or beyond its cap (transitions at
+            # the cap keep a negative reduced cost that pricing, which looks outside the
+            # support, does not count)
             return
         n = float(self.counts.sum())
         y_n = np.abs(np.asarray(duals.N, dtype=float))
@@ -787,7 +789,7 @@ def solve_general(
     )
     cg.linear_changes = expected_changes(cg.sup.to_matrix(x), cg.counts)
     if floor < 0.5:
-        x = _invertible_start(cg, lp, x, trace)
+        x = _invertible_start(cg, x, trace)
         cg.cap = None
         if x is None:
             return Attempt(
@@ -848,7 +850,7 @@ START_PERTURBATION = 0.1
 START_STEPS = (0.1, 0.25, 0.5, 0.75, 1.0)
 
 
-def _invertible_start(cg: ColumnGeneration, lp, x, trace: Trace):
+def _invertible_start(cg: ColumnGeneration, x, trace: Trace):
     """Below the 1/2 floor, a start of finite loss for the refinement (None: none found).
 
     The linear stage's vertex may then be singular or nearly so (the cap on its transitions
