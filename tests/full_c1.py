@@ -36,16 +36,16 @@ def row_sums(K: int) -> np.ndarray:
     return np.kron(np.eye(K), np.ones(K))
 
 
-def min_changes(t, alpha: float, combos=None, lo=None, hi=None) -> float:
-    """The smallest expected number of changed records, sum U0(m) (1 - P_mm), of any P meeting the
-    full C1 (over ``combos``, or every triple), by one dense LP over these rows; ``lo`` and ``hi``
-    (K * K, row-major) bound the entries of P (default 0 and 1)."""
+def _dense_lp(t, alpha: float, cost, combos=None, lo=None, hi=None):
+    """scipy's HiGHS on ``min cost . vec(P)`` over every P meeting the full C1 (over ``combos``,
+    or every triple) with rows summing to one; ``lo`` and ``hi`` (K * K, row-major) bound the
+    entries of P (default 0 and 1)."""
     from scipy.optimize import linprog
 
-    K, U = t.n_cells, t.counts.astype(float)
+    K = t.n_cells
     A = full_c1_rows(t, alpha, combos=combos)
-    res = linprog(
-        -np.diag(U).ravel(),
+    return linprog(
+        cost,
         A_ub=A,
         b_ub=np.zeros(A.shape[0]),
         A_eq=row_sums(K),
@@ -57,5 +57,20 @@ def min_changes(t, alpha: float, combos=None, lo=None, hi=None) -> float:
         ),
         method="highs",
     )
+
+
+def min_changes(t, alpha: float, combos=None, lo=None, hi=None) -> float:
+    """The smallest expected number of changed records, sum U0(m) (1 - P_mm), of any P meeting the
+    full C1 (over ``combos``, or every triple), by one dense LP over these rows; ``lo`` and ``hi``
+    (K * K, row-major) bound the entries of P (default 0 and 1)."""
+    U = t.counts.astype(float)
+    res = _dense_lp(t, alpha, -np.diag(U).ravel(), combos, lo, hi)
     assert res.status == 0
     return float(U.sum() + res.fun)
+
+
+def feasible(t, alpha: float, combos=None, lo=None, hi=None) -> bool:
+    """Whether any P meets the full C1 within the bounds (as :func:`min_changes`)."""
+    res = _dense_lp(t, alpha, np.zeros(t.n_cells**2), combos, lo, hi)
+    assert res.status in (0, 2)  # solved, or proven infeasible
+    return res.status == 0

@@ -37,24 +37,12 @@ def _min_changes_within(t, alpha: float, d: int, floor: float) -> float:
 def _dense_feasible(t, alpha: float, d: int, floor: float) -> bool:
     """Whether any P meets the full C1 over every triple with every transition at most ``d``
     variables apart and every P_mm >= ``floor``: one dense LP (rows from tests/full_c1.py)."""
-    from full_c1 import full_c1_rows, row_sums
-    from scipy.optimize import linprog
+    from full_c1 import feasible
 
     K = t.n_cells
     far = (_hamming(t.codes) > d).ravel()
     lo = np.where(np.eye(K, dtype=bool).ravel(), floor, 0.0)
-    A = full_c1_rows(t, alpha)
-    res = linprog(
-        np.zeros(K * K),
-        A_ub=A,
-        b_ub=np.zeros(A.shape[0]),
-        A_eq=row_sums(K),
-        b_eq=np.ones(K),
-        bounds=np.column_stack([lo, np.where(far, 0.0, 1.0)]),
-        method="highs",
-    )
-    assert res.status in (0, 2)  # solved, or proven infeasible
-    return res.status == 0
+    return feasible(t, alpha, lo=lo, hi=np.where(far, 0.0, 1.0))
 
 
 def _assert_verified_within(res, df, qi, t, d: int) -> None:
