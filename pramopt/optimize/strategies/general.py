@@ -256,6 +256,11 @@ class ColumnGeneration:
         self.cap: float | None = None
 
     # -- shared pieces ------------------------------------------------------------------------
+    @property
+    def below_half(self) -> bool:
+        """Whether the floor is below 1/2 (P not invertible by diagonal dominance)."""
+        return self.gamma < 0.5
+
     def pending(self, sup: Support, x) -> list:
         """Rows of the full C1 violated at the solve level and missing from the working set."""
         return self.ws.missing(sup.to_matrix(x))
@@ -276,7 +281,7 @@ class ColumnGeneration:
         interior: bool = False,
         restart: bool = False,
     ):
-        if self.gamma < 0.5:
+        if self.below_half:
             # below 1/2 the rows outside their groups bind: found lazily, a few dozen per
             # round, each round a new program (docs/method.md); imposed with the transitions
             # that can fill them instead
@@ -390,7 +395,7 @@ class ColumnGeneration:
                 lp = None
                 continue
             cap = PHASE1_MAX_ROUNDS if phase_one else MAX_PRICING_ROUNDS
-            if self.gamma < 0.5 and not phase_one:
+            if self.below_half and not phase_one:
                 cap = min(cap, LINEAR_ROUNDS_BELOW_HALF)
             duals = lp.duals() if (self.widen and rounds < cap) else None
             if duals is not None:
@@ -426,7 +431,7 @@ class ColumnGeneration:
                 now = out.objective if slack_left else E
                 # (below 1/2 the linear stage is a start for the refinement whose rounds grow
                 # to minutes: see LINEAR_STALL_BELOW_HALF)
-                rtol = LP_GAP_RTOL if self.gamma >= 0.5 else LINEAR_STALL_BELOW_HALF
+                rtol = LINEAR_STALL_BELOW_HALF if self.below_half else LP_GAP_RTOL
                 stalled = not phase_one and abs(prev_E - now) <= rtol * max(abs(now), 1e-12)
                 prev_E = np.inf if slack_left else E
                 if self.lp_gap <= LP_GAP_RTOL or stalled:
@@ -662,12 +667,9 @@ def _below_half(
     finite and at most :data:`~pramopt.params.BELOW_HALF_MAX_CONDITION`; the loss bound, which
     needs every diagonal entry of P^-1 >= 1, is then not claimed (:mod:`..diagnosis`).
     """
-    tried = []
-    last = None
+    att = None
     for g in low:
         att = _at_floor(problem, level, trace, floor, g, relax)
-        tried.append(g)
-        last = att
         if att.status in (AttemptStatus.INFEASIBLE, AttemptStatus.UNPROVEN):
             continue
         if not att.ok:
@@ -690,13 +692,13 @@ def _below_half(
             "lower bound on the loss is claimed). "
         )
         return dataclasses.replace(att, gamma=g, condition=cond, describe=said + att.describe)
-    floors = ", ".join(f"{g:g}" for g in tried)
+    assert att is not None  # ``low`` is never empty (the caller's condition)
+    floors = ", ".join(f"{g:g}" for g in low)
     return Attempt(
-        AttemptStatus.INFEASIBLE if last is None else last.status,
-        gamma=tried[-1] if tried else None,
+        att.status,
+        gamma=low[-1],
         auto_reason=why,
-        detail=f"{why} No design was found at the floors below 1/2 tried ({floors})"
-        + ("" if last is None else f": {last.detail}"),
+        detail=f"{why} No design was found at the floors below 1/2 tried ({floors}): {att.detail}",
     )
 
 
@@ -758,7 +760,7 @@ def solve_general(
         0,
         f"{cg.red.m.size} rows, support {cg.sup.size} ({cg.mode})",
     )
-    if floor < 0.5:
+    if cg.below_half:
         # below 1/2 the fewest changes put as much on a transition as on the diagonal: two rare
         # cells that send their records to each other alike then have equal rows
         cg.cap = floor * CAP_BELOW_HALF
@@ -788,7 +790,7 @@ def solve_general(
         f"expected changes {expected_changes(cg.sup.to_matrix(x), cg.counts):.4g}",
     )
     cg.linear_changes = expected_changes(cg.sup.to_matrix(x), cg.counts)
-    if floor < 0.5:
+    if cg.below_half:
         x = _invertible_start(cg, x, trace)
         cg.cap = None
         if x is None:
