@@ -54,9 +54,10 @@ __all__ = [
     "COVER_BUDGET",
 ]
 
-#: Below the 1/2 floor the linear stage stops pricing once a round gains less than this
-#: fraction of its expected changes, or after this many rounds: it is a start for the
-#: refinement, and its rounds grew to minutes on the 5-key census sample (benchmarks/README.md).
+#: Below the 1/2 floor the linear stage is only the refinement's start, and its rounds grew to
+#: minutes on the 5-key census sample (benchmarks/README.md): it stops pricing at the first round
+#: whose program leaves no elastic slack (a design over its support), once a round gains less
+#: than this fraction of its expected changes, or after this many rounds.
 LINEAR_STALL_BELOW_HALF = 2e-3
 LINEAR_ROUNDS_BELOW_HALF = 6
 
@@ -105,7 +106,10 @@ REFINE_MAX_ADD = 2000
 #: program from scratch (:attr:`~..program.LinearProgram.restart`): on the 6-key sample
 #: (programs of 150,000 columns and more) a warm start from the last vertex took 2-3 times longer
 #: by step 14; on the 4-key sample (supports of 33,000) it was the faster one, by about 10% a
-#: step (benchmarks/README.md).
+#: step (benchmarks/README.md).  Below the 1/2 floor every step's program is solved from scratch:
+#: the rows outside their groups (:meth:`~..constraints.c1.WorkingSet.outside`) made programs of
+#: 400,000 rows over supports below 50,000 on the 5-key sample, where a warm start took 3-5 times
+#: longer (benchmarks/README.md).
 REFINE_RESTART_MIN = 50_000
 #: Largest initial refinement support beyond the linear stage's transitions (see
 #: :func:`.general_refine.refine_pairs`).
@@ -396,7 +400,8 @@ class ColumnGeneration:
                 continue
             cap = PHASE1_MAX_ROUNDS if phase_one else MAX_PRICING_ROUNDS
             if self.below_half and not phase_one:
-                cap = min(cap, LINEAR_ROUNDS_BELOW_HALF)
+                # (a round without slack holds a design: the refinement goes on from it)
+                cap = rounds if not slack_left else min(cap, LINEAR_ROUNDS_BELOW_HALF)
             duals = lp.duals() if (self.widen and rounds < cap) else None
             if duals is not None:
                 pricer = self.pricer(lp, duals)

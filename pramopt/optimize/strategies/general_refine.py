@@ -46,8 +46,10 @@ def refine_loss(cg, x, trace: Trace, max_iter: int | None = None):
     stop = None
     while its < budget:
         if lp is None:
-            # large census-scale supports: each step's program from scratch (REFINE_RESTART_MIN)
-            lp = cg.load(sup, restart=cg.elastic and sup.size > G.REFINE_RESTART_MIN)
+            # large census-scale programs: each step's from scratch (REFINE_RESTART_MIN; below
+            # 1/2 the rows outside their groups make the program many times its support)
+            restart = sup.size > G.REFINE_RESTART_MIN or cg.below_half
+            lp = cg.load(sup, restart=cg.elastic and restart)
         lo, hi = cg.bounds(sup)
         evaluate = problem.objective.on_support(sup, counts, sparse=cg.mode != "dense")
         # the curved model needs the objective's curvature (None: linear steps only)
