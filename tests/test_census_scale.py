@@ -473,6 +473,38 @@ def test_above_near_d_the_linear_stage_starts_near_and_the_refinement_prices_eve
         assert sum(s.iterations for s in short.stages if s.name.startswith("refine")) <= cap
 
 
+def test_above_near_d_with_too_many_transitions_to_list_the_refinement_scans_them(monkeypatch):
+    # Where the transitions within d are more than PAIRS_LIMIT (here set between the counts
+    # within one and within three variables), those within NEAR_CHANGED are listed on their
+    # own for the linear stage and the first refinement, and the second refinement prices every
+    # candidate by scanning (no list): the design must pass the full C1 check with every
+    # transition within three variables (from the codes), and the bound reported must hold for
+    # d = 3 (below its dense optimum).
+    df, qi, t = _near_one_table(monkeypatch)
+    import pramopt.optimize.strategies.general as G
+
+    H = _hamming(t.codes)
+    within_one, within_three = int((H == 1).sum()), int(((H >= 1) & (H <= 3)).sum())
+    assert within_one < within_three
+    monkeypatch.setattr(GS, "PAIRS_LIMIT", within_one)
+    priced = []
+    price = G.ColumnGeneration.price
+
+    def spy(self, *a, **k):
+        priced.append(None if self.pairs is None else self.pairs[0].size)
+        return price(self, *a, **k)
+
+    monkeypatch.setattr(G.ColumnGeneration, "price", spy)
+    res = pramopt.design(t, alpha=0.1, structure="general", max_changed_variables=3)
+    assert res.success, res.message
+    _assert_verified_within(res, df, qi, t, 3)
+    assert priced[0] == within_one and priced[-1] is None
+    within = _min_changes_within(t, 0.1, 3, 0.51)
+    assert res.reduction.floor_changes_bound <= within * (1 + 1e-9)
+    assert "prices every transition within 3" in res.message
+    assert any(s.name == "refine within 1" for s in res.stages)
+
+
 def test_without_d_auto_mode_turns_to_other_structures_when_near_transitions_allow_none(
     monkeypatch,
 ):

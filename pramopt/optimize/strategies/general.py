@@ -186,8 +186,11 @@ class ColumnGeneration:
         ``near`` changed variables: the refinement then runs within ``near`` first, and from its
         end over every permitted transition.
     near : int, optional
-        With ``wide_pairs``: the changed variables the linear stage and the first refinement
-        stay within.
+        With ``wide_pairs`` or ``wide_scan``: the changed variables the linear stage and the
+        first refinement stay within.
+    wide_scan : bool
+        Like ``wide_pairs``, where the permitted transitions are too many to list: the second
+        refinement's pricing scans every candidate.
     """
 
     def __init__(
@@ -206,11 +209,12 @@ class ColumnGeneration:
         own_bounds: bool = True,
         wide_pairs: tuple | None = None,
         near: int | None = None,
+        wide_scan: bool = False,
     ):
         p = problem.params
         self.elastic, self.pairs = elastic, pairs
         self.wide_pairs = wide_pairs
-        self.near = near if wide_pairs is not None else None
+        self.near = near if (wide_pairs is not None or wide_scan) else None
         self.problem, self.gamma, self.floor, self.a_solve, self.phase_one = (
             problem,
             gamma,

@@ -262,6 +262,12 @@ def _at_scale(
             init = seeds(problem, pairs)
             if solved:
                 init = init.union(flows.rows, flows.cols)
+    elif problem.max_changed is not None and problem.max_changed > NEAR_CHANGED:
+        near = _near_listed(problem, low, trace)
+        if near is not None:
+            mode = "diagonal"
+            if not problem.params.change_weights:
+                bound = _whole_bound(problem, low, trace)
     if whole is not None:
         bound = whole[0]
     att = solve_general(
@@ -279,6 +285,7 @@ def _at_scale(
         own_bounds=whole is None and near is None,
         wide_pairs=None if near is None else pairs,
         near=NEAR_CHANGED,
+        wide_scan=near is not None and pairs is None,
     )
     if att.status is AttemptStatus.OK:
         why = (
@@ -295,7 +302,38 @@ def _at_scale(
     return dataclasses.replace(att, gamma=g_low)
 
 
-def _near_start(problem: DesignProblem, pairs, floor: float, trace: Trace):
+def _near_listed(problem: DesignProblem, floor: float, trace: Trace):
+    """:func:`_near_start` where the permitted transitions are too many to list (more than
+    :data:`PAIRS_LIMIT`): those within :data:`NEAR_CHANGED` variables are listed on their own
+    (None where they too are too many), and the second refinement prices every permitted
+    transition by scanning the candidates."""
+    near = dataclasses.replace(
+        problem,
+        params=dataclasses.replace(problem.params, max_changed_variables=NEAR_CHANGED),
+        _pairs={},
+    )
+    with trace.stage(f"transitions within {NEAR_CHANGED}") as info:
+        pairs = near.allowed_pairs(PAIRS_LIMIT)
+        info["detail"] = "too many" if pairs is None else f"{pairs[0].size:,}"
+    return None if pairs is None else _near_start(problem, pairs, floor, trace, listed=True)
+
+
+def _whole_bound(problem: DesignProblem, floor: float, trace: Trace) -> float | None:
+    """The flow relaxation's fewest changes at ``floor`` (a bound for every design of the
+    problem's class: :func:`pramopt.optimize.relaxation.changes_bound`)."""
+    from ..relaxation import changes_bound
+
+    with trace.stage(f"changes bound, within {problem.max_changed}@{floor:g}") as info:
+        bound = changes_bound(problem, floor)
+        info["detail"] = (
+            "unknown"
+            if bound is None
+            else f"every design with all P_mm >= {floor:g} changes >= {bound:.5g}"
+        )
+    return bound
+
+
+def _near_start(problem: DesignProblem, pairs, floor: float, trace: Trace, listed: bool = False):
     """With ``max_changed_variables`` above :data:`NEAR_CHANGED`: the transitions within
     :data:`NEAR_CHANGED` variables and the first support over them (seeds and the flow
     relaxation's flows), which the linear stage starts from; None at or below it, or when the
@@ -310,13 +348,18 @@ def _near_start(problem: DesignProblem, pairs, floor: float, trace: Trace):
     d = problem.max_changed
     if d is None or d <= NEAR_CHANGED:
         return None
-    r, c = pairs
-    keep = np.zeros(r.size, dtype=bool)
-    step = 1 << 20  # (tens of millions of pairs: their codes a piece at a time)
-    for lo in range(0, r.size, step):
-        keep[lo : lo + step] = problem.within(r[lo : lo + step], c[lo : lo + step], NEAR_CHANGED)
-    near = (r[keep], c[keep])
+    near = pairs if listed else _within(problem, pairs, NEAR_CHANGED)
     flows = _relaxed_flows(problem, floor, near, trace, name=f"flows within {NEAR_CHANGED}")
     if flows.status != "ok" or flows.no_solution:
         return None
     return near, seeds(problem, near).union(flows.rows, flows.cols)
+
+
+def _within(problem: DesignProblem, pairs, d: int) -> tuple:
+    """The transitions of ``pairs`` that change at most ``d`` variables."""
+    r, c = pairs
+    keep = np.zeros(r.size, dtype=bool)
+    step = 1 << 20  # (tens of millions of pairs: their codes a piece at a time)
+    for lo in range(0, r.size, step):
+        keep[lo : lo + step] = problem.within(r[lo : lo + step], c[lo : lo + step], d)
+    return r[keep], c[keep]
