@@ -337,7 +337,8 @@ def _near_start(problem: DesignProblem, pairs, floor: float, trace: Trace, liste
     """With ``max_changed_variables`` above :data:`NEAR_CHANGED`: the transitions within
     :data:`NEAR_CHANGED` variables and the first support over them (seeds and the flow
     relaxation's flows), which the linear stage starts from; None at or below it, or when the
-    flow relaxation over them has no solution at the floor.
+    flow relaxation over them has no solution at the floor.  ``listed``: ``pairs`` are already
+    the transitions within :data:`NEAR_CHANGED` (:func:`_near_listed`).
 
     The linear stage over every permitted transition ends at a vertex with fewer changes that
     move more variables, from which the refinement (a local method) ended above the design
