@@ -405,6 +405,22 @@ def _near_one_table(monkeypatch):
     return df, qi, frequency_table(df, qi)
 
 
+def _priced(monkeypatch) -> list:
+    """The number of permitted transitions each pricing round looks at (None: it scans every
+    candidate), filled in as the design runs."""
+    import pramopt.optimize.strategies.general as G
+
+    priced: list = []
+    price = G.ColumnGeneration.price
+
+    def spy(self, *a, **k):
+        priced.append(None if self.pairs is None else self.pairs[0].size)
+        return price(self, *a, **k)
+
+    monkeypatch.setattr(G.ColumnGeneration, "price", spy)
+    return priced
+
+
 def test_without_d_the_sparse_path_keeps_near_transitions_and_bounds_the_whole_class(
     monkeypatch,
 ):
@@ -437,16 +453,7 @@ def test_above_near_d_the_linear_stage_starts_near_and_the_refinement_prices_eve
     # variables (from the codes), and the bound reported must be d = 3's (below its dense
     # optimum), not the near class's.
     df, qi, t = _near_one_table(monkeypatch)
-    import pramopt.optimize.strategies.general as G
-
-    priced = []  # the permitted transitions each pricing round looked at
-    price = G.ColumnGeneration.price
-
-    def spy(self, *a, **k):
-        priced.append(None if self.pairs is None else self.pairs[0].size)
-        return price(self, *a, **k)
-
-    monkeypatch.setattr(G.ColumnGeneration, "price", spy)
+    priced = _priced(monkeypatch)
     res = pramopt.design(t, alpha=0.1, structure="general", max_changed_variables=3)
     assert res.success, res.message
     _assert_verified_within(res, df, qi, t, 3)
@@ -481,20 +488,11 @@ def test_above_near_d_with_too_many_transitions_to_list_the_refinement_scans_the
     # transition within three variables (from the codes), and the bound reported must hold for
     # d = 3 (below its dense optimum).
     df, qi, t = _near_one_table(monkeypatch)
-    import pramopt.optimize.strategies.general as G
-
     H = _hamming(t.codes)
     within_one, within_three = int((H == 1).sum()), int(((H >= 1) & (H <= 3)).sum())
     assert within_one < within_three
     monkeypatch.setattr(GS, "PAIRS_LIMIT", within_one)
-    priced = []
-    price = G.ColumnGeneration.price
-
-    def spy(self, *a, **k):
-        priced.append(None if self.pairs is None else self.pairs[0].size)
-        return price(self, *a, **k)
-
-    monkeypatch.setattr(G.ColumnGeneration, "price", spy)
+    priced = _priced(monkeypatch)
     res = pramopt.design(t, alpha=0.1, structure="general", max_changed_variables=3)
     assert res.success, res.message
     _assert_verified_within(res, df, qi, t, 3)

@@ -187,18 +187,10 @@ def _near(
     variables): a design of the whole class, whose linear stage is judged against the bound of
     the whole class (the flow relaxation at the floor, every transition allowed); the bounds of
     the restricted class do not hold for designs that change more variables."""
-    from ..relaxation import changes_bound
-
     low = max(g_low, floor)
     whole = None
     if not problem.params.change_weights:  # (otherwise the linear stage's cost is not changes)
-        with trace.stage(f"changes bound, any transition@{low:g}") as info:
-            whole = changes_bound(problem, low)
-            info["detail"] = (
-                "unknown"
-                if whole is None
-                else f"every design with all P_mm >= {low:g} changes >= {whole:.5g}"
-            )
+        whole = _whole_bound(problem, low, trace, "any transition")
     att = _at_scale(near, level, trace, floor, g_low, whole=(whole,))
     if att.status in (AttemptStatus.INFEASIBLE, AttemptStatus.UNPROVEN):
         # proven at most for the restricted class: not a proof for the whole one
@@ -267,7 +259,7 @@ def _at_scale(
         if near is not None:
             mode = "diagonal"
             if not problem.params.change_weights:
-                bound = _whole_bound(problem, low, trace)
+                bound = _whole_bound(problem, low, trace, f"within {problem.max_changed}")
     if whole is not None:
         bound = whole[0]
     att = solve_general(
@@ -318,12 +310,13 @@ def _near_listed(problem: DesignProblem, floor: float, trace: Trace):
     return None if pairs is None else _near_start(problem, pairs, floor, trace, listed=True)
 
 
-def _whole_bound(problem: DesignProblem, floor: float, trace: Trace) -> float | None:
+def _whole_bound(problem: DesignProblem, floor: float, trace: Trace, what: str) -> float | None:
     """The flow relaxation's fewest changes at ``floor`` (a bound for every design of the
-    problem's class: :func:`pramopt.optimize.relaxation.changes_bound`)."""
+    problem's class: :func:`pramopt.optimize.relaxation.changes_bound`), traced as the changes
+    bound over ``what``."""
     from ..relaxation import changes_bound
 
-    with trace.stage(f"changes bound, within {problem.max_changed}@{floor:g}") as info:
+    with trace.stage(f"changes bound, {what}@{floor:g}") as info:
         bound = changes_bound(problem, floor)
         info["detail"] = (
             "unknown"
