@@ -56,9 +56,7 @@ __all__ = [
 
 #: Below the 1/2 floor the linear stage is only the refinement's start, and its rounds grew to
 #: minutes on the 5-key census sample (benchmarks/README.md): it stops pricing at the first round
-#: whose program leaves no elastic slack (a design over its support), once a round gains less
-#: than this fraction of its expected changes, or after this many rounds.
-LINEAR_STALL_BELOW_HALF = 2e-3
+#: whose program leaves no elastic slack (a design over its support), or after this many rounds.
 LINEAR_ROUNDS_BELOW_HALF = 6
 
 #: Sources of the initial cover support: at most this many support entries from the largest
@@ -438,10 +436,7 @@ class ColumnGeneration:
                 # row and can stay loose while the objective has stalled; it is reported as is)
                 # (while elastic rows keep a slack the objective, penalty included, is what falls)
                 now = out.objective if slack_left else E
-                # (below 1/2 the linear stage is a start for the refinement whose rounds grow
-                # to minutes: see LINEAR_STALL_BELOW_HALF)
-                rtol = LINEAR_STALL_BELOW_HALF if self.below_half else LP_GAP_RTOL
-                stalled = not phase_one and abs(prev_E - now) <= rtol * max(abs(now), 1e-12)
+                stalled = not phase_one and abs(prev_E - now) <= LP_GAP_RTOL * max(abs(now), 1e-12)
                 prev_E = np.inf if slack_left else E
                 if self.lp_gap <= LP_GAP_RTOL or stalled:
                     r = r[:0]
