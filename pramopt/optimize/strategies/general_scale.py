@@ -239,6 +239,8 @@ def _at_scale(
     low = max(g_low, floor)
     bound = None
     near = None
+    # with d above NEAR_CHANGED the design within NEAR_CHANGED comes first (_near_start)
+    above_near = problem.max_changed is not None and problem.max_changed > NEAR_CHANGED
     if pairs is not None:
         mode = "diagonal"
         flows = _relaxed_flows(problem, low, pairs, trace)
@@ -249,12 +251,13 @@ def _at_scale(
             # (with change_weights the linear stage minimises another cost: no fewest changes
             # to set a bound beside)
             bound = None if problem.params.change_weights else flows.bound
-            near = _near_start(problem, pairs, low, trace)
+            if above_near:
+                near = _near_start(problem, _within(problem, pairs, NEAR_CHANGED), low, trace)
         if near is None:  # (else the linear stage starts from the near start's support)
             init = seeds(problem, pairs)
             if solved:
                 init = init.union(flows.rows, flows.cols)
-    elif problem.max_changed is not None and problem.max_changed > NEAR_CHANGED:
+    elif above_near:
         near = _near_listed(problem, low, trace)
         if near is not None:
             mode = "diagonal"
@@ -307,7 +310,7 @@ def _near_listed(problem: DesignProblem, floor: float, trace: Trace):
     with trace.stage(f"transitions within {NEAR_CHANGED}") as info:
         pairs = near.allowed_pairs(PAIRS_LIMIT)
         info["detail"] = "too many" if pairs is None else f"{pairs[0].size:,}"
-    return None if pairs is None else _near_start(problem, pairs, floor, trace, listed=True)
+    return None if pairs is None else _near_start(problem, pairs, floor, trace)
 
 
 def _whole_bound(problem: DesignProblem, floor: float, trace: Trace, what: str) -> float | None:
@@ -326,12 +329,11 @@ def _whole_bound(problem: DesignProblem, floor: float, trace: Trace, what: str) 
     return bound
 
 
-def _near_start(problem: DesignProblem, pairs, floor: float, trace: Trace, listed: bool = False):
-    """With ``max_changed_variables`` above :data:`NEAR_CHANGED`: the transitions within
-    :data:`NEAR_CHANGED` variables and the first support over them (seeds and the flow
-    relaxation's flows), which the linear stage starts from; None at or below it, or when the
-    flow relaxation over them has no solution at the floor.  ``listed``: ``pairs`` are already
-    the transitions within :data:`NEAR_CHANGED` (:func:`_near_listed`).
+def _near_start(problem: DesignProblem, near, floor: float, trace: Trace):
+    """With ``max_changed_variables`` above :data:`NEAR_CHANGED`: the transitions ``near``
+    within :data:`NEAR_CHANGED` variables and the first support over them (seeds and the flow
+    relaxation's flows), which the linear stage starts from; None when the flow relaxation over
+    them has no solution at the floor.
 
     The linear stage over every permitted transition ends at a vertex with fewer changes that
     move more variables, from which the refinement (a local method) ended above the design
@@ -339,10 +341,6 @@ def _near_start(problem: DesignProblem, pairs, floor: float, trace: Trace, liste
     stage and a first refinement stay within :data:`NEAR_CHANGED`, and a second refinement goes
     on from that design over every permitted transition (:func:`.general.solve_general`).
     """
-    d = problem.max_changed
-    if d is None or d <= NEAR_CHANGED:
-        return None
-    near = pairs if listed else _within(problem, pairs, NEAR_CHANGED)
     flows = _relaxed_flows(problem, floor, near, trace, name=f"flows within {NEAR_CHANGED}")
     if flows.status != "ok" or flows.no_solution:
         return None
