@@ -70,16 +70,22 @@ def inverse(PRR: sp.csr_matrix, rcond: float) -> np.ndarray | None:
         for comp in np.unique(label[at[~single]]):
             k = np.flatnonzero(label[at] == comp)
             S = at[k]
-            with warnings.catch_warnings():  # exact singularity: a zero pivot, checked below
-                warnings.simplefilter("ignore", sla.LinAlgWarning)
-                lu, piv = sla.lu_factor(PRR[S][:, S].toarray(), check_finite=False)
-            if not np.all(np.diagonal(lu)):
+            # LAPACK's inversion (getri): a quarter fewer operations than solving for I[S]
+            try:
+                with warnings.catch_warnings():  # ill-conditioning: the exact test below
+                    warnings.simplefilter("ignore", sla.LinAlgWarning)
+                    inv = sla.inv(PRR[S][:, S].toarray(), check_finite=False)
+            except np.linalg.LinAlgError:  # exactly singular: a zero pivot
                 return None
-            # only the columns the component reaches (its own and those it sends into, directly
-            # or not) are nonzero: a large component at a low level reaches a fraction of R
+            # the right-hand side is I on the component's own columns (no cell it sends into
+            # reaches back into it); elsewhere only the columns it reaches are nonzero, and a
+            # large component at a low level reaches a fraction of R
+            M[np.ix_(S, S)] = inv
             b = rhs[k]
+            b[:, S] = 0.0
             cols = np.flatnonzero(np.any(b != 0.0, axis=0))
-            M[np.ix_(S, cols)] = sla.lu_solve((lu, piv), b[:, cols], check_finite=False)
+            if cols.size:
+                M[np.ix_(S, cols)] = inv @ b[:, cols]
     if not np.all(np.isfinite(M)):
         return None
     if not l2_sparse.well_conditioned(PRR, M, rcond):
