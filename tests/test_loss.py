@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pramopt.loss import expected_changes, l2_loss
+from pramopt.optimize.objectives import l2 as L2
 from pramopt.optimize.objectives import l2_sparse as L2S
 from pramopt.optimize.objectives.l2 import (
     SparseL2,
@@ -21,6 +22,7 @@ from pramopt.optimize.objectives.l2 import (
     l2_loss_and_grad_sparse,
     l2_loss_sparse,
 )
+from pramopt.optimize.support import Support
 
 
 def exact_expected_loss(P, xi, y):
@@ -502,3 +504,35 @@ def test_sparse_scaling(K, r, dense_block, capsys):
         )
     assert np.isfinite(s.loss) and np.all(np.isfinite(Gs.data)) and Gc.shape == (K, 100)
     assert peak < max((2 if dense_block else 1) * 8 * K * K, 64 * 2**20)
+
+
+def test_evaluator_factorises_each_point_once(monkeypatch):
+    # a refinement step values its trial point and then another one (the search along the step
+    # or over the span), takes either, and asks for the gradient there: that gradient must come
+    # from the factorisation already made, and equal the dense inverse's
+    rng = np.random.default_rng(7)
+    K = 40
+    P = receiver_design(K, 8, rng).tocoo()
+    counts = rng.integers(1, 30, K).astype(float)
+    sup = Support.from_pairs(P.row, P.col, K)
+    x0 = sup.from_matrix(P.tocsr())
+    x1 = np.where(sup.rows != sup.cols, 0.5 * x0, x0)  # another point (rows need not sum to 1)
+    made = []
+
+    class Counted(L2.SparseL2):
+        def __init__(self, *a, **k):
+            made.append(1)
+            super().__init__(*a, **k)
+
+    monkeypatch.setattr(L2, "SparseL2", Counted)
+    evaluate = L2.L2.on_support(sup, counts, sparse=True)
+    f0 = evaluate.value(x0)
+    f1 = evaluate.value(x1)
+    f, g, _ = evaluate(x0)  # the first point taken after the second was valued
+    assert len(made) == 2
+    f_ref, G = l2_loss_and_grad(sup.to_matrix(x0).toarray(), counts)
+    assert f == f0 == pytest.approx(f_ref, rel=1e-10)
+    np.testing.assert_allclose(g, G[sup.rows, sup.cols], rtol=1e-9, atol=1e-12 * np.abs(G).max())
+    assert f1 == pytest.approx(l2_loss(sup.to_matrix(x1).toarray(), counts), rel=1e-10)
+    evaluate(x1)  # the other point again: after a gradient only that point is kept
+    assert len(made) == 3

@@ -45,6 +45,8 @@ SPARSE_RCOND = 1e-12
 _CHUNK = 1 << 21
 # Pairs are processed in pieces of this many.
 _PAIRS = 1 << 18
+# Valued designs an evaluator keeps (each holds its active rows x receivers block).
+_HELD = 2
 
 
 def _rows_times_dense(A, rows, B, out):
@@ -431,18 +433,25 @@ class L2Loss:
 
             return dense
 
-        last: dict = {}  # the design last valued, so that its gradient reuses the factorisation
+        # the designs last valued, newest last, so that a gradient reuses the factorisation: a
+        # step values its trial point and then another one, and may take either
+        last: list = []
 
         def design(x) -> SparseL2:
             x = np.asarray(x, dtype=float)
-            held = last.get("x")
-            if held is None or held.shape != x.shape or not np.array_equal(held, x):
-                last["s"] = SparseL2(support.to_matrix(x), counts)  # no dense K x K inverse
-                last["x"] = x.copy()
-            return last["s"]
+            for i, (held, s) in enumerate(last):
+                if held.shape == x.shape and np.array_equal(held, x):
+                    last.append(last.pop(i))
+                    return s
+            if len(last) >= _HELD:
+                last.pop(0)  # before the next factorisation: memory holds _HELD at most
+            s = SparseL2(support.to_matrix(x), counts)  # no dense K x K inverse
+            last.append((x.copy(), s))
+            return s
 
         def woodbury(x):
             s = design(x)
+            last[:] = last[-1:]  # a gradient is asked at an accepted point: the others are done
             if s.singular:
                 return float("inf"), None, None
             return s.loss, s.grad_at(support.rows, support.cols), Gradient(s)
