@@ -536,3 +536,35 @@ def test_evaluator_factorises_each_point_once(monkeypatch):
     assert f1 == pytest.approx(l2_loss(sup.to_matrix(x1).toarray(), counts), rel=1e-10)
     evaluate(x1)  # the other point again: after a gradient only that point is kept
     assert len(made) == 3
+
+
+def test_evaluator_on_a_wider_support_reuses_the_same_matrix(monkeypatch):
+    # pricing widens the refinement's support between chunks: the next evaluator's first point
+    # is the same matrix (new transitions at zero), already factorised by the last evaluator
+    rng = np.random.default_rng(8)
+    K = 40
+    P = receiver_design(K, 8, rng).tocoo()
+    counts = rng.integers(1, 30, K).astype(float)
+    sup = Support.from_pairs(P.row, P.col, K)
+    x = sup.from_matrix(P.tocsr())
+    wide = sup.union(np.array([0, 1, 2]), np.array([5, 6, 7]))
+    made = []
+
+    class Counted(L2.SparseL2):
+        def __init__(self, *a, **k):
+            made.append(1)
+            super().__init__(*a, **k)
+
+    monkeypatch.setattr(L2, "SparseL2", Counted)
+    first = L2.L2.on_support(sup, counts, sparse=True)
+    first.value(x)
+    second = L2.L2.on_support(wide, counts, sparse=True, previous=first)
+    xw = wide.from_matrix(sup.to_matrix(x))
+    f, g, _ = second(xw)
+    assert len(made) == 1
+    f_ref, G = l2_loss_and_grad(P.toarray(), counts)
+    assert f == pytest.approx(f_ref, rel=1e-10)
+    np.testing.assert_allclose(g, G[wide.rows, wide.cols], rtol=1e-9, atol=1e-12 * np.abs(G).max())
+    # another matrix is valued anew
+    second.value(np.where(wide.rows == wide.cols, xw, 0.5 * xw))
+    assert len(made) == 2

@@ -47,8 +47,10 @@ class Objective(Protocol):
         when there is none (the L2 loss).  An objective with a linear part is the L2 loss plus
         that part: the linear stage models it by the L2 loss's first-order charge plus these."""
 
-    def on_support(self, support, counts, sparse: bool) -> Evaluator:
-        """Value and gradient of x -> objective(P(x)) for P on ``support``."""
+    def on_support(self, support, counts, sparse: bool, previous=None) -> Evaluator:
+        """Value and gradient of x -> objective(P(x)) for P on ``support``.  ``previous``: an
+        evaluator this objective made on another support of the same solve (the refinement's
+        support changes between pricing rounds), whose valued matrices it may reuse."""
 
     def curvature_on_support(self, support, counts, sparse: bool) -> Callable | None:
         """``curvature(x, g) -> B``: a positive diagonal model of the Hessian on ``support``

@@ -68,9 +68,9 @@ class WeightedChangesL2(L2Loss):
     def value(self, P, counts, loss: float | None = None) -> float:
         return super().value(P, counts, loss) + self.term(P, counts)
 
-    def on_support(self, support, counts, sparse: bool):
+    def on_support(self, support, counts, sparse: bool, previous=None):
         counts = np.asarray(counts, dtype=float)
-        base = super().on_support(support, counts, sparse)
+        base = super().on_support(support, counts, sparse, previous)
         scale = 2.0 / counts.sum() ** 2
         lin = scale * counts[support.rows] * self.linear_cost(support.rows, support.cols)
         all_rows = np.arange(self.codes.shape[0])
@@ -95,6 +95,8 @@ class WeightedChangesL2(L2Loss):
                 columns.at = at
             return f + float(lin @ x), g + lin, (None if gcols is None else columns)
 
+        if hasattr(base, "designs"):  # the L2 loss's valued designs, for the next support
+            evaluate.designs = base.designs  # type: ignore[attr-defined]
         base_value = getattr(base, "value", None)
         if base_value is not None:
             evaluate.value = lambda x: base_value(x) + float(lin @ x)  # type: ignore[attr-defined]

@@ -49,6 +49,17 @@ _PAIRS = 1 << 18
 _HELD = 2
 
 
+def _same_matrix(A: sp.csr_matrix, B: sp.csr_matrix) -> bool:
+    """Whether two canonical CSR matrices (sorted, no duplicates or stored zeros) are equal."""
+    return (
+        A.shape == B.shape
+        and A.nnz == B.nnz
+        and np.array_equal(A.indptr, B.indptr)
+        and np.array_equal(A.indices, B.indices)
+        and np.array_equal(A.data, B.data)
+    )
+
+
 def _rows_times_dense(A, rows, B, out):
     """``out[:] = A[rows] @ B`` for sparse ``A``, in row blocks; dense-ish blocks use BLAS."""
     step = max(1, _CHUNK // max(B.shape[1], 1))
@@ -423,7 +434,7 @@ class L2Loss:
     def linear_cost(self, rows, cols) -> np.ndarray | None:
         return None
 
-    def on_support(self, support, counts, sparse: bool):
+    def on_support(self, support, counts, sparse: bool, previous=None):
         counts = np.asarray(counts, dtype=float)
         if not sparse:
 
@@ -433,20 +444,23 @@ class L2Loss:
 
             return dense
 
-        # the designs last valued, newest last, so that a gradient reuses the factorisation: a
-        # step values its trial point and then another one, and may take either
-        last: list = []
+        # the designs last valued, newest last, each with its matrix, so that a gradient reuses
+        # the factorisation: a step values its trial point and then another one and may take
+        # either, and the next support's first point is the last one taken on this support
+        last: list = list(getattr(previous, "designs", ()))[-_HELD:]
 
         def design(x) -> SparseL2:
-            x = np.asarray(x, dtype=float)
+            P = support.to_matrix(np.asarray(x, dtype=float))
+            P.sum_duplicates()
+            P.eliminate_zeros()
             for i, (held, s) in enumerate(last):
-                if held.shape == x.shape and np.array_equal(held, x):
+                if _same_matrix(held, P):
                     last.append(last.pop(i))
                     return s
             if len(last) >= _HELD:
                 last.pop(0)  # before the next factorisation: memory holds _HELD at most
-            s = SparseL2(support.to_matrix(x), counts)  # no dense K x K inverse
-            last.append((x.copy(), s))
+            s = SparseL2(P, counts)  # no dense K x K inverse
+            last.append((P, s))
             return s
 
         def woodbury(x):
@@ -456,6 +470,7 @@ class L2Loss:
                 return float("inf"), None, None
             return s.loss, s.grad_at(support.rows, support.cols), Gradient(s)
 
+        woodbury.designs = last  # type: ignore[attr-defined]
         woodbury.value = lambda x: design(x).loss  # type: ignore[attr-defined]
         return woodbury
 

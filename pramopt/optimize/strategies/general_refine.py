@@ -35,7 +35,7 @@ def refine_loss(cg, x, trace: Trace, max_iter: int | None = None):
     sup, x = _refine_support(cg, x)
     its = 0
     info = None
-    lp = None
+    lp = evaluate = None
     radius, hist, sigma = 0.05, (), 1.0
     # the last accepted steps: the curved model's curvature pairs, across pricing rounds
     steps = ()
@@ -51,7 +51,10 @@ def refine_loss(cg, x, trace: Trace, max_iter: int | None = None):
             restart = sup.size > G.REFINE_RESTART_MIN or cg.below_half
             lp = cg.load(sup, restart=cg.elastic and restart)
         lo, hi = cg.bounds(sup)
-        evaluate = problem.objective.on_support(sup, counts, sparse=cg.mode != "dense")
+        # the last support's evaluator: its last point is this support's first
+        evaluate = problem.objective.on_support(
+            sup, counts, sparse=cg.mode != "dense", previous=evaluate
+        )
         # the curved model needs the objective's curvature (None: linear steps only)
         model = problem.objective.curvature_on_support(sup, counts, sparse=cg.mode != "dense")
         curvature = model if sup.size <= _qp_max(cg) else None
@@ -76,6 +79,7 @@ def refine_loss(cg, x, trace: Trace, max_iter: int | None = None):
         )
         its += info.iterations
         radius, hist, sigma, steps = info.radius, info.history, info.sigma, info.steps
+        _keep_last(evaluate, x)
         if info.stop_reason == "constraints":
             cg.ws.add(info.added_constraints)
             lp = None
@@ -111,6 +115,15 @@ def refine_loss(cg, x, trace: Trace, max_iter: int | None = None):
             break
     cg.sup = sup
     return x, its, info, stop
+
+
+def _keep_last(evaluate, x) -> None:
+    """Of the designs ``evaluate`` keeps (see ``on_support``'s ``previous``), only ``x``'s: the
+    next support starts there, and each held design is a dense block at census scale."""
+    designs = getattr(evaluate, "designs", None)
+    if designs:
+        evaluate.value(x)  # found among them (not valued again) and put last
+        designs[:] = designs[-1:]
 
 
 def _qp_max(cg) -> int:
