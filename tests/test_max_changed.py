@@ -339,10 +339,12 @@ def test_changes_bound_under_max_changed_is_below_the_exact_restricted_minimum(s
 @pytest.mark.parametrize(
     "seed, d, kw", [(0, 1, {}), (1, 2, {}), (2, 1, {"fixed": ["v0"]}), (3, 2, {"keep": True})]
 )
-def test_permitted_pairs_are_those_of_the_brute_force_scan(seed, d, kw):
+def test_permitted_pairs_are_those_of_the_brute_force_scan(seed, d, kw, monkeypatch):
     """Every ordered pair of different cells at Hamming distance <= d, not out of a kept cell and
-    within one stratum of the fixed variables, by a double loop over the cells."""
+    within one stratum of the fixed variables, by a double loop over the cells; over a limit
+    below their number, None, from the count of a scan (no listing) or from the listing."""
     from pramopt.frequency.combinations import resolve_combinations
+    from pramopt.optimize import problem as problem_module
     from pramopt.optimize.problem import DesignProblem
     from pramopt.params import DesignParams
 
@@ -369,6 +371,19 @@ def test_permitted_pairs_are_those_of_the_brute_force_scan(seed, d, kw):
         and sum(a != b for a, b in zip(cells[k], cells[m])) <= d
         and (not kw.get("fixed") or cells[k][0] == cells[m][0])
     ]
+    listed = []
+    by_groups = DesignProblem._near_pairs
+    monkeypatch.setattr(
+        DesignProblem, "_near_pairs", lambda self, lim: listed.append(lim) or by_groups(self, lim)
+    )
     r, c = pb.allowed_pairs(10**6)
-    assert list(zip(r.tolist(), c.tolist())) == want
+    assert list(zip(r.tolist(), c.tolist())) == want and listed == [10**6]
     assert pb.allowed_pairs(len(want) - 1) is None
+
+    def fresh():
+        return DesignProblem.build(t, resolve_combinations(t.qi, None, None, "test"), p)
+
+    assert fresh()._count_allowed(10**9) == len(want)
+    assert fresh().allowed_pairs(len(want) - 1) is None and listed == [10**6]  # counted only
+    monkeypatch.setattr(problem_module, "SCAN_PAIRS_MAX", 0)
+    assert fresh().allowed_pairs(len(want) - 1) is None and listed == [10**6, len(want) - 1]

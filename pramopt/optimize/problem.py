@@ -40,6 +40,12 @@ LOG = logging.getLogger("pramopt.design")
 #: (:mod:`.strategies.general_scale`), and the diagnosis reuses the designer's floor bound.
 PHASE_ONE_MAX_CELLS = 600
 
+#: Up to this many ordered pairs of cells, the transitions ``max_changed_variables`` permits are
+#: counted by a scan of every pair (seconds) before they are listed: listing them by groups of
+#: equal codes takes minutes when, as for 4 of 5 variables, there are more than the caller's limit
+#: (benchmarks/README.md).
+SCAN_PAIRS_MAX = 100_000_000
+
 
 @dataclass(frozen=True)
 class DesignProblem:
@@ -213,16 +219,14 @@ class DesignProblem:
                 return known if known[0].size <= limit else None
             if limit <= known_limit:  # more than a limit at least as large as this one
                 return None
+            if self.K**2 <= SCAN_PAIRS_MAX and self._count_allowed(limit) > limit:
+                self._pairs["near"] = (None, limit)
+                return None
             pairs = self._near_pairs(limit)
             self._pairs["near"] = (pairs, limit)
             return pairs
-        K = self.K
         rows, cols, total = [], [], 0
-        step = max(1, (1 << 22) // max(K, 1))
-        for a in range(0, K, step):
-            gr, gc = np.meshgrid(np.arange(a, min(K, a + step)), np.arange(K), indexing="ij")
-            rr, cc = gr.ravel(), gc.ravel()
-            ok = (rr != cc) & self.allowed(rr, cc)
+        for rr, cc, ok in self._scan():
             total += int(ok.sum())
             if total > limit:
                 return None
@@ -231,6 +235,26 @@ class DesignProblem:
         if not rows:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
         return np.concatenate(rows), np.concatenate(cols)
+
+    def _scan(self):
+        """Every ordered pair of different cells in blocks of about 4 million, row by row:
+        ``(rows, cols, permitted)``."""
+        K = self.K
+        step = max(1, (1 << 22) // max(K, 1))
+        for a in range(0, K, step):
+            gr, gc = np.meshgrid(np.arange(a, min(K, a + step)), np.arange(K), indexing="ij")
+            rr, cc = gr.ravel(), gc.ravel()
+            yield rr, cc, (rr != cc) & self.allowed(rr, cc)
+
+    def _count_allowed(self, limit: int) -> int:
+        """The permitted transitions counted by a scan of every pair, up to the first count above
+        ``limit``."""
+        total = 0
+        for _, _, ok in self._scan():
+            total += int(ok.sum())
+            if total > limit:
+                break
+        return total
 
     def group_reach(self, pairs) -> np.ndarray:
         """Per (π, k0) group, the records a design using only the transitions ``pairs`` (rows,
