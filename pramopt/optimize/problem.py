@@ -219,7 +219,11 @@ class DesignProblem:
                 return known if known[0].size <= limit else None
             if limit <= known_limit:  # more than a limit at least as large as this one
                 return None
-            if self.K**2 <= SCAN_PAIRS_MAX and self._count_allowed(limit) > limit:
+            if (
+                self.K**2 <= SCAN_PAIRS_MAX
+                and self._near_upper() > limit
+                and self._count_allowed(limit) > limit
+            ):
                 self._pairs["near"] = (None, limit)
                 return None
             pairs = self._near_pairs(limit)
@@ -276,6 +280,17 @@ class DesignProblem:
             senders = np.repeat(cells, np.diff(B.indptr))
             reach += np.bincount(B.indices, weights=self.counts[senders], minlength=G)
         return reach
+
+    def _near_upper(self) -> int:
+        """An upper bound on the transitions within ``max_changed_variables`` from the sizes of
+        the groups :meth:`_near_pairs` lists them from (each pair counted in every group that
+        holds it): no scan is needed when this is within the limit."""
+        codes, v = self.table.codes, self.table.codes.shape[1]
+        total = 0
+        for S in itertools.combinations(range(v), v - self.max_changed):
+            sizes = np.unique(codes[:, list(S)], axis=0, return_counts=True)[1].astype(np.int64)
+            total += int(np.sum(sizes * (sizes - 1)))
+        return total
 
     def _near_pairs(self, limit: int) -> tuple[np.ndarray, np.ndarray] | None:
         """:meth:`allowed_pairs` under ``max_changed_variables = d`` without the K x K scan (minutes
