@@ -558,13 +558,16 @@ def test_evaluator_on_a_wider_support_reuses_the_same_matrix(monkeypatch):
     monkeypatch.setattr(L2, "SparseL2", Counted)
     first = L2.L2.on_support(sup, counts, sparse=True)
     first.value(x)
+    first.value(np.where(sup.rows == sup.cols, x, 0.9 * x))  # a trial point not taken
+    first.keep(x)  # the point the chunk ended at: only its design goes on
+    assert len(first.designs) == 1
     second = L2.L2.on_support(wide, counts, sparse=True, previous=first)
     xw = wide.from_matrix(sup.to_matrix(x))
     f, g, _ = second(xw)
-    assert len(made) == 1
+    assert len(made) == 2
     f_ref, G = l2_loss_and_grad(P.toarray(), counts)
     assert f == pytest.approx(f_ref, rel=1e-10)
     np.testing.assert_allclose(g, G[wide.rows, wide.cols], rtol=1e-9, atol=1e-12 * np.abs(G).max())
     # another matrix is valued anew
     second.value(np.where(wide.rows == wide.cols, xw, 0.5 * xw))
-    assert len(made) == 2
+    assert len(made) == 3

@@ -95,8 +95,9 @@ class WeightedChangesL2(L2Loss):
                 columns.at = at
             return f + float(lin @ x), g + lin, (None if gcols is None else columns)
 
-        if hasattr(base, "designs"):  # the L2 loss's valued designs, for the next support
-            evaluate.designs = base.designs  # type: ignore[attr-defined]
+        for kept in ("designs", "keep"):  # the L2 loss's valued designs, for the next support
+            if hasattr(base, kept):
+                setattr(evaluate, kept, getattr(base, kept))
         base_value = getattr(base, "value", None)
         if base_value is not None:
             evaluate.value = lambda x: base_value(x) + float(lin @ x)  # type: ignore[attr-defined]

@@ -449,14 +449,21 @@ class L2Loss:
         # either, and the next support's first point is the last one taken on this support
         last: list = list(getattr(previous, "designs", ()))[-_HELD:]
 
-        def design(x) -> SparseL2:
+        def matrix(x) -> sp.csr_matrix:
             P = support.to_matrix(np.asarray(x, dtype=float))
             P.sum_duplicates()
             P.eliminate_zeros()
-            for i, (held, s) in enumerate(last):
-                if _same_matrix(held, P):
-                    last.append(last.pop(i))
-                    return s
+            return P
+
+        def held(P) -> int | None:
+            return next((i for i, (Q, _) in enumerate(last) if _same_matrix(Q, P)), None)
+
+        def design(x) -> SparseL2:
+            P = matrix(x)
+            i = held(P)
+            if i is not None:
+                last.append(last.pop(i))
+                return last[-1][1]
             if len(last) >= _HELD:
                 last.pop(0)  # before the next factorisation: memory holds _HELD at most
             s = SparseL2(P, counts)  # no dense K x K inverse
@@ -470,7 +477,13 @@ class L2Loss:
                 return float("inf"), None, None
             return s.loss, s.grad_at(support.rows, support.cols), Gradient(s)
 
+        def keep(x) -> None:
+            """Keep only ``x``'s design, if held: the next support starts there."""
+            i = held(matrix(x))
+            last[:] = [] if i is None else [last[i]]
+
         woodbury.designs = last  # type: ignore[attr-defined]
+        woodbury.keep = keep  # type: ignore[attr-defined]
         woodbury.value = lambda x: design(x).loss  # type: ignore[attr-defined]
         return woodbury
 

@@ -118,12 +118,11 @@ def refine_loss(cg, x, trace: Trace, max_iter: int | None = None):
 
 
 def _keep_last(evaluate, x) -> None:
-    """Of the designs ``evaluate`` keeps (see ``on_support``'s ``previous``), only ``x``'s: the
+    """Of the designs ``evaluate`` holds (see ``on_support``'s ``previous``), only ``x``'s: the
     next support starts there, and each held design is a dense block at census scale."""
-    designs = getattr(evaluate, "designs", None)
-    if designs:
-        evaluate.value(x)  # found among them (not valued again) and put last
-        designs[:] = designs[-1:]
+    keep = getattr(evaluate, "keep", None)
+    if keep is not None:
+        keep(x)
 
 
 def _qp_max(cg) -> int:
