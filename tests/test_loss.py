@@ -506,17 +506,14 @@ def test_sparse_scaling(K, r, dense_block, capsys):
     assert peak < max((2 if dense_block else 1) * 8 * K * K, 64 * 2**20)
 
 
-def test_evaluator_factorises_each_point_once(monkeypatch):
-    # a refinement step values its trial point and then another one (the search along the step
-    # or over the span), takes either, and asks for the gradient there: that gradient must come
-    # from the factorisation already made, and equal the dense inverse's
-    rng = np.random.default_rng(7)
+def _counted_design(monkeypatch, seed):
+    """A random sparse design on its support (``sup, x, counts``) and the list that grows by one
+    with every :class:`SparseL2` made (a factorisation) from then on."""
+    rng = np.random.default_rng(seed)
     K = 40
     P = receiver_design(K, 8, rng).tocoo()
     counts = rng.integers(1, 30, K).astype(float)
     sup = Support.from_pairs(P.row, P.col, K)
-    x0 = sup.from_matrix(P.tocsr())
-    x1 = np.where(sup.rows != sup.cols, 0.5 * x0, x0)  # another point (rows need not sum to 1)
     made = []
 
     class Counted(L2.SparseL2):
@@ -525,6 +522,15 @@ def test_evaluator_factorises_each_point_once(monkeypatch):
             super().__init__(*a, **k)
 
     monkeypatch.setattr(L2, "SparseL2", Counted)
+    return sup, sup.from_matrix(P.tocsr()), counts, made
+
+
+def test_evaluator_factorises_each_point_once(monkeypatch):
+    # a refinement step values its trial point and then another one (the search along the step
+    # or over the span), takes either, and asks for the gradient there: that gradient must come
+    # from the factorisation already made, and equal the dense inverse's
+    sup, x0, counts, made = _counted_design(monkeypatch, 7)
+    x1 = np.where(sup.rows != sup.cols, 0.5 * x0, x0)  # another point (rows need not sum to 1)
     evaluate = L2.L2.on_support(sup, counts, sparse=True)
     f0 = evaluate.value(x0)
     f1 = evaluate.value(x1)
@@ -541,21 +547,9 @@ def test_evaluator_factorises_each_point_once(monkeypatch):
 def test_evaluator_on_a_wider_support_reuses_the_same_matrix(monkeypatch):
     # pricing widens the refinement's support between chunks: the next evaluator's first point
     # is the same matrix (new transitions at zero), already factorised by the last evaluator
-    rng = np.random.default_rng(8)
-    K = 40
-    P = receiver_design(K, 8, rng).tocoo()
-    counts = rng.integers(1, 30, K).astype(float)
-    sup = Support.from_pairs(P.row, P.col, K)
-    x = sup.from_matrix(P.tocsr())
+    sup, x, counts, made = _counted_design(monkeypatch, 8)
     wide = sup.union(np.array([0, 1, 2]), np.array([5, 6, 7]))
-    made = []
-
-    class Counted(L2.SparseL2):
-        def __init__(self, *a, **k):
-            made.append(1)
-            super().__init__(*a, **k)
-
-    monkeypatch.setattr(L2, "SparseL2", Counted)
+    assert wide.size > sup.size
     first = L2.L2.on_support(sup, counts, sparse=True)
     first.value(x)
     first.value(np.where(sup.rows == sup.cols, x, 0.9 * x))  # a trial point not taken
@@ -565,7 +559,7 @@ def test_evaluator_on_a_wider_support_reuses_the_same_matrix(monkeypatch):
     xw = wide.from_matrix(sup.to_matrix(x))
     f, g, _ = second(xw)
     assert len(made) == 2
-    f_ref, G = l2_loss_and_grad(P.toarray(), counts)
+    f_ref, G = l2_loss_and_grad(sup.to_matrix(x).toarray(), counts)
     assert f == pytest.approx(f_ref, rel=1e-10)
     np.testing.assert_allclose(g, G[wide.rows, wide.cols], rtol=1e-9, atol=1e-12 * np.abs(G).max())
     # another matrix is valued anew
