@@ -24,7 +24,9 @@ __all__ = ["Objective", "Evaluator", "OBJECTIVES", "objective_for", "default_obj
 #: may also carry ``evaluate.value(x)``, the value alone (the refinement values trial points with
 #: it and asks for the gradient only at the ones it accepts).  ``grad_columns`` may carry
 #: ``grad_columns.at(rows, cols)``, the entries at pairs alone, which pricing over a list of
-#: transitions then uses instead of whole columns.
+#: transitions then uses instead of whole columns.  An evaluator that keeps what it valued may
+#: carry ``evaluate.keep(x)``: keep only ``x``'s, for the next support's evaluator
+#: (``on_support``'s ``previous``).
 Evaluator = Callable[[np.ndarray], tuple]
 
 
