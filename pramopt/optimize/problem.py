@@ -285,24 +285,25 @@ class DesignProblem:
         """An upper bound on the transitions within ``max_changed_variables`` from the sizes of
         the groups :meth:`_near_pairs` lists them from (each pair counted in every group that
         holds it): no scan is needed when this is within the limit."""
+        return sum(int(np.sum(sizes * (sizes - 1))) for _, sizes in self._agreeing_groups())
+
+    def _agreeing_groups(self):
+        """Per set of v - d of the v variables (d = ``max_changed_variables``), each cell's group
+        of equal codes on them and the groups' sizes: two cells at most d variables apart share
+        a group of some such set."""
         codes, v = self.table.codes, self.table.codes.shape[1]
-        total = 0
         for S in itertools.combinations(range(v), v - self.max_changed):
-            sizes = np.unique(codes[:, list(S)], axis=0, return_counts=True)[1].astype(np.int64)
-            total += int(np.sum(sizes * (sizes - 1)))
-        return total
+            key = np.unique(codes[:, list(S)], axis=0, return_inverse=True)[1].ravel()
+            yield key, np.bincount(key).astype(np.int64)
 
     def _near_pairs(self, limit: int) -> tuple[np.ndarray, np.ndarray] | None:
         """:meth:`allowed_pairs` under ``max_changed_variables = d`` without the K x K scan (minutes
         at 20,000 cells): two cells at most d variables apart agree on some v - d of the v
         variables, so the pairs are those within the groups of equal codes on each such subset."""
-        codes, K = self.table.codes, self.K
-        v, d = codes.shape[1], self.max_changed
+        K = self.K
         found = np.empty(0, dtype=np.int64)  # r * K + c, sorted and distinct
         parts: list = []
-        for S in itertools.combinations(range(v), v - d):
-            key = np.unique(codes[:, list(S)], axis=0, return_inverse=True)[1].ravel()
-            sizes = np.bincount(key)
+        for key, sizes in self._agreeing_groups():
             if int(np.max(sizes * (sizes - 1), initial=0)) > limit:
                 return None  # the ordered pairs of one group alone are more than limit
             members = np.flatnonzero(sizes[key] > 1)
