@@ -508,17 +508,17 @@ def test_sparse_scaling(K, r, dense_block, capsys):
 
 def _counted_design(monkeypatch, seed):
     """A random sparse design on its support (``sup, x, counts``) and the list that grows by one
-    with every :class:`SparseL2` made (a factorisation) from then on."""
+    with every :class:`SparseL2` made (a factorisation) from then on (its ``single`` flag)."""
     rng = np.random.default_rng(seed)
     K = 40
     P = receiver_design(K, 8, rng).tocoo()
     counts = rng.integers(1, 30, K).astype(float)
     sup = Support.from_pairs(P.row, P.col, K)
-    made = []
+    made = []  # whether each asked for single precision
 
     class Counted(L2.SparseL2):
         def __init__(self, *a, **k):
-            made.append(1)
+            made.append(k.get("single", False))
             super().__init__(*a, **k)
 
     monkeypatch.setattr(L2, "SparseL2", Counted)
@@ -565,3 +565,86 @@ def test_evaluator_on_a_wider_support_reuses_the_same_matrix(monkeypatch):
     # another matrix is valued anew
     second.value(np.where(wide.rows == wide.cols, xw, 0.5 * xw))
     assert len(made) == 3
+
+
+def _dense_reference(P, counts):
+    """Loss, gradient and the diagonal of ``H = Q[:, R]^T W Q[:, R]`` from the dense inverse."""
+    Pd = P.toarray()
+    f, G = l2_loss_and_grad(Pd, counts)
+    Q = np.linalg.inv(Pd)
+    w = counts @ Pd
+    return f, G, lambda R: np.einsum("k,kp->p", w, Q[:, R] ** 2)
+
+
+def test_single_precision_block_matches_dense_inverse(monkeypatch):
+    # a well-conditioned receivers' block inverted in single precision: the loss, gradient and
+    # curvature terms of the dense inverse in double, to single precision's accuracy
+    monkeypatch.setattr(L2, "SINGLE_MIN_RECEIVERS", 1)
+    rng = np.random.default_rng(11)
+    K = 300
+    P = receiver_design(K, 60, rng)
+    counts = rng.integers(1, 40, K).astype(float)
+    s = SparseL2(P, counts, single=True)
+    assert s._QRx.dtype == np.float32 and s.block_condition <= L2.SINGLE_MAX_CONDITION
+    f, G, h = _dense_reference(P, counts)
+    scale = np.abs(G).max()
+    assert s.loss == pytest.approx(f, rel=1e-5)
+    Pc = P.tocoo()
+    np.testing.assert_allclose(s.grad_at(Pc.row, Pc.col), G[Pc.row, Pc.col], atol=1e-5 * scale)
+    C = np.concatenate([rng.choice(K, 7, replace=False), s.receivers[:2]])
+    np.testing.assert_allclose(s.grad_columns(C), G[:, C], atol=1e-5 * scale)
+    np.testing.assert_allclose(s.h_diagonal(), h(s.receivers), rtol=1e-5)
+    # the block's 1-norm condition number, from the dense inverse
+    R = s.receivers
+    cond = (
+        np.abs(P.toarray()[np.ix_(R, R)]).sum(0).max()
+        * np.abs(np.linalg.inv(P.toarray()[np.ix_(R, R)])).sum(0).max()
+    )
+    assert s.block_condition == pytest.approx(cond, rel=1e-5)
+
+
+def test_single_precision_only_below_its_condition_limit(monkeypatch):
+    # above SINGLE_MAX_CONDITION the block is inverted in double: the dense inverse's numbers
+    # to double precision's accuracy (and below SINGLE_MIN_RECEIVERS single is never tried)
+    rng = np.random.default_rng(12)
+    K = 120
+    P = receiver_design(K, 30, rng)
+    counts = rng.integers(1, 40, K).astype(float)
+    f, G, _ = _dense_reference(P, counts)
+    monkeypatch.setattr(L2, "SINGLE_MIN_RECEIVERS", 31)
+    assert SparseL2(P, counts, single=True)._QRx.dtype == np.float64
+    monkeypatch.setattr(L2, "SINGLE_MIN_RECEIVERS", 1)
+    monkeypatch.setattr(L2, "SINGLE_MAX_CONDITION", 1.0)  # a condition number is at least 1
+    s = SparseL2(P, counts, single=True)
+    assert s._QRx.dtype == np.float64
+    assert s.loss == pytest.approx(f, rel=1e-10)
+    Pc = P.tocoo()
+    np.testing.assert_allclose(
+        s.grad_at(Pc.row, Pc.col), G[Pc.row, Pc.col], rtol=1e-9, atol=1e-12 * np.abs(G).max()
+    )
+
+
+def test_evaluator_asks_single_precision_unless_the_last_block_was_ill_conditioned(monkeypatch):
+    # the refinement's evaluator asks for single precision; where the last block's condition
+    # number was above half the limit it asks for double at once (no single-precision try that
+    # would be thrown away), and returns to single once a block is well below the limit
+    monkeypatch.setattr(L2, "SINGLE_MIN_RECEIVERS", 1)
+    sup, x0, counts, made = _counted_design(monkeypatch, 9)
+    evaluate = L2.L2.on_support(sup, counts, sparse=True)
+    points = [np.where(sup.rows != sup.cols, t * x0, x0) for t in (1.0, 0.9, 0.8, 0.7)]
+    evaluate.value(points[0])
+    assert made == [True] and evaluate.designs[-1][1]._QRx.dtype == np.float32
+    cond = evaluate.designs[-1][1].block_condition
+    monkeypatch.setattr(L2, "SINGLE_MAX_CONDITION", 1.9 * cond)
+    f = evaluate.value(points[1])
+    assert made[-1] is False and evaluate.designs[-1][1]._QRx.dtype == np.float64
+    assert f == pytest.approx(l2_loss(sup.to_matrix(points[1]).toarray(), counts), rel=1e-10)
+    monkeypatch.setattr(L2, "SINGLE_MAX_CONDITION", 1e5)
+    f = evaluate.value(points[2])
+    assert made[-1] is True and evaluate.designs[-1][1]._QRx.dtype == np.float32
+    assert f == pytest.approx(l2_loss(sup.to_matrix(points[2]).toarray(), counts), rel=1e-5)
+    # a new support's evaluator goes on from the last design's condition number
+    monkeypatch.setattr(L2, "SINGLE_MAX_CONDITION", 1.0)
+    evaluate.keep(points[2])
+    L2.L2.on_support(sup, counts, sparse=True, previous=evaluate).value(points[3])
+    assert made[-1] is False

@@ -48,6 +48,14 @@ _PAIRS = 1 << 18
 # Valued designs an evaluator keeps (each holds its active rows x receivers block).
 _HELD = 2
 
+#: Receivers from which :class:`SparseL2` with ``single=True`` works in single precision.
+SINGLE_MIN_RECEIVERS = 1000
+#: Largest 1-norm condition number of the receivers' block kept in single precision.  The
+#: textbook bound on the inverse's relative error, ``cond * 6e-8``, is far above what the
+#: census designs show (loss 6e-8 to 2.5e-7 and gradient 5e-7 to 2.6e-6 relative at condition
+#: numbers of 1.2e4 to 2.8e4, benchmarks/README.md); at this limit it is still below 1%.
+SINGLE_MAX_CONDITION = 1e5
+
 
 def _same_matrix(A: sp.csr_matrix, B: sp.csr_matrix) -> bool:
     """Whether two canonical CSR matrices (sorted, no duplicates or stored zeros) are equal."""
@@ -122,6 +130,13 @@ class SparseL2:
         when the LAPACK estimate of the reciprocal 1-norm condition number of ``P[R, R]`` is
         below ``rcond``.  At the default ``1e-12`` the loss of such a matrix would exceed
         about ``1e24 / n^2`` and carry few correct digits anyway.
+    single : bool, optional
+        Invert a dense receivers' block of at least :data:`SINGLE_MIN_RECEIVERS` cells in
+        single precision (LAPACK's and BLAS's single-precision routines take about half the
+        time, and the block half the memory) when its 1-norm condition number is at most
+        :data:`SINGLE_MAX_CONDITION`, else in double.  The loss and gradient then carry a
+        relative error of about the condition number times 6e-8 (sums are taken in double);
+        for the refinement's trial points and steps, not for a reported loss.
 
     Attributes
     ----------
@@ -131,6 +146,9 @@ class SparseL2:
         Whether ``P`` was found singular.
     receivers : ndarray of int
         The receiver columns ``R`` (sorted).
+    block_condition : float
+        The exact 1-norm condition number of the receivers' block ``P[R, R]`` as inverted
+        (``inf`` when singular or not formed: a sparse block).
     K, n : int, float
         Number of cells, number of records.
 
@@ -152,7 +170,7 @@ class SparseL2:
     (2,)
     """
 
-    def __init__(self, P, counts, *, rcond: float = SPARSE_RCOND):
+    def __init__(self, P, counts, *, rcond: float = SPARSE_RCOND, single: bool = False):
         P = sp.csr_matrix(P, dtype=float, copy=True)
         P.sum_duplicates()
         P.eliminate_zeros()
@@ -176,6 +194,7 @@ class SparseL2:
         self.receivers = R
         self._sparse = False
         self.singular = True
+        self.block_condition = float("inf") if r else 1.0
         self.loss = float("inf")
         self._H: np.ndarray | None = None
         self._ZT: l2_dense.GradientBlock | None = None
@@ -219,18 +238,33 @@ class SparseL2:
                 self._finish(P, counts, act, idx, Dn, QRs, norms)
             return
         if r:
-            M = l2_dense.inverse(PcR[R], rcond)
+            M = self._block_inverse(PcR[R], rcond, single and r >= SINGLE_MIN_RECEIVERS)
             if M is None:
                 return
-            QR = np.empty((act.size + 1, r))  # + a zero sentinel row for the inactive cells
+            # + a zero sentinel row for the inactive cells
+            QR = np.empty((act.size + 1, r), dtype=M.dtype)
             QR[:r] = M
             del M
-            _rows_times_dense(self._F, np.arange(senders.size), QR[:r], out=QR[r:-1])
+            F = self._F.astype(QR.dtype, copy=False)
+            _rows_times_dense(F, np.arange(senders.size), QR[:r], out=QR[r:-1])
         else:
             QR = np.zeros((1, 0))
         QR[-1] = 0.0
         del PcR
-        self._finish(P, counts, act, idx, Dn, QR, np.einsum("ij,ij->i", QR[:-1], QR[:-1]))
+        self._finish(P, counts, act, idx, Dn, QR, _row_norms(QR[:-1]))
+
+    def _block_inverse(self, PRR, rcond: float, single: bool) -> np.ndarray | None:
+        """``P[R, R]^-1`` (None: singular), in single precision where asked and its condition
+        number is at most :data:`SINGLE_MAX_CONDITION`; ``block_condition`` is set."""
+        if single:
+            M = l2_dense.inverse(PRR, rcond, dtype=np.float32)
+            cond = _condition(PRR, M)
+            if M is not None and cond <= SINGLE_MAX_CONDITION:
+                self.block_condition = cond
+                return M
+        M = l2_dense.inverse(PRR, rcond)
+        self.block_condition = _condition(PRR, M)
+        return M
 
     def _finish(self, P, counts, act, idx, Dn, QRx, norms) -> None:
         """Keep the factorisation (``QRx``: the active rows of ``QR`` and a zero row, dense or
@@ -378,6 +412,25 @@ class SparseL2:
         return G
 
 
+def _condition(PRR, M) -> float:
+    """The exact 1-norm condition number ``||P[R, R]||_1 ||M||_1`` (``inf`` without ``M``)."""
+    if M is None:
+        return float("inf")
+    norm_p = np.asarray(abs(PRR).sum(axis=0)).max(initial=0.0)
+    return float(norm_p) * float(np.abs(M).sum(axis=0, dtype=np.float64).max(initial=0.0))
+
+
+def _row_norms(A: np.ndarray) -> np.ndarray:
+    """Squared norms of the rows of ``A``, summed in double precision (in pieces)."""
+    out = np.empty(A.shape[0])
+    step = max(1, _CHUNK // max(A.shape[1], 1))
+    for lo in range(0, A.shape[0], step):
+        out[lo : lo + step] = np.einsum(
+            "ij,ij->i", A[lo : lo + step], A[lo : lo + step], dtype=np.float64
+        )
+    return out
+
+
 def l2_loss_sparse(P, counts, *, rcond: float = SPARSE_RCOND) -> float:
     """Exact L2 loss of a sparse PRAM matrix, ``inf`` when singular (see :class:`SparseL2`).
 
@@ -448,6 +501,9 @@ class L2Loss:
         # the factorisation: a step values its trial point and then another one and may take
         # either, and the next support's first point is the last one taken on this support
         last: list = list(getattr(previous, "designs", ()))[-_HELD:]
+        # single precision for large receivers' blocks (SparseL2's ``single``), unless the last
+        # block's condition number was near the limit: then double at once, not after a try
+        cond = [last[-1][1].block_condition if last else 1.0]
 
         def matrix(x) -> sp.csr_matrix:
             P = support.to_matrix(np.asarray(x, dtype=float))
@@ -466,7 +522,9 @@ class L2Loss:
                 return last[-1][1]
             if len(last) >= _HELD:
                 last.pop(0)  # before the next factorisation: memory holds _HELD at most
-            s = SparseL2(P, counts)  # no dense K x K inverse
+            # no dense K x K inverse
+            s = SparseL2(P, counts, single=cond[0] <= SINGLE_MAX_CONDITION / 2)
+            cond[0] = s.block_condition
             last.append((P, s))
             return s
 

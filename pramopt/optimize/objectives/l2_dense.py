@@ -36,8 +36,9 @@ _GATHER = 1 << 21
 GATHER_SLOWDOWN = 64
 
 
-def inverse(PRR: sp.csr_matrix, rcond: float) -> np.ndarray | None:
-    """``M = P[R, R]^-1`` (dense, row-major) by block back-substitution, or None when singular.
+def inverse(PRR: sp.csr_matrix, rcond: float, dtype=np.float64) -> np.ndarray | None:
+    """``M = P[R, R]^-1`` (dense, row-major, of ``dtype``) by block back-substitution, or None
+    when singular.
 
     Row ``i`` of ``P M = I`` reads ``sum_j P_ij M[j] = e_i``: the rows of ``M`` of one strongly
     connected component ``S`` of ``P[R, R]``'s graph follow from those of the components it
@@ -52,14 +53,16 @@ def inverse(PRR: sp.csr_matrix, rcond: float) -> np.ndarray | None:
     """
     PRR = sp.csr_matrix(PRR)
     r = PRR.shape[0]
-    M = np.zeros((r, r))
+    M = np.zeros((r, r), dtype=dtype)
     if r == 0:
         return M
     label, level, size, out = l2_sparse.components(PRR)
+    # products with M in M's precision (no upcast copy of M)
+    out = out.astype(dtype, copy=False)
     diag = PRR.diagonal()
     for lv in range(int(level.max()) + 1):
         at = np.flatnonzero(level == lv)
-        rhs = -np.asarray(out[at] @ M) if out[at].nnz else np.zeros((at.size, r))
+        rhs = -np.asarray(out[at] @ M) if out[at].nnz else np.zeros((at.size, r), dtype=dtype)
         rhs[np.arange(at.size), at] += 1.0
         single = size[at] == 1
         if np.any(diag[at[single]] == 0.0):
@@ -68,7 +71,7 @@ def inverse(PRR: sp.csr_matrix, rcond: float) -> np.ndarray | None:
         for comp in np.unique(label[at[~single]]):
             k = np.flatnonzero(label[at] == comp)
             S = at[k]
-            inv = _inverse_block(PRR[S][:, S].toarray(order="F"))
+            inv = _inverse_block(PRR[S][:, S].toarray(order="F").astype(dtype, order="F"))
             if inv is None:  # exactly singular: a zero pivot
                 return None
             # the right-hand side is I on the component's own columns (no cell it sends into
@@ -135,10 +138,13 @@ class GradientBlock:
         wa = np.asarray(wa, dtype=float)
         self.r = r
         self.G: np.ndarray | None = M @ M.T  # one array times its transpose: symmetric product
-        C = weights_block(F, wa)
+        # the sparse factors in M's precision, so that no product upcasts a dense block
+        C = weights_block(F, wa).astype(M.dtype, copy=False)
+        F = F.astype(M.dtype, copy=False)
         # (C M)^T = M^T C, row-major: row p is Z[R][p, l]'s left factor
         self.CMT: np.ndarray | None = np.ascontiguousarray(np.asarray(C @ M).T)
-        self.ZT = np.empty((r, r + F.shape[0] + 1))  # its first r columns: Z[R]^T, when formed
+        # its first r columns: Z[R]^T, when formed
+        self.ZT = np.empty((r, r + F.shape[0] + 1), dtype=M.dtype)
         step = max(1, _GATHER // max(r, 1))  # (F G)^T in pieces: no (a - r) x r temporary
         for lo in range(0, F.shape[0], step):
             hi = min(lo + step, F.shape[0])
@@ -146,7 +152,10 @@ class GradientBlock:
         self.ZT[:, r:-1] *= Dn_s * wa[r:]
         self.ZT[:, -1] = 0.0
         self.full = False
-        E = sp.vstack([sp.identity(r, format="csr"), F, sp.csr_matrix((1, r))], format="csr")
+        E = sp.vstack(
+            [sp.identity(r, format="csr", dtype=M.dtype), F, sp.csr_matrix((1, r), dtype=M.dtype)],
+            format="csr",
+        )
         E.sort_indices()
         self.E = E
 
@@ -223,7 +232,8 @@ def weights_block(F: sp.csr_matrix, wa) -> sp.csr_matrix:
 
 def h_diagonal(M: np.ndarray, F: sp.csr_matrix, wa) -> np.ndarray:
     """The diagonal of ``H = QR^T W QR = M^T C M``, in ``O(nnz(C) r)``."""
-    return np.einsum("kp,kp->p", M, np.asarray(weights_block(F, wa) @ M))
+    CM = np.asarray(weights_block(F, wa).astype(M.dtype, copy=False) @ M)
+    return np.einsum("kp,kp->p", M, CM, dtype=np.float64)
 
 
 def pair_terms(ZT: np.ndarray, E: sp.csr_matrix, ir, ic) -> np.ndarray:
