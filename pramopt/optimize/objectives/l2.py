@@ -258,12 +258,13 @@ class SparseL2:
         number is at most :data:`SINGLE_MAX_CONDITION`; ``block_condition`` is set."""
         if single:
             M = l2_dense.inverse(PRR, rcond, dtype=np.float32)
-            cond = _condition(PRR, M)
-            if M is not None and cond <= SINGLE_MAX_CONDITION:
+            cond = np.inf if M is None else l2_sparse.condition(PRR, M)
+            if cond <= SINGLE_MAX_CONDITION:
                 self.block_condition = cond
                 return M
         M = l2_dense.inverse(PRR, rcond)
-        self.block_condition = _condition(PRR, M)
+        if M is not None:
+            self.block_condition = l2_sparse.condition(PRR, M)
         return M
 
     def _finish(self, P, counts, act, idx, Dn, QRx, norms) -> None:
@@ -412,14 +413,6 @@ class SparseL2:
         return G
 
 
-def _condition(PRR, M) -> float:
-    """The exact 1-norm condition number ``||P[R, R]||_1 ||M||_1`` (``inf`` without ``M``)."""
-    if M is None:
-        return float("inf")
-    norm_p = np.asarray(abs(PRR).sum(axis=0)).max(initial=0.0)
-    return float(norm_p) * float(np.abs(M).sum(axis=0, dtype=np.float64).max(initial=0.0))
-
-
 def _row_norms(A: np.ndarray) -> np.ndarray:
     """Squared norms of the rows of ``A``, summed in double precision (in pieces)."""
     out = np.empty(A.shape[0])
@@ -501,9 +494,6 @@ class L2Loss:
         # the factorisation: a step values its trial point and then another one and may take
         # either, and the next support's first point is the last one taken on this support
         last: list = list(getattr(previous, "designs", ()))[-_HELD:]
-        # single precision for large receivers' blocks (SparseL2's ``single``), unless the last
-        # block's condition number was near the limit: then double at once, not after a try
-        cond = [last[-1][1].block_condition if last else 1.0]
 
         def matrix(x) -> sp.csr_matrix:
             P = support.to_matrix(np.asarray(x, dtype=float))
@@ -520,11 +510,13 @@ class L2Loss:
             if i is not None:
                 last.append(last.pop(i))
                 return last[-1][1]
+            # single precision for a large receivers' block (SparseL2's ``single``), unless the
+            # last design's block was near the limit: then double at once, not after a try
+            cond = last[-1][1].block_condition if last else 1.0
             if len(last) >= _HELD:
                 last.pop(0)  # before the next factorisation: memory holds _HELD at most
             # no dense K x K inverse
-            s = SparseL2(P, counts, single=cond[0] <= SINGLE_MAX_CONDITION / 2)
-            cond[0] = s.block_condition
+            s = SparseL2(P, counts, single=cond <= SINGLE_MAX_CONDITION / 2)
             last.append((P, s))
             return s
 

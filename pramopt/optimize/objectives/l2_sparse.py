@@ -27,6 +27,7 @@ __all__ = [
     "SPARSE_DENSITY",
     "surely_dense",
     "well_conditioned",
+    "condition",
     "TooDense",
     "components",
     "inverse_rows",
@@ -61,12 +62,18 @@ def surely_dense(PRR: sp.csr_matrix, a: int) -> bool:
     return float(sizes @ sizes) > SPARSE_DENSITY * a * r
 
 
+def condition(PRR, M) -> float:
+    """The exact 1-norm condition number ``||P[R, R]||_1 ||M||_1`` of ``P[R, R]`` (``M`` its
+    inverse, dense or sparse: both norms at hand; column sums in double)."""
+    norm_p = np.asarray(abs(PRR).sum(axis=0)).max(initial=0.0)
+    norm_m = np.asarray(abs(M).sum(axis=0, dtype=np.float64)).max(initial=0.0)
+    return float(norm_p) * float(norm_m)
+
+
 def well_conditioned(PRR, M, rcond: float) -> bool:
-    """Whether the exact 1-norm condition number ``||P[R, R]||_1 ||M||_1`` of ``P[R, R]``
-    (``M`` its inverse, dense or sparse: both norms at hand) is at most ``1 / rcond``."""
-    norm_p = float(abs(PRR).sum(axis=0).max())
-    norm_m = float(abs(M).sum(axis=0).max())
-    return norm_p * norm_m * rcond <= 1.0
+    """Whether the exact 1-norm condition number of ``P[R, R]`` (:func:`condition`) is at most
+    ``1 / rcond``."""
+    return condition(PRR, M) * rcond <= 1.0
 
 
 class TooDense(Exception):
