@@ -185,3 +185,70 @@ def test_rows_outside_groups_that_a_support_can_fill_cover_every_violation():
                         assert (m, g) in imposed
                         outside_hits += not ing[m]
     assert outside_hits > 0  # rows outside their groups were violated, and all were imposed
+
+
+def _census_loads(monkeypatch, refuse_tight: bool = False) -> list:
+    """Every program the census path loads, as (the elastic argument, the slack columns); with
+    ``refuse_tight`` a program without slacks is reported infeasible, as a solver's tolerances
+    might."""
+    from pramopt.optimize.backends.results import LPSolution, Outcome
+
+    monkeypatch.setattr(GS, "PHASE_ONE_MAX_CELLS", 0)
+    loads = []
+    orig = G.ColumnGeneration.load
+
+    def load(self, sup, **kw):
+        lp = orig(self, sup, **kw)
+        s = lp.program.cols["s"]
+        loads.append((kw.get("elastic"), s.stop - s.start))
+        if refuse_tight and s.stop == s.start:
+            lp.solve = lambda c, lo, hi: LPSolution(Outcome.INFEASIBLE, None, "HIGHS", 0.0)
+        return lp
+
+    monkeypatch.setattr(G.ColumnGeneration, "load", load)
+    return loads
+
+
+def _check_design(res, t, df, d: int) -> None:
+    assert res.success, res.message
+    P = sp.csr_matrix(res.matrix).toarray()
+    assert brute_force_max_risk(P, df, QI, [(0, 1)]) <= 0.1
+    coo = sp.coo_matrix(P)
+    off = coo.row != coo.col
+    assert ((t.codes[coo.row[off]] != t.codes[coo.col[off]]).sum(axis=1) <= d).all()
+    assert res.loss == pytest.approx(_loss_from_definition(P, t.counts.astype(float)), rel=1e-8)
+
+
+def test_census_refinement_and_start_programs_carry_no_slacks(monkeypatch):
+    # On the census path the linear stage's programs give every C1 row a penalised slack (a
+    # restricted support may not meet them); the refinement's steps and the start's second
+    # matrix start from designs that meet every imposed row, so their programs have none: a
+    # slack there would leave an imposed row broken, which the steps' check (rows missing from
+    # the program) does not look at.
+    df = _data()
+    t = frequency_table(df, QI)
+    loads = _census_loads(monkeypatch)
+    monkeypatch.setattr(G, "CAP_BELOW_HALF", 10.0)  # a singular vertex: the start is needed
+    monkeypatch.setattr(G, "START_MAX_CONDITION", 1.0)
+    res = pramopt.design(t, alpha=0.1, structure="general", max_changed_variables=2)
+    _check_design(res, t, df, 2)
+    assert any(e is None and s > 0 for e, s in loads)  # the linear stage: elastic
+    tight = [s for e, s in loads if e is False]
+    assert len(tight) >= 2 and not any(tight)  # the start and the refinement: no slacks
+    assert any(s.name == "invertible start" for s in res.stages)
+
+
+def test_census_programs_without_slacks_fall_back_to_elastic_ones(monkeypatch):
+    df = _data()
+    t = frequency_table(df, QI)
+    loads = _census_loads(monkeypatch, refuse_tight=True)
+    monkeypatch.setattr(G, "CAP_BELOW_HALF", 10.0)
+    monkeypatch.setattr(G, "START_MAX_CONDITION", 1.0)
+    res = pramopt.design(t, alpha=0.1, structure="general", max_changed_variables=2)
+    _check_design(res, t, df, 2)
+    # each refused program without slacks followed by an elastic one
+    kinds = [e for e, _ in loads]
+    assert False in kinds
+    assert all(kinds[i + 1] is not False for i, e in enumerate(kinds) if e is False)
+    start = [s.detail for s in res.stages if s.name == "invertible start"]
+    assert start and "none found" not in start[0]

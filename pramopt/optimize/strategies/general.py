@@ -286,7 +286,12 @@ class ColumnGeneration:
         phase_one: bool = False,
         interior: bool = False,
         restart: bool = False,
+        elastic: bool | None = None,
     ):
+        """The program over ``sup``; ``elastic`` (default: the solve's) gives C1's rows their
+        slacks.  A program around a design that meets every imposed row needs none."""
+        if elastic is None:
+            elastic = phase_one or self.elastic
         if self.below_half:
             # below 1/2 the rows outside their groups bind: found lazily, a few dozen per
             # round, each round a new program (docs/method.md); imposed with the transitions
@@ -297,7 +302,7 @@ class ColumnGeneration:
             sup,
             [self.ws.rows(sup, self.mem), *inv],
             max_floor=phase_one,
-            elastic=PHASE1_ELASTIC if (phase_one or self.elastic) else None,
+            elastic=PHASE1_ELASTIC if elastic else None,
             interior=interior,
             restart=restart,
         )
@@ -905,10 +910,19 @@ def _invertible_start(cg: ColumnGeneration, x, trace: Trace):
 
 def _second_matrix(cg: ColumnGeneration, sup: Support, cost, lo, hi):
     """The solution of the linear stage's program over ``sup`` under the costs ``cost``, with
-    every C1 row it violates imposed in turn (None: no solution)."""
+    every C1 row it violates imposed in turn (None: no solution).
+
+    The linear stage's design meets every row the program imposes, so the program needs no
+    slacks, and the simplex method solves it several times faster than the interior point
+    (benchmarks/README.md); the elastic program is the fallback for a solver that finds the
+    rows infeasible by its tolerances."""
+    soft = False
     for _ in range(MAX_PRICING_ROUNDS):
-        lp = cg.load(sup, interior=cg.elastic)
+        lp = cg.load(sup, interior=soft and cg.elastic, elastic=None if soft else False)
         out = lp.solve(cost, lo, hi)
+        if out.x is None and not soft:
+            soft = True
+            continue
         if out.x is None or _unmet(out):
             return None
         x1 = clean(sup, out.x)

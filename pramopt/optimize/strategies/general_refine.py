@@ -44,12 +44,17 @@ def refine_loss(cg, x, trace: Trace, max_iter: int | None = None):
     settled = False  # whether the last chunk ended with the model predicting < rtol
     curved = False  # whether a chunk has taken curved (QP) steps
     stop = None
+    soft = False  # elastic programs, once a program without slacks has failed
     while its < budget:
         if lp is None:
             # large census-scale programs: each step's from scratch (REFINE_RESTART_MIN; below
             # 1/2 the rows outside their groups make the program many times its support)
             restart = sup.size > G.REFINE_RESTART_MIN or cg.below_half
-            lp = cg.load(sup, restart=cg.elastic and restart)
+            # every point the steps start from meets the imposed rows, so the steps' programs
+            # need no slacks (at census scale most of their columns; a slack in a step's
+            # solution would break an imposed row, and the steps' check looks only at the rows
+            # the program lacks)
+            lp = cg.load(sup, restart=cg.elastic and restart, elastic=soft)
         lo, hi = cg.bounds(sup)
         # the last support's evaluator: its last point is this support's first
         evaluate = problem.objective.on_support(
@@ -85,7 +90,11 @@ def refine_loss(cg, x, trace: Trace, max_iter: int | None = None):
             lp = None
             continue
         if info.stop_reason.startswith("subproblem"):
-            break
+            if soft or not cg.elastic:
+                break
+            # (only by the solver's tolerances: the point meets the rows)
+            soft, lp = True, None
+            continue
         # priced columns that the trust region cannot turn into a decrease twice in a row
         # (REFINE_IDLE_STEPS one-step chunks): the model is exhausted there
         idle = idle + 1 if info.accepted == 0 else 0
