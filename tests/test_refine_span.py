@@ -111,3 +111,66 @@ def test_span_keeps_only_the_last_steps_and_forgets_a_step_without_upward_curvat
     # a gradient that falls along the step: the secant says the loss curves downwards
     s = rng.normal(size=n)
     assert span.after(x, x + s, x + s, np.zeros(n), -s) == Span()
+
+
+class _Counted(_Quadratic):
+    def __init__(self, n, rng):
+        super().__init__(n, rng)
+        self.valued = 0
+
+    def value(self, x):
+        self.valued += 1
+        return super().value(x)
+
+
+def _descent(f, x, rng):
+    """A vertex whose step from ``x`` goes downhill: ``(vertex, lin)``."""
+    g = f.grad(x)
+    d = -np.sign(g) * rng.uniform(5.0, 10.0, size=x.size)  # past the minimum along it
+    return x + d, float(g @ (x - (x + d)))
+
+
+def test_bend_measures_the_curvature_along_a_step_of_a_quadratic():
+    from pramopt.optimize.strategies.refine import _Bend
+
+    rng = np.random.default_rng(3)
+    f = _Quadratic(9, rng)
+    x = rng.normal(size=9)
+    vertex, lin = _descent(f, x, rng)
+    d = vertex - x
+    for a in (1.0, 0.3):
+        bend = _Bend()
+        bend.measure(f(x), f(x + a * d), lin, a, d)
+        assert bend.kappa == pytest.approx(float(d @ f.A @ d) / float(d @ d), rel=1e-9)
+    bend.measure(f(x), f(x) - 2 * lin, lin, 1.0, d)  # a point below the slope: no curvature
+    assert bend.kappa is None
+
+
+@pytest.mark.parametrize("wrong", [1.0, 0.25, 4.0])
+def test_predicted_point_is_the_minimum_along_the_step_of_a_quadratic(wrong):
+    """With the curvature along the step known, one valuation at the minimum of the loss along
+    it (closed form); with a curvature 4 times off, a second one there, from the curvature the
+    first measured (exact on a quadratic); the box's vertex is never valued."""
+    from pramopt.optimize.strategies.refine import _Bend, _predicted
+
+    rng = np.random.default_rng(5)
+    for _ in range(10):
+        f = _Counted(9, rng)
+        x = rng.normal(size=9)
+        vertex, lin = _descent(f, x, rng)
+        d = vertex - x
+        dHd = float(d @ f.A @ d)
+        t = np.clip(lin / dHd, 0.05, 1.0)
+        bend = _Bend(wrong * dHd / float(d @ d))
+        out = _predicted(x, f(x), f.grad(x), vertex, lin, Span(), f, lambda z: z, bend)
+        assert out is not None
+        (xp, fp), pred = out
+        assert 0.05 < t < 1.0
+        # a quarter of the curvature: the first point at 4 t (or the vertex), where the loss
+        # has come back up; four times it: at t / 4, where the loss falls by 7/4 of the
+        # prediction: both outside the range, so the second point is at the minimum
+        assert f.valued == (1 if wrong == 1.0 else 2)
+        np.testing.assert_allclose(xp, x + t * d, rtol=1e-9, atol=1e-12)
+        assert fp == pytest.approx(f(x) - 0.5 * t * lin, rel=1e-9)
+        assert pred == pytest.approx(f(x) - fp, rel=1e-9)
+        assert bend.kappa == pytest.approx(dHd / float(d @ d), rel=1e-9)

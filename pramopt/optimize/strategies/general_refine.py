@@ -36,7 +36,7 @@ def refine_loss(cg, x, trace: Trace, max_iter: int | None = None):
     its = 0
     info = None
     lp = evaluate = None
-    radius, hist, sigma = 0.05, (), 1.0
+    radius, hist, sigma, kappa = 0.05, (), 1.0, None
     # the last accepted steps: the curved model's curvature pairs, across pricing rounds
     steps = ()
     dropped = np.empty(0, dtype=np.int64)  # keys row * K + col dropped before
@@ -81,9 +81,11 @@ def refine_loss(cg, x, trace: Trace, max_iter: int | None = None):
             curvature=curvature,
             sigma=sigma,
             steps=steps,
+            kappa=kappa,
         )
         its += info.iterations
         radius, hist, sigma, steps = info.radius, info.history, info.sigma, info.steps
+        kappa = info.kappa
         _keep_last(evaluate, x)
         if info.stop_reason == "constraints":
             cg.ws.add(info.added_constraints)

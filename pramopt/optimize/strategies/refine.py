@@ -34,7 +34,12 @@ follows from the secants of the last steps, so that successive steps no longer u
 other.  Otherwise, when the loss along the step curves more than the model said (one more
 evaluation), the minimiser of the quadratic through the loss at both ends and its slope at the
 start is taken if better, and ``sigma`` follows the ratio of the curvature met along the step
-to the model's (the Hessian's diagonal leaves out the coupling of entries in one column).  A step is
+to the model's (the Hessian's diagonal leaves out the coupling of entries in one column).  Once the
+loss's curvature along one linear step is known (per unit of the step's squared length), the
+next linear step first tries the points that curvature predicts -- the hull's search, then the
+quadratic's minimiser along the step -- and values its vertex only when neither decreases the
+loss within :data:`PREDICTED_RHO` of the prediction, so that most steps value one point
+(``kappa``: that curvature from an earlier call, as ``sigma`` continues the scale).  A step is
 accepted when the actual decrease is at least 10% of the predicted one; the radius doubles
 after a very good step at the boundary and shrinks fourfold after a rejected step.  Iterates
 stay feasible.  Stops (the documented tolerance) when the predicted decrease falls below
@@ -57,6 +62,9 @@ from .refine_span import Span
 
 __all__ = ["refine", "RefineInfo"]
 
+#: Linear steps value their box's vertex only where the curvature measured along the last
+#: step does not predict an accepted point (:func:`_predicted`).
+PREDICT = True
 #: Bounds of the factor the curvature model is scaled by (see :func:`refine`).
 SIGMA_RANGE = (0.1, 1e4)
 #: Accepted steps whose curvature the QP model carries (BFGS pairs, see the module).
@@ -86,6 +94,8 @@ class RefineInfo:
     model: str = "linear"  # the model of the last step: "quadratic" or "linear"
     # the last accepted steps (sparse K x K), to continue the curvature pairs from
     steps: tuple = ()
+    # the curvature along the last measured linear step, per unit of its squared length
+    kappa: float | None = None
 
 
 def refine(
@@ -107,6 +117,7 @@ def refine(
     curvature=None,
     sigma: float = 1.0,
     steps=None,
+    kappa: float | None = None,
 ) -> tuple[np.ndarray, RefineInfo]:
     """Trust-region steps on the exact L2 loss, with a curved model when ``curvature`` is given.
 
@@ -139,11 +150,13 @@ def refine(
     steps = list(steps)[-MEMORY:] if keep else []
     pairs: list = []
     span = Span()  # the last accepted linear steps, to search their admitted points' hull
+    bend = _Bend(kappa) if PREDICT else None  # the curvature along the last linear step
 
     def info(reason, new=(), gc=None, duals=None, gscale=1.0):
         # RefineInfo's fields, in order
         run = (it, accepted, f_start, f, reason, time.perf_counter() - t0, list(new), gc, duals)
-        return RefineInfo(*run, gscale, radius, tuple(history), sigma, model, tuple(steps))
+        k = None if bend is None else bend.kappa
+        return RefineInfo(*run, gscale, radius, tuple(history), sigma, model, tuple(steps), k)
 
     for it in range(1, max_iter + 1):
         if len(history) > window and history[-window - 1] - f <= rtol * abs(f):
@@ -162,7 +175,7 @@ def refine(
             reason = f"subproblem {out.status}"
             break
         model = "linear" if Bs is None else "quadratic"
-        trial = _trial(x, f, g, out.x, Bs, pairs, rtol, sigma, loss, clean_fn, span)
+        trial = _trial(x, f, g, out.x, Bs, pairs, rtol, sigma, loss, clean_fn, span, bend)
         if trial is None:
             reason = "converged"
             break
@@ -234,10 +247,12 @@ def _subproblem(lp, x, f, g, lo, hi, curvature, B, pairs, sigma, sup, steps, los
     return out, Bs, B, pairs, curvature
 
 
-def _trial(x, f, g, x_sub, Bs, pairs, rtol, sigma, loss, clean_fn, span=None):
+def _trial(x, f, g, x_sub, Bs, pairs, rtol, sigma, loss, clean_fn, span=None, bend=None):
     """The trial point from the subproblem's ``x_sub``: ``((xn, fn), d, rho, sigma, vertex)``
     (``vertex``: the subproblem's point, cleaned), or None when the model predicts a decrease
-    of at most ``rtol`` (converged).  A linear step searches ``span`` first (:class:`Span`)."""
+    of at most ``rtol`` (converged).  A linear step searches ``span`` first (:class:`Span`);
+    with a ``bend`` that knows the loss's curvature it first tries the points that curvature
+    predicts (:func:`_predicted`), valuing the vertex only when they fail."""
     xn = clean_fn(x_sub)
     d = xn - x
     lin = float(g @ (x - xn))  # first-order decrease
@@ -245,7 +260,14 @@ def _trial(x, f, g, x_sub, Bs, pairs, rtol, sigma, loss, clean_fn, span=None):
     pred = lin - quad
     if not np.isfinite(f) or pred <= rtol * abs(f):
         return None
+    if Bs is None and bend is not None and bend.kappa is not None:
+        got = _predicted(x, f, g, xn, lin, span, loss, clean_fn, bend)
+        if got is not None:
+            (xp, fp), pr = got
+            return (xp, fp), xp - x, (f - fp) / pr, sigma, xn
     fn = loss.value(xn)
+    if bend is not None:
+        bend.measure(f, fn, lin, 1.0, d)
     if Bs is None and span is not None:
         found = span.search(x, f, g, xn, fn, lin, loss, clean_fn)
         if found is not None:
@@ -258,6 +280,71 @@ def _trial(x, f, g, x_sub, Bs, pairs, rtol, sigma, loss, clean_fn, span=None):
     d = xn - x
     rho = (f - fn) / pred if np.isfinite(fn) else -np.inf
     return (xn, fn), d, rho, sigma, vertex
+
+
+class _Bend:
+    """The loss's curvature along the last linear step it was measured on, per unit of the
+    step's squared length (``kappa``; None: not known yet)."""
+
+    def __init__(self, kappa: float | None = None):
+        self.kappa = kappa
+
+    def measure(self, f, fa, lin, a, d) -> None:
+        """From the loss ``fa`` at ``x + a d`` (``f`` at ``x``, ``lin`` its decrease to first
+        order along ``d``): the quadratic's curvature through the two, if positive."""
+        dd = float(d @ d)
+        if np.isfinite(fa) and np.isfinite(f) and dd > 0:
+            c = 2.0 * (fa - f + a * lin) / (a * a * dd)
+            self.kappa = c if c > 0 else None
+
+
+#: A point the curvature predicts is taken when its decrease is within this range of the
+#: prediction's (along the step: at least 75% of the decrease the true curvature allows).
+PREDICTED_RHO = (0.5, 1.5)
+
+
+def _predicted(x, f, g, vertex, lin, span, loss, clean_fn, bend):
+    """Points from the loss's curvature along the last measured step, without valuing the box's
+    vertex: the search of ``span`` with that curvature along the new step, then the quadratic's
+    minimiser along it.  Returns ``((x, f), predicted decrease)``, or None when neither point
+    decreases the loss as predicted (the caller then values the vertex)."""
+    d = vertex - x
+    dd = float(d @ d)
+    dHd = bend.kappa * dd
+    if not (np.isfinite(dHd) and dHd > 0):
+        return None
+    lo, hi = PREDICTED_RHO
+    if span is not None:
+        fv = f - lin + 0.5 * dHd  # the model's loss at the vertex
+        found = span.search(x, f, g, vertex, fv, lin, loss, clean_fn)
+        if found is not None:
+            (xp, fp), pr = found
+            if pr > 0 and (f - fp) >= lo * pr:
+                return (xp, fp), pr
+    a = float(np.clip(lin / dHd, 0.05, 1.0))
+    xa = clean_fn(x + a * d)
+    fa = loss.value(xa)
+    pr = a * lin - 0.5 * a * a * dHd
+    bend.measure(f, fa, lin, a, d)
+    if not (np.isfinite(fa) and pr > 0):
+        return None
+    rho = (f - fa) / pr
+    if lo <= rho <= hi:
+        return (xa, fa), pr
+    if bend.kappa is None:
+        return None
+    # the curvature just measured along this step: its quadratic's minimiser, if better
+    b = float(np.clip(lin / (bend.kappa * dd), 0.05, 1.0))
+    if abs(b - a) <= 1e-3 * a:
+        return ((xa, fa), pr) if fa < f else None
+    xb = clean_fn(x + b * d)
+    fb = loss.value(xb)
+    c = bend.kappa * dd
+    prb = b * lin - 0.5 * b * b * c
+    best = min(((fa, xa, a * lin - 0.5 * a * a * c), (fb, xb, prb)), key=lambda t: t[0])
+    if not (np.isfinite(best[0]) and best[0] < f and best[2] > 0):
+        return None
+    return (best[1], best[0]), best[2]
 
 
 def _curvature_at(curvature, sup, steps, x, g, loss):
