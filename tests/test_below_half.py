@@ -252,3 +252,27 @@ def test_census_programs_without_slacks_fall_back_to_elastic_ones(monkeypatch):
     assert all(kinds[i + 1] is not False for i, e in enumerate(kinds) if e is False)
     start = [s.detail for s in res.stages if s.name == "invertible start"]
     assert start and "none found" not in start[0]
+
+
+def test_rows_outside_their_groups_are_not_counted_as_added_lazily(monkeypatch):
+    # Below 1/2 each support brings the rows outside their groups that it lets fill; the rows
+    # "added lazily" are only those the full check found violated.
+    from pramopt.optimize.constraints.c1 import WorkingSet
+
+    monkeypatch.setattr(GS, "PHASE_ONE_MAX_CELLS", 0)
+    outside = {"n": 0}
+    orig = WorkingSet.outside
+
+    def counted(self, *a, **k):
+        keys = orig(self, *a, **k)
+        outside["n"] += keys.size
+        return keys
+
+    monkeypatch.setattr(WorkingSet, "outside", counted)
+    df = _data()
+    t = frequency_table(df, QI)
+    res = pramopt.design(t, alpha=0.1, structure="general", max_changed_variables=1)
+    assert res.success, res.message
+    r = res.reduction
+    assert outside["n"] > 0
+    assert r.final_working_set == r.working_set + outside["n"] + r.lazy_added

@@ -351,12 +351,15 @@ class WorkingSet:
         keys = np.unique((r[:, None].astype(np.int64) * G + gc)[hit])
         return keys[~np.isin(keys, self.m * G + self.g)]
 
-    def add(self, keys) -> None:
+    def add(self, keys, lazy: bool = True) -> None:
+        """Impose the rows ``keys``: found violated by the full check (``lazy``, counted in
+        ``added``), or imposed with a support (the rows outside their groups, ``outside``)."""
         keys = np.asarray(keys, dtype=np.int64)
         G = self.groups.n_groups
         self.m = np.concatenate([self.m, keys // G])
         self.g = np.concatenate([self.g, keys % G])
-        self.added += keys.size
+        if lazy:
+            self.added += keys.size
 
     def block(self, support: Support) -> C1Block:
         return c1_block(support, self.groups, self.counts, self.m, self.g)

@@ -296,7 +296,7 @@ class ColumnGeneration:
             # below 1/2 the rows outside their groups bind: found lazily, a few dozen per
             # round, each round a new program (docs/method.md); imposed with the transitions
             # that can fill them instead
-            self.ws.add(self.ws.outside(sup, self.problem.alpha, self.gamma))
+            self.ws.add(self.ws.outside(sup, self.problem.alpha, self.gamma), lazy=False)
         inv = [Invariance(self.counts)] if self.problem.params.invariant else []
         prog = build_program(
             sup,

@@ -298,8 +298,9 @@ class _Bend:
             self.kappa = c if c > 0 else None
 
 
-#: A point the curvature predicts is taken when its decrease is within this range of the
-#: prediction's (along the step: at least 75% of the decrease the true curvature allows).
+#: A point along the step that the curvature predicts is taken when its decrease is within this
+#: range of the prediction's (at least 75% of the decrease the true curvature allows); the
+#: hull's point when it is at least the range's lower end.
 PREDICTED_RHO = (0.5, 1.5)
 
 
