@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,7 @@ from ..program import build_program
 from ..support import Support, clean, greedy_cover
 from . import Attempt, AttemptStatus
 from .checks import once
+from .lazy import solve_lazy
 from .refine import refine  # noqa: F401 (.general_refine calls it through this module)
 
 __all__ = [
@@ -916,20 +918,16 @@ def _second_matrix(cg: ColumnGeneration, sup: Support, cost, lo, hi):
     slacks, and the simplex method solves it several times faster than the interior point
     (benchmarks/README.md); the elastic program is the fallback for a solver that finds the
     rows infeasible by its tolerances."""
-    soft = False
-    for _ in range(MAX_PRICING_ROUNDS):
-        lp = cg.load(sup, interior=soft and cg.elastic, elastic=None if soft else False)
-        out = lp.solve(cost, lo, hi)
-        if out.x is None and not soft:
-            soft = True
-            continue
-        if out.x is None or _unmet(out):
-            return None
-        x1 = clean(sup, out.x)
-        new = cg.pending(sup, x1)
-        if not new:
-            return x1
-        cg.ws.add(new)
+    for soft in (False, True):
+
+        def load(soft=soft):
+            return cg.load(sup, interior=soft and cg.elastic, elastic=None if soft else False)
+
+        out, x1, _, _ = solve_lazy(
+            load, cost, lo, hi, partial(clean, sup), partial(cg.pending, sup), cg.ws.add
+        )
+        if x1 is not None:
+            return None if _unmet(out) else x1
     return None
 
 
