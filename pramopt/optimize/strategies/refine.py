@@ -322,10 +322,17 @@ def _predicted(x, f, g, vertex, lin, span, loss, clean_fn, bend):
             (xp, fp), pr = found
             if pr > 0 and (f - fp) >= lo * pr:
                 return (xp, fp), pr
-    a = float(np.clip(lin / dHd, 0.05, 1.0))
+
+    def length(curv) -> float:  # the quadratic's minimiser along the step, within the box
+        return float(np.clip(lin / curv, 0.05, 1.0))
+
+    def drop(t, curv) -> float:  # the quadratic's decrease at x + t d
+        return t * lin - 0.5 * t * t * curv
+
+    a = length(dHd)
     xa = clean_fn(x + a * d)
     fa = loss.value(xa)
-    pr = a * lin - 0.5 * a * a * dHd
+    pr = drop(a, dHd)
     bend.measure(f, fa, lin, a, d)
     if not (np.isfinite(fa) and pr > 0):
         return None
@@ -335,14 +342,13 @@ def _predicted(x, f, g, vertex, lin, span, loss, clean_fn, bend):
     if bend.kappa is None:
         return None
     # the curvature just measured along this step: its quadratic's minimiser, if better
-    b = float(np.clip(lin / (bend.kappa * dd), 0.05, 1.0))
+    c = bend.kappa * dd
+    b = length(c)
     if abs(b - a) <= 1e-3 * a:
         return ((xa, fa), pr) if fa < f else None
     xb = clean_fn(x + b * d)
     fb = loss.value(xb)
-    c = bend.kappa * dd
-    prb = b * lin - 0.5 * b * b * c
-    best = min(((fa, xa, a * lin - 0.5 * a * a * c), (fb, xb, prb)), key=lambda t: t[0])
+    best = min(((fa, xa, drop(a, c)), (fb, xb, drop(b, c))), key=lambda t: t[0])
     if not (np.isfinite(best[0]) and best[0] < f and best[2] > 0):
         return None
     return (best[1], best[0]), best[2]
