@@ -75,6 +75,10 @@ class Reduction:
         Rows m outside their group that bound (5) does not clear.
     working_set, final_working_set, lazy_added : int or None
         Rows imposed at the start, at the end, and added lazily from the full check.
+    support_rows : int or None
+        Rows imposed with the transitions that can fill them: below a floor of 1/2, the rows of
+        cells outside their groups (so that ``final_working_set = working_set + lazy_added +
+        support_rows``).
     support, support_mode : int, str or None
         Transitions P may use at the end, and how the support started.
     priced_transitions : int or None
@@ -104,6 +108,7 @@ class Reduction:
     working_set: int | None = None
     final_working_set: int | None = None
     lazy_added: int | None = None
+    support_rows: int | None = None
     support: int | None = None
     support_mode: str | None = None
     priced_transitions: int | None = None
@@ -490,7 +495,9 @@ class DesignResult:
             lines.append(
                 f"  constraints: full {f(r.full)}, after bound (2) {f(r.after_row_bound)}, after "
                 f"U_pi(k0) bound {f(r.after_group_bound)}, reduced {f(r.after_member_rule)}, "
-                f"solved with {f(r.final_working_set)} ({f(r.lazy_added)} added lazily)"
+                f"solved with {f(r.final_working_set)} ({f(r.lazy_added)} added lazily"
+                + (f", {r.support_rows} with the transitions" if r.support_rows else "")
+                + ")"
             )
         if self.solver:
             lines.append(f"  solver: {self.solver}")

@@ -276,3 +276,5 @@ def test_rows_outside_their_groups_are_not_counted_as_added_lazily(monkeypatch):
     r = res.reduction
     assert outside["n"] > 0
     assert r.final_working_set == r.working_set + outside["n"] + r.lazy_added
+    assert r.support_rows == outside["n"]
+    assert f"{r.lazy_added} added lazily, {outside['n']} with the transitions)" in res.summary()

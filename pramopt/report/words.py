@@ -187,6 +187,7 @@ REDUCTION_LABELS = {
     "working_set": "rows in the first solve",
     "final_working_set": "rows in the last solve",
     "lazy_added": "rows added because the full check found them violated",
+    "support_rows": "rows of cells outside their group, added with the pairs that can fill them",
     "support": "pairs of cells P may move records between, at the end",
     "support_mode": "how those pairs were first chosen",
     "priced_transitions": "pairs added by column generation",

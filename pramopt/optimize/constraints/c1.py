@@ -316,7 +316,8 @@ class WorkingSet:
         self.m, self.g = np.asarray(m, dtype=np.int64), np.asarray(g, dtype=np.int64)
         self.table, self.groups, self.combos, self.a_solve = table, groups, combos, a_solve
         self.counts = table.counts.astype(float)
-        self.added = 0
+        self.added = 0  # rows the full check found (lazy)
+        self.with_support = 0  # rows imposed with a support (``outside``)
 
     def violated(self, P) -> np.ndarray:
         """Keys m * G + g of every row of the full C1 that ``P`` violates at the solve level."""
@@ -353,13 +354,16 @@ class WorkingSet:
 
     def add(self, keys, lazy: bool = True) -> None:
         """Impose the rows ``keys``: found violated by the full check (``lazy``, counted in
-        ``added``), or imposed with a support (the rows outside their groups, ``outside``)."""
+        ``added``), or imposed with a support (the rows outside their groups, ``outside``;
+        counted in ``with_support``)."""
         keys = np.asarray(keys, dtype=np.int64)
         G = self.groups.n_groups
         self.m = np.concatenate([self.m, keys // G])
         self.g = np.concatenate([self.g, keys % G])
         if lazy:
             self.added += keys.size
+        else:
+            self.with_support += keys.size
 
     def block(self, support: Support) -> C1Block:
         return c1_block(support, self.groups, self.counts, self.m, self.g)

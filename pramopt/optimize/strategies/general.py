@@ -937,6 +937,7 @@ def _reduction(cg: ColumnGeneration, final: bool = False) -> Reduction:
         extra = dict(
             final_working_set=int(cg.ws.m.size),
             lazy_added=int(cg.ws.added),
+            support_rows=int(cg.ws.with_support),
             support=int(cg.sup.size),
             support_mode=cg.mode,
             priced_transitions=int(cg.added_cols),
