@@ -20,6 +20,7 @@ import sys
 import time
 
 import numpy as np
+import scipy.sparse as sp
 
 from ..program import Duals, LinearProgram
 from .results import LPResult, LPSolution, Marginals, Outcome
@@ -55,37 +56,52 @@ def _stdout_to_stderr():  # pragma: no cover - only for highspy versions without
 
 
 class HighsProgram:
-    """A :class:`LinearProgram` held in one HiGHS model."""
+    """A :class:`LinearProgram` held in one HiGHS model.
+
+    A program marked ``restart`` is solved from scratch each time, so each solve gets a new
+    model holding only the rows that some point within that solve's column bounds can make
+    bind (:func:`binding_rows`), unscaled: on the refinement's step programs at census scale
+    the box leaves over 90% of the rows unable to bind, and HiGHS's dual simplex took fewer
+    seconds both without them (its presolve finds them, at a cost) and without its scaling
+    (benchmarks/README.md).  The dropped rows' duals are zero.
+    """
 
     def __init__(self, program: LinearProgram):
         import highspy
 
         self._hs = highspy
         self.program = program
-        A = program.A
-        lp = highspy.HighsLp()
-        lp.num_col_ = A.shape[1]
-        lp.num_row_ = A.shape[0]
-        lp.col_cost_ = program.cost
-        lp.col_lower_ = program.col_lo
-        lp.col_upper_ = program.col_hi
-        lp.row_lower_ = program.row_lo
-        lp.row_upper_ = program.row_hi
-        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-        lp.a_matrix_.start_ = A.indptr.astype(np.int32)
-        lp.a_matrix_.index_ = A.indices.astype(np.int32)
-        lp.a_matrix_.value_ = A.data.astype(float)
-        self.h = _new_highs()
-        if program.interior:
-            self.h.setOptionValue("solver", "ipm")
-        if program.restart:
-            # the refinement's step programs: HiGHS's dual simplex took 10-20% fewer seconds on
-            # them unscaled (benchmarks/README.md)
-            self.h.setOptionValue("simplex_scale_strategy", 0)
-        self.h.passModel(lp)
         self._idx = np.arange(program.n_x, dtype=np.int32)
         self.scale = 1.0
         self._solved = False
+        self._kept: np.ndarray | None = None  # the rows of the last model (restart programs)
+        if program.restart:
+            self._rows = _RowBounds(program.A)
+            self.h = None
+        else:
+            self.h = self._model(program.A, program.row_lo, program.row_hi)
+
+    def _model(self, A, row_lo, row_hi):
+        P = self.program
+        lp = self._hs.HighsLp()
+        lp.num_col_ = A.shape[1]
+        lp.num_row_ = A.shape[0]
+        lp.col_cost_ = P.cost
+        lp.col_lower_ = P.col_lo
+        lp.col_upper_ = P.col_hi
+        lp.row_lower_ = row_lo
+        lp.row_upper_ = row_hi
+        lp.a_matrix_.format_ = self._hs.MatrixFormat.kColwise
+        lp.a_matrix_.start_ = A.indptr.astype(np.int32)
+        lp.a_matrix_.index_ = A.indices.astype(np.int32)
+        lp.a_matrix_.value_ = A.data.astype(float)
+        h = _new_highs()
+        if P.interior:
+            h.setOptionValue("solver", "ipm")
+        if P.restart:
+            h.setOptionValue("simplex_scale_strategy", 0)
+        h.passModel(lp)
+        return h
 
     def solve(self, c, lo, hi) -> LPSolution:
         P = self.program
@@ -93,13 +109,17 @@ class HighsProgram:
         scale = (float(np.max(np.abs(c))) or 1.0) if P.scale_costs else 1.0
         self.scale = scale
         t0 = time.perf_counter()
-        if P.restart and self._solved:
-            self.h.clearSolver()  # no basis: presolve and a crash basis, as for a new model
+        lo = np.asarray(lo, dtype=float)
+        hi = np.asarray(hi, dtype=float)
+        if P.restart:
+            col_lo, col_hi = P.col_lo.copy(), P.col_hi.copy()
+            col_lo[: P.n_x], col_hi[: P.n_x] = lo, hi
+            self._kept = np.flatnonzero(self._rows.binding(P.row_lo, P.row_hi, col_lo, col_hi))
+            A = self._rows.csr[self._kept].tocsc()
+            self.h = self._model(A, P.row_lo[self._kept], P.row_hi[self._kept])
         self._solved = True
         self.h.changeColsCost(P.n_x, self._idx, np.asarray(c, dtype=float) / scale)
-        self.h.changeColsBounds(
-            P.n_x, self._idx, np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
-        )
+        self.h.changeColsBounds(P.n_x, self._idx, lo, hi)
         self.h.run()
         st = self.h.getModelStatus()
         secs = time.perf_counter() - t0
@@ -125,6 +145,10 @@ class HighsProgram:
     def duals(self) -> Duals:
         sol = self.h.getSolution()
         y = np.asarray(sol.row_dual) * self.scale
+        if self._kept is not None:  # the rows that could not bind: zero
+            full = np.zeros(self.program.A.shape[0])
+            full[self._kept] = y
+            y = full
         r = self.program.rows
         empty = np.zeros(0)
         return Duals(
@@ -134,6 +158,80 @@ class HighsProgram:
             inv=y[r["inv"]] if "inv" in r else None,
             cols=np.asarray(sol.col_dual)[: self.program.n_x] * self.scale,
         )
+
+
+class _RowBounds:
+    """The ranges a program's rows can take within column bounds (see :func:`binding_rows`)."""
+
+    def __init__(self, A):
+        A = sp.csr_matrix(A)
+        self.csr = A
+        # (copies of the index arrays: eliminate_zeros compacts them in place)
+        self.pos = sp.csr_matrix(
+            (np.where(A.data > 0, A.data, 0.0), A.indices.copy(), A.indptr.copy()), A.shape
+        )
+        self.neg = sp.csr_matrix(
+            (np.where(A.data < 0, A.data, 0.0), A.indices.copy(), A.indptr.copy()), A.shape
+        )
+        self.pos.eliminate_zeros()
+        self.neg.eliminate_zeros()
+        self.pos_pattern = self.pos.astype(bool).astype(float)
+        self.neg_pattern = self.neg.astype(bool).astype(float)
+        self._free: tuple = (None, None)  # (the columns without finite bounds, their block)
+
+    def free_block(self, free: np.ndarray) -> sp.csr_matrix:
+        """``A[:, free]`` (kept: the same columns lack finite bounds every solve)."""
+        key, F = self._free
+        if key is None or not np.array_equal(key, free):
+            F = self.csr[:, np.flatnonzero(free)].tocsr()
+            self._free = (free.copy(), F)
+        return F
+
+    def binding(self, row_lo, row_hi, col_lo, col_hi) -> np.ndarray:
+        return binding_rows(self, row_lo, row_hi, col_lo, col_hi)
+
+
+def binding_rows(A, row_lo, row_hi, col_lo, col_hi) -> np.ndarray:
+    """Which rows some point within the column bounds can make bind or violate (a mask).
+
+    A row is left out when its activity over the bounds' box lies within its own bounds; a
+    column without finite bounds (the program's auxiliary columns) first takes the bounds its
+    defining equality implies (a row ``a x = b`` in which it is the one such column).  Every
+    equality is kept, so a solution of the kept rows within the column bounds meets every row.
+    ``A`` is the matrix or its :class:`_RowBounds`.
+    """
+    R = A if isinstance(A, _RowBounds) else _RowBounds(A)
+    lo = np.asarray(col_lo, dtype=float).copy()
+    hi = np.asarray(col_hi, dtype=float).copy()
+    row_lo = np.asarray(row_lo, dtype=float)
+    row_hi = np.asarray(row_hi, dtype=float)
+    eq = row_lo == row_hi
+    free = ~(np.isfinite(lo) & np.isfinite(hi))
+    if free.any():
+        # equalities with exactly one such column j: a_j x_j = b - (the rest), within the box
+        F = R.free_block(free)
+        one = eq & (np.diff(F.indptr) == 1)
+        one[one] = F.data[F.indptr[:-1][one]] != 0.0
+        if one.any():
+            j = np.flatnonzero(free)[F.indices[F.indptr[:-1][one]]]
+            a = F.data[F.indptr[:-1][one]]
+            fin = ~free
+            lo0, hi0 = np.where(fin, lo, 0.0), np.where(fin, hi, 0.0)
+            rest_max = (R.pos @ hi0 + R.neg @ lo0)[one]
+            rest_min = (R.pos @ lo0 + R.neg @ hi0)[one]
+            b = row_lo[one]
+            v1, v2 = (b - rest_max) / a, (b - rest_min) / a
+            np.maximum.at(lo, j, np.minimum(v1, v2))
+            np.minimum.at(hi, j, np.maximum(v1, v2))
+    lo_inf, hi_inf = ~np.isfinite(lo), ~np.isfinite(hi)
+    lo0, hi0 = np.where(lo_inf, 0.0, lo), np.where(hi_inf, 0.0, hi)
+    pos_pat, neg_pat = R.pos_pattern, R.neg_pattern
+    act_max = R.pos @ hi0 + R.neg @ lo0
+    act_max[(pos_pat @ hi_inf + neg_pat @ lo_inf) > 0] = np.inf
+    act_min = R.pos @ lo0 + R.neg @ hi0
+    act_min[(pos_pat @ lo_inf + neg_pat @ hi_inf) > 0] = -np.inf
+    inside = (act_max <= row_hi) & (act_min >= row_lo)
+    return eq | ~inside
 
 
 class ColumnProgram:
