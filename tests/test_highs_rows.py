@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(not installed("HIGHS"), reason="highspy not inst
 ROWS, WIDTH, GROUPS, INEQ, TIGHT = 6, 5, 3, 40, 6
 
 
-def _program(seed: int):
+def _program(seed: int, elastic: bool = False):
     rng = np.random.default_rng(seed)
     n = ROWS * WIDTH
     x0 = rng.uniform(0.2, 1.0, (ROWS, WIDTH))
@@ -53,21 +53,28 @@ def _program(seed: int):
     corner = T @ np.minimum(1.0, x0 + 0.05)
     u_tight = corner + np.where(np.arange(TIGHT) % 2 == 0, 1e-3, -1e-3)
     sums = sp.kron(sp.identity(ROWS), np.ones((1, WIDTH)))
-    A = sp.bmat([[sums, None], [B, -sp.identity(GROUPS)], [N, Dg], [T, None]], format="csc")
+    blocks = [[sums, None], [B, -sp.identity(GROUPS)], [N, Dg], [T, None]]
+    n_s = INEQ if elastic else 0
+    if elastic:  # an elastic slack s >= 0 per row of N, unbounded above and in no equality
+        S = -sp.identity(INEQ)
+        blocks = [[*b, z] for b, z in zip(blocks, [None, None, S, sp.csr_matrix((TIGHT, INEQ))])]
+    A = sp.bmat(blocks, format="csc")
     m = A.shape[0]
+    end = n + GROUPS + n_s
     row_lo = np.concatenate([np.ones(ROWS), np.zeros(GROUPS), np.full(INEQ + TIGHT, -np.inf)])
     row_hi = np.concatenate([np.ones(ROWS), np.zeros(GROUPS), u, u_tight])
     prog = LinearProgram(
         A=A,
         row_lo=row_lo,
         row_hi=row_hi,
-        col_lo=np.zeros(n + GROUPS),
-        col_hi=np.concatenate([np.ones(n), np.full(GROUPS, np.inf)]),
-        cost=np.zeros(n + GROUPS),
+        col_lo=np.zeros(end),
+        col_hi=np.concatenate([np.ones(n), np.full(GROUPS + n_s, np.inf)]),
+        cost=np.concatenate([np.zeros(n + GROUPS), np.full(n_s, 10.0)]),
         n_x=n,
-        cols={"t": slice(n + GROUPS, n + GROUPS), "s": slice(n + GROUPS, n + GROUPS)},
+        cols={"t": slice(end, end), "s": slice(n + GROUPS, end)},
         rows={"rows": slice(0, m)},
         support=None,
+        scale_costs=not elastic,  # the slacks' fixed costs in the units of c
         restart=True,
     )
     lo = np.maximum(0.0, x0 - 0.05)
@@ -76,15 +83,22 @@ def _program(seed: int):
     return prog, c, lo, hi
 
 
+def _bounds(lo, hi) -> list:
+    return [(a, None if np.isinf(b) else b) for a, b in zip(lo, hi)]
+
+
 def _full_bounds(prog, lo, hi):
     col_lo, col_hi = prog.col_lo.copy(), prog.col_hi.copy()
     col_lo[: prog.n_x], col_hi[: prog.n_x] = lo, hi
     return col_lo, col_hi
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2, 3])
-def test_rows_left_out_cannot_bind_within_the_box(seed):
-    prog, c, lo, hi = _program(seed)
+CASES = [(seed, False) for seed in range(4)] + [(seed, True) for seed in range(2)]
+
+
+@pytest.mark.parametrize(("seed", "elastic"), CASES)
+def test_rows_left_out_cannot_bind_within_the_box(seed, elastic):
+    prog, c, lo, hi = _program(seed, elastic)
     col_lo, col_hi = _full_bounds(prog, lo, hi)
     keep = binding_rows(prog.A, prog.row_lo, prog.row_hi, col_lo, col_hi)
     eq = prog.row_lo == prog.row_hi
@@ -97,26 +111,26 @@ def test_rows_left_out_cannot_bind_within_the_box(seed):
         # the largest activity the row reaches within the box and the equalities
         row = prog.A[i].toarray().ravel()
         res = linprog(
-            -row, A_eq=A_eq, b_eq=prog.row_lo[eq], bounds=list(zip(col_lo, col_hi)), method="highs"
+            -row, A_eq=A_eq, b_eq=prog.row_lo[eq], bounds=_bounds(col_lo, col_hi), method="highs"
         )
         assert res.status == 0
         assert -res.fun <= prog.row_hi[i] + 1e-9
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2, 3])
-def test_a_restarted_program_reaches_the_full_programs_optimum_and_duals(seed):
-    prog, c, lo, hi = _program(seed)
+@pytest.mark.parametrize(("seed", "elastic"), CASES)
+def test_a_restarted_program_reaches_the_full_programs_optimum_and_duals(seed, elastic):
+    prog, c, lo, hi = _program(seed, elastic)
     col_lo, col_hi = _full_bounds(prog, lo, hi)
     A = prog.A.toarray()
     eq = prog.row_lo == prog.row_hi
-    cost = np.concatenate([c, np.zeros(GROUPS)])
+    cost = np.concatenate([c, prog.cost[prog.n_x :]])
     ref = linprog(
         cost,
         A_ub=A[~eq],
         b_ub=prog.row_hi[~eq],
         A_eq=A[eq],
         b_eq=prog.row_lo[eq],
-        bounds=list(zip(col_lo, col_hi)),
+        bounds=_bounds(col_lo, col_hi),
         method="highs",
     )
     assert ref.status == 0
@@ -126,7 +140,7 @@ def test_a_restarted_program_reaches_the_full_programs_optimum_and_duals(seed):
     assert out.ok
     assert lp.h.getNumRow() < A.shape[0]  # solved without the rows that cannot bind
     assert out.objective == pytest.approx(ref.fun, rel=1e-9, abs=1e-12)
-    x = np.concatenate([out.x, (prog.A[ROWS : ROWS + GROUPS, : prog.n_x] @ out.x)])
+    x = np.concatenate([out.x, (prog.A[ROWS : ROWS + GROUPS, : prog.n_x] @ out.x), out.slack])
     assert np.all(A[~eq] @ x <= prog.row_hi[~eq] + 1e-9)  # every row of the full program
 
     # the duals, zero on the rows left out, are optimal for the full program: their
@@ -136,8 +150,8 @@ def test_a_restarted_program_reaches_the_full_programs_optimum_and_duals(seed):
     assert np.all(y[~eq] <= 1e-12)
     red = cost - A.T @ y
     aux = slice(prog.n_x, None)
-    assert np.all(red[aux] >= -1e-9)  # D >= 0 unbounded above: no descent along it
+    assert np.all(red[aux] >= -1e-9)  # D, s >= 0 unbounded above: no descent along them
     bound = float(y[eq] @ prog.row_lo[eq] + y[~eq] @ prog.row_hi[~eq]) + float(
         np.minimum(red[: prog.n_x] * lo, red[: prog.n_x] * hi).sum()
-    )
+    )  # (+ red * 0 for D and s)
     assert bound == pytest.approx(ref.fun, rel=1e-8, abs=1e-10)

@@ -58,8 +58,9 @@ class LinearProgram:
     census-scale programs, rebuilt after every pricing round, are solved several times faster so.
     ``restart`` asks a backend that warm-starts for a solve from scratch each time (presolve
     and a crash basis): the refinement's steps change every cost and bound, and on large census
-    samples the previous vertex made a worse start than none (benchmarks/README.md); HiGHS then
-    also leaves the matrix unscaled, which was faster on those programs.
+    samples the previous vertex made a worse start than none (benchmarks/README.md).  HiGHS
+    then solves each time only the rows that can bind within the solve's bounds, unscaled
+    (:class:`~.backends.highs.HighsProgram`).
     """
 
     A: sp.csc_matrix

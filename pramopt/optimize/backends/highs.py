@@ -73,7 +73,6 @@ class HighsProgram:
         self.program = program
         self._idx = np.arange(program.n_x, dtype=np.int32)
         self.scale = 1.0
-        self._solved = False
         self._kept: np.ndarray | None = None  # the rows of the last model (restart programs)
         if program.restart:
             self._rows = _RowBounds(program.A)
@@ -117,7 +116,6 @@ class HighsProgram:
             self._kept = np.flatnonzero(self._rows.binding(P.row_lo, P.row_hi, col_lo, col_hi))
             A = self._rows.csr[self._kept].tocsc()
             self.h = self._model(A, P.row_lo[self._kept], P.row_hi[self._kept])
-        self._solved = True
         self.h.changeColsCost(P.n_x, self._idx, np.asarray(c, dtype=float) / scale)
         self.h.changeColsBounds(P.n_x, self._idx, lo, hi)
         self.h.run()
@@ -161,22 +159,11 @@ class HighsProgram:
 
 
 class _RowBounds:
-    """The ranges a program's rows can take within column bounds (see :func:`binding_rows`)."""
+    """A program's matrix kept for :func:`binding_rows`: by rows, and its entries' magnitudes."""
 
     def __init__(self, A):
-        A = sp.csr_matrix(A)
-        self.csr = A
-        # (copies of the index arrays: eliminate_zeros compacts them in place)
-        self.pos = sp.csr_matrix(
-            (np.where(A.data > 0, A.data, 0.0), A.indices.copy(), A.indptr.copy()), A.shape
-        )
-        self.neg = sp.csr_matrix(
-            (np.where(A.data < 0, A.data, 0.0), A.indices.copy(), A.indptr.copy()), A.shape
-        )
-        self.pos.eliminate_zeros()
-        self.neg.eliminate_zeros()
-        self.pos_pattern = self.pos.astype(bool).astype(float)
-        self.neg_pattern = self.neg.astype(bool).astype(float)
+        self.csr = sp.csr_matrix(A)
+        self.abs = abs(self.csr)
         self._free: tuple = (None, None)  # (the columns without finite bounds, their block)
 
     def free_block(self, free: np.ndarray) -> sp.csr_matrix:
@@ -186,6 +173,25 @@ class _RowBounds:
             F = self.csr[:, np.flatnonzero(free)].tocsr()
             self._free = (free.copy(), F)
         return F
+
+    def ranges(self, lo, hi) -> tuple[np.ndarray, np.ndarray]:
+        """The least and largest activity of every row over the box ``[lo, hi]``."""
+        lo_inf, hi_inf = ~np.isfinite(lo), ~np.isfinite(hi)
+        if not (lo_inf.any() or hi_inf.any()):
+            mid, half = (lo + hi) / 2.0, (hi - lo) / 2.0
+            a, b = self.csr @ mid, self.abs @ half
+            return a - b, a + b
+        A = self.csr
+        pos = sp.csr_matrix((np.maximum(A.data, 0.0), A.indices, A.indptr), A.shape)
+        neg = sp.csr_matrix((np.minimum(A.data, 0.0), A.indices, A.indptr), A.shape)
+        lo0, hi0 = np.where(lo_inf, 0.0, lo), np.where(hi_inf, 0.0, hi)
+        pos_pat = sp.csr_matrix(((A.data > 0).astype(float), A.indices, A.indptr), A.shape)
+        neg_pat = sp.csr_matrix(((A.data < 0).astype(float), A.indices, A.indptr), A.shape)
+        act_max = pos @ hi0 + neg @ lo0
+        act_max[(pos_pat @ hi_inf + neg_pat @ lo_inf) > 0] = np.inf
+        act_min = pos @ lo0 + neg @ hi0
+        act_min[(pos_pat @ lo_inf + neg_pat @ hi_inf) > 0] = -np.inf
+        return act_min, act_max
 
     def binding(self, row_lo, row_hi, col_lo, col_hi) -> np.ndarray:
         return binding_rows(self, row_lo, row_hi, col_lo, col_hi)
@@ -215,21 +221,12 @@ def binding_rows(A, row_lo, row_hi, col_lo, col_hi) -> np.ndarray:
         if one.any():
             j = np.flatnonzero(free)[F.indices[F.indptr[:-1][one]]]
             a = F.data[F.indptr[:-1][one]]
-            fin = ~free
-            lo0, hi0 = np.where(fin, lo, 0.0), np.where(fin, hi, 0.0)
-            rest_max = (R.pos @ hi0 + R.neg @ lo0)[one]
-            rest_min = (R.pos @ lo0 + R.neg @ hi0)[one]
+            rest_min, rest_max = R.ranges(np.where(free, 0.0, lo), np.where(free, 0.0, hi))
             b = row_lo[one]
-            v1, v2 = (b - rest_max) / a, (b - rest_min) / a
+            v1, v2 = (b - rest_max[one]) / a, (b - rest_min[one]) / a
             np.maximum.at(lo, j, np.minimum(v1, v2))
             np.minimum.at(hi, j, np.maximum(v1, v2))
-    lo_inf, hi_inf = ~np.isfinite(lo), ~np.isfinite(hi)
-    lo0, hi0 = np.where(lo_inf, 0.0, lo), np.where(hi_inf, 0.0, hi)
-    pos_pat, neg_pat = R.pos_pattern, R.neg_pattern
-    act_max = R.pos @ hi0 + R.neg @ lo0
-    act_max[(pos_pat @ hi_inf + neg_pat @ lo_inf) > 0] = np.inf
-    act_min = R.pos @ lo0 + R.neg @ hi0
-    act_min[(pos_pat @ lo_inf + neg_pat @ hi_inf) > 0] = -np.inf
+    act_min, act_max = R.ranges(lo, hi)
     inside = (act_max <= row_hi) & (act_min >= row_lo)
     return eq | ~inside
 
