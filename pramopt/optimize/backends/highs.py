@@ -18,6 +18,7 @@ import contextlib
 import os
 import sys
 import time
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -74,13 +75,13 @@ class HighsProgram:
         self._idx = np.arange(program.n_x, dtype=np.int32)
         self.scale = 1.0
         self._kept: np.ndarray | None = None  # the rows of the last model (restart programs)
-        if program.restart:
-            self._rows = _RowBounds(program.A)
-            self.h = None
-        else:
+        # (a restart program's model is made by each solve)
+        self._rows = _RowBounds(program.A) if program.restart else None
+        self.h: Any = None
+        if self._rows is None:
             self.h = self._model(program.A, program.row_lo, program.row_hi)
 
-    def _model(self, A, row_lo, row_hi):
+    def _model(self, A, row_lo, row_hi) -> Any:
         P = self.program
         lp = self._hs.HighsLp()
         lp.num_col_ = A.shape[1]
@@ -110,7 +111,7 @@ class HighsProgram:
         t0 = time.perf_counter()
         lo = np.asarray(lo, dtype=float)
         hi = np.asarray(hi, dtype=float)
-        if P.restart:
+        if self._rows is not None:
             col_lo, col_hi = P.col_lo.copy(), P.col_hi.copy()
             col_lo[: P.n_x], col_hi[: P.n_x] = lo, hi
             self._kept = np.flatnonzero(self._rows.binding(P.row_lo, P.row_hi, col_lo, col_hi))
