@@ -2,10 +2,10 @@
 
 The refinement's step programs change every cost and bound between solves; on large census
 supports the previous basis made a slower start than none, so those programs ask for a solve
-from scratch.  The reference is independent of the flag: a fresh model of the same program, solved
-once with the second costs and bounds.  HiGHS is deterministic, so a solve from scratch takes
-exactly the fresh model's simplex iterations and reaches its vertex; a warm start from the
-first optimum takes fewer.
+from scratch.  The reference is a fresh model of the same program, solved once with the second
+costs and bounds (a first solve is from scratch whatever the flag).  HiGHS is deterministic, so a
+solve from scratch takes exactly the fresh model's simplex iterations and reaches its vertex; a
+warm start from the first optimum takes fewer.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def test_a_restart_program_solves_again_from_scratch(restart):
     prog = _program(restart)
     lo, hi = prog.col_lo, prog.col_hi * 0.8
 
-    fresh = HighsProgram(dataclasses.replace(prog, restart=False))
+    fresh = HighsProgram(dataclasses.replace(prog))  # a new model of the same program
     ref = fresh.solve(c2, lo, hi)
     ref_iters = fresh.h.getInfo().simplex_iteration_count
     assert ref_iters > 5  # the reference has work to do from scratch
