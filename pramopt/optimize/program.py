@@ -53,9 +53,11 @@ class LinearProgram:
     (``D``, ``L``, ``t``, ``s``; ``rows``, ``B``, ``N``, ``floor``, ``inv``, ...); ``constraints``
     are the constraints whose rows it holds, in order.  ``scale_costs`` says
     whether a backend may rescale the ``x`` costs (not when fixed costs of other columns set
-    the scale, as in phase one).  ``interior`` asks a backend that has both for an interior
-    point (with crossover, so duals and a vertex come back) instead of the simplex method: the
-    census-scale programs, rebuilt after every pricing round, are solved several times faster so.
+    the scale, as in phase one).  ``presolve`` False asks a backend for a solve without its
+    presolve: the census-scale linear stage's programs, rebuilt after every pricing round and
+    solved once each, took HiGHS's dual simplex a fraction of the time so (with presolve, its
+    postsolved start took minutes on one; the interior point took 2-3 times as long;
+    benchmarks/README.md).
     ``restart`` asks a backend that warm-starts for a solve from scratch each time (presolve
     and a crash basis): the refinement's steps change every cost and bound, and on large census
     samples the previous vertex made a worse start than none (benchmarks/README.md).  HiGHS
@@ -75,7 +77,7 @@ class LinearProgram:
     support: Support
     constraints: tuple = ()
     scale_costs: bool = True
-    interior: bool = False
+    presolve: bool = True
     restart: bool = False
 
     @property
@@ -90,7 +92,7 @@ def build_program(
     max_floor: bool = False,
     elastic: float | None = None,
     param: sp.spmatrix | None = None,
-    interior: bool = False,
+    presolve: bool = True,
     restart: bool = False,
 ) -> LinearProgram:
     """Assemble the program over ``support`` with the rows of ``constraints``.
@@ -107,8 +109,8 @@ def build_program(
         restricted support is never infeasible and column generation can price what it lacks.
     param : sparse matrix, optional
         ``x = param @ z``: the columns are the parameters ``z`` (not with column ratios).
-    interior : bool
-        Ask for an interior-point solve (:class:`LinearProgram`).
+    presolve : bool
+        False: ask for a solve without presolve (:class:`LinearProgram`).
     restart : bool
         Ask for every solve from scratch, not from the last one's basis (:class:`LinearProgram`).
     """
@@ -185,7 +187,7 @@ def build_program(
         support=support,
         constraints=constraints,
         scale_costs=not max_floor,
-        interior=interior,
+        presolve=presolve,
         restart=restart,
     )
 

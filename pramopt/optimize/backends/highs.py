@@ -96,8 +96,8 @@ class HighsProgram:
         lp.a_matrix_.index_ = A.indices.astype(np.int32)
         lp.a_matrix_.value_ = A.data.astype(float)
         h = _new_highs()
-        if P.interior:
-            h.setOptionValue("solver", "ipm")
+        if not P.presolve:
+            h.setOptionValue("presolve", "off")
         if P.restart:
             h.setOptionValue("simplex_scale_strategy", 0)
         h.passModel(lp)

@@ -286,7 +286,7 @@ class ColumnGeneration:
         sup: Support,
         *,
         phase_one: bool = False,
-        interior: bool = False,
+        presolve: bool = True,
         restart: bool = False,
         elastic: bool | None = None,
     ):
@@ -305,7 +305,7 @@ class ColumnGeneration:
             [self.ws.rows(sup, self.mem), *inv],
             max_floor=phase_one,
             elastic=PHASE1_ELASTIC if elastic else None,
-            interior=interior,
+            presolve=presolve,
             restart=restart,
         )
         return chain(prog, self.problem.params.solver)
@@ -364,8 +364,8 @@ class ColumnGeneration:
         while True:
             rounds += 1
             if lp is None:
-                # (census scale: each round's program is solved from scratch, by an interior point)
-                lp = self.load(self.sup, phase_one=phase_one, interior=self.elastic)
+                # (census scale: each round's program is solved once, without presolve)
+                lp = self.load(self.sup, phase_one=phase_one, presolve=not self.elastic)
             sup = self.sup
             c, lo, hi = self._vectors(sup)
             out = lp.solve(c, lo, hi)
@@ -915,13 +915,13 @@ def _second_matrix(cg: ColumnGeneration, sup: Support, cost, lo, hi):
     every C1 row it violates imposed in turn (None: no solution).
 
     The linear stage's design meets every row the program imposes, so the program needs no
-    slacks, and the simplex method solves it several times faster than the interior point
-    (benchmarks/README.md); the elastic program is the fallback for a solver that finds the
-    rows infeasible by its tolerances."""
+    slacks, and the simplex method solves it several times faster than the elastic one
+    (benchmarks/README.md); the elastic program (the linear stage's) is the fallback for a
+    solver that finds the rows infeasible by its tolerances."""
     for soft in (False, True):
 
         def load(soft=soft):
-            return cg.load(sup, interior=soft and cg.elastic, elastic=None if soft else False)
+            return cg.load(sup, presolve=not (soft and cg.elastic), elastic=None if soft else False)
 
         out, x1, _, _ = solve_lazy(
             load, cost, lo, hi, partial(clean, sup), partial(cg.pending, sup), cg.ws.add
