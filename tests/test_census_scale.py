@@ -297,26 +297,35 @@ def test_summary_lists_every_candidate_with_its_figures(example):
         assert f"    {name}" in text
 
 
-@pytest.mark.parametrize("rounds", [2, 3])
+@pytest.mark.parametrize("priced", [1, 2])
 def test_floor_bound_from_an_unfinished_column_generation_is_still_below_the_optimum(
-    rounds, monkeypatch
+    priced, monkeypatch
 ):
-    # Cut column generation short: the bound then comes from a round whose support lacks
-    # transitions the optimum uses (the Lagrangian part does the work), and must stay below the
-    # exact minimum of the dense program (and above the flow relaxation's weaker bound is not
-    # required: only validity is).
+    # Cut column generation short after its first priced rounds: the bound then comes from a
+    # round whose support lacks transitions the optimum uses (the Lagrangian part does the
+    # work), and must stay below the exact minimum of the dense program (and above the flow
+    # relaxation's weaker bound is not required: only validity is).
     import pramopt.optimize.strategies.general as G
     from pramopt.optimize.edge_flows import EdgeFlows
 
     monkeypatch.setattr(GS, "PHASE_ONE_MAX_CELLS", 0)
-    monkeypatch.setattr(G, "MAX_PRICING_ROUNDS", rounds)
     # without the flow relaxation's seeds and bound, which would otherwise give the bound
     monkeypatch.setattr(GS, "_relaxed_flows", lambda *a: EdgeFlows("skipped"))
+    found = []
+    price = G.ColumnGeneration.price
+
+    def cut(self, *a, **kw):
+        r, c, bound = price(self, *a, **kw)
+        found.append(r.size)
+        return (r[:0], c[:0], bound) if len(found) >= priced else (r, c, bound)
+
+    monkeypatch.setattr(G.ColumnGeneration, "price", cut)
     df, qi = _table(4)
     t = frequency_table(df, qi)
     res = pramopt.design(
         t, alpha=0.1, structure="general", max_changed_variables=2, refine_loss=False
     )
+    assert len(found) == priced and found[-1] > 0  # pricing still had transitions to add
     lb = res.reduction.floor_changes_bound
     best = _min_changes_within(t, 0.1, 2, 0.51)
     assert lb is not None and 0 < lb <= best * (1 + 1e-9)
