@@ -278,3 +278,42 @@ def test_rows_outside_their_groups_are_not_counted_as_added_lazily(monkeypatch):
     assert r.final_working_set == r.working_set + outside["n"] + r.lazy_added
     assert r.support_rows == outside["n"]
     assert f"{r.lazy_added} added lazily, {outside['n']} with the transitions)" in res.summary()
+
+
+@pytest.mark.parametrize("census_path", [False, True])
+def test_without_max_changed_variables_the_message_points_below_half(census_path, monkeypatch):
+    # No design keeps every P_mm >= 0.51 (a dense LP over every transition), one keeps 0.45
+    # within d = 1: without max_changed_variables only floors above 1/2 are tried, and the
+    # message says what max_changed_variables would make; with it that design is made.
+    df = _data()
+    t = frequency_table(df, QI)
+    assert not _feasible(t, 2, 0.51) and _feasible(t, 1, 0.45)
+    said = "A general design with a floor below 1/2 (down to 0.2) may exist"
+    if census_path:  # auto mode asks the flow relaxation before it tries a general design
+        import pramopt.optimize.auto as A
+
+        monkeypatch.setattr(A, "GENERAL_AUTO_MAX_CELLS", 0)
+    auto = pramopt.design(t, alpha=0.1)
+    assert auto.success and said in auto.message
+    general = pramopt.design(t, alpha=0.1, structure="general")
+    assert general.status is pramopt.Status.INFEASIBLE and said in general.message
+    under = pramopt.design(t, alpha=0.1, max_changed_variables=1)
+    assert under.success and 0.0 < under.gamma < 0.5, under.message
+    P = sp.csr_matrix(under.matrix).toarray()
+    assert P.diagonal().min() >= under.gamma - 1e-9
+    assert brute_force_max_risk(P, df, QI, [(0, 1)]) <= 0.1
+    coo = sp.coo_matrix(P)
+    assert ((t.codes[coo.row] != t.codes[coo.col]).sum(axis=1) <= 1).all()
+    assert said not in under.message
+
+
+def test_the_floors_below_half_named_are_those_the_relaxation_leaves():
+    from pramopt.optimize.diagnosis import below_half_hint, floors_below_half
+
+    assert floors_below_half(0.4808, 0.0) == (0.45, 0.4, 0.3, 0.2)
+    assert floors_below_half(0.4808, 0.3) == (0.45, 0.4, 0.3)
+    assert floors_below_half(0.35, 0.0) == (0.3, 0.2)
+    assert floors_below_half(0.19, 0.0) == ()
+    assert floors_below_half(None, 0.0) == ()
+    assert "(down to 0.3)" in below_half_hint(0.4808, 0.3)
+    assert below_half_hint(0.19, 0.0) == ""

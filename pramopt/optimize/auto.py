@@ -38,7 +38,7 @@ from ..params import GAMMA_LADDER
 from ..result import Reduction
 from ..verify import C1Report
 from .constraints.c1 import floor_upper_bound
-from .diagnosis import floor_ruled_out
+from .diagnosis import below_half_hint, floor_ruled_out
 from .problem import DesignProblem
 
 __all__ = [
@@ -141,9 +141,13 @@ class AutoPolicy:
         """Why auto mode makes no general design on ``problem`` before trying one (None: it tries):
         the counting bound or the flow relaxation's bound on every floor (``relax``, when known)
         rules out every floor above 1/2, or the table is too large."""
-        g_low = max(GAMMA_LADDER[-1], problem.params.min_diagonal or 0.0)
+        floor = problem.params.min_diagonal or 0.0
+        g_low = max(GAMMA_LADDER[-1], floor)
         ruled_out = floor_ruled_out(relax, g_low)
         if ruled_out is not None:
+            if problem.params.max_changed_variables is None:
+                # (under max_changed_variables the general design goes below 1/2 itself)
+                ruled_out += below_half_hint(relax, floor)
             return ruled_out
         bound = floor_upper_bound(problem.table, problem.groups, problem.alpha)
         if bound < g_low:

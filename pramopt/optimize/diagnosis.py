@@ -21,7 +21,7 @@ import numpy as np
 from .._labels import short_label, short_repr
 from .._plain import plain
 from ..errors import InvalidParameterError
-from ..params import GAMMA_LADDER, DesignParams
+from ..params import BELOW_HALF_FLOORS, GAMMA_LADDER, DesignParams
 from ..result import DesignResult
 from .edge_flows import allows_floor
 from .problem import PHASE_ONE_MAX_CELLS, DesignProblem, Trace
@@ -32,6 +32,8 @@ __all__ = [
     "ADVICE",
     "RELAXATION_TOL",
     "floor_ruled_out",
+    "floors_below_half",
+    "below_half_hint",
     "invariant_hint",
     "small_stratum",
     "forbidden",
@@ -61,6 +63,29 @@ def floor_ruled_out(relax: float | None, floor: float) -> str | None:
     return (
         f"No design with every diagonal entry >= {floor:g} satisfies C1: the flow "
         f"relaxation of C1 bounds every diagonal floor by {relax:.4g}."
+    )
+
+
+def floors_below_half(relax: float | None, floor: float) -> tuple:
+    """The floors below 1/2 (:data:`~pramopt.params.BELOW_HALF_FLOORS`) at or above ``floor``
+    (the user's ``min_diagonal``) that the flow relaxation's bound on every floor, ``relax``,
+    does not rule out; none without a bound."""
+    if relax is None:
+        return ()
+    return tuple(g for g in BELOW_HALF_FLOORS if floor <= g <= relax - RELAXATION_TOL)
+
+
+def below_half_hint(relax: float | None, floor: float) -> str:
+    """Where the flow relaxation rules out every floor >= 0.51 but not some below 1/2, the
+    sentence (with a leading space) that says ``max_changed_variables`` makes a general design
+    there; "" where it rules those out too."""
+    below = floors_below_half(relax, floor)
+    if not below:
+        return ""
+    return (
+        f" A general design with a floor below 1/2 (down to {below[-1]:g}) may exist: "
+        "max_changed_variables makes one (invertible only as checked from P); without it only "
+        "floors above 1/2 are tried."
     )
 
 

@@ -21,7 +21,6 @@ import numpy as np
 
 from ...loss import condition_number, expected_changes
 from ...params import (
-    BELOW_HALF_FLOORS,
     BELOW_HALF_MAX_CONDITION,
     DENSE_SUPPORT_MAX,
     GAMMA_LADDER,
@@ -31,7 +30,13 @@ from ...result import Reduction
 from ..backends import chain, supports
 from ..constraints.c1 import WorkingSet, membership, protected_groups, reduce_constraints
 from ..constraints.invariance import Invariance
-from ..diagnosis import ADVICE, RELAXATION_TOL, floor_ruled_out, invariant_hint
+from ..diagnosis import (
+    ADVICE,
+    below_half_hint,
+    floor_ruled_out,
+    floors_below_half,
+    invariant_hint,
+)
 from ..pricing import Pricer, values_at_pairs
 from ..problem import DesignProblem, Trace
 from ..program import build_program
@@ -590,6 +595,8 @@ def solve(problem: DesignProblem, level: float, trace: Trace) -> Attempt:
         low = below_half_floors(problem, relax, floor)
         if low:
             return _below_half(problem, level, trace, floor, low, why, relax)
+        if p.max_changed_variables is None:
+            why += below_half_hint(relax, floor)
         return Attempt(
             AttemptStatus.INFEASIBLE,
             gamma=g_low,
@@ -656,9 +663,9 @@ def below_half_floors(problem: DesignProblem, relax: float | None, floor: float)
     user's ``min_diagonal`` and below the flow relaxation's bound ``relax`` on every floor);
     none without a bound or without ``max_changed_variables`` (the replacement and block
     designs, invertible by their form, are then there to take)."""
-    if relax is None or problem.params.max_changed_variables is None:
+    if problem.params.max_changed_variables is None:
         return ()
-    return tuple(g for g in BELOW_HALF_FLOORS if floor <= g <= relax - RELAXATION_TOL)
+    return floors_below_half(relax, floor)
 
 
 def _below_half(
