@@ -284,7 +284,7 @@ def test_rows_outside_their_groups_are_not_counted_as_added_lazily(monkeypatch):
 def test_without_max_changed_variables_the_message_points_below_half(census_path, monkeypatch):
     # No design keeps every P_mm >= 0.51 (a dense LP over every transition), one keeps 0.45
     # within d = 1: without max_changed_variables only floors above 1/2 are tried, and the
-    # message says what max_changed_variables would make; with it that design is made.
+    # message says what structure="general" with max_changed_variables makes; so it does.
     df = _data()
     t = frequency_table(df, QI)
     assert not _feasible(t, 2, 0.51) and _feasible(t, 1, 0.45)
@@ -297,7 +297,7 @@ def test_without_max_changed_variables_the_message_points_below_half(census_path
     assert auto.success and said in auto.message
     general = pramopt.design(t, alpha=0.1, structure="general")
     assert general.status is pramopt.Status.INFEASIBLE and said in general.message
-    under = pramopt.design(t, alpha=0.1, max_changed_variables=1)
+    under = pramopt.design(t, alpha=0.1, structure="general", max_changed_variables=1)
     assert under.success and 0.0 < under.gamma < 0.5, under.message
     P = sp.csr_matrix(under.matrix).toarray()
     assert P.diagonal().min() >= under.gamma - 1e-9
