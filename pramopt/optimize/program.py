@@ -54,10 +54,10 @@ class LinearProgram:
     are the constraints whose rows it holds, in order.  ``scale_costs`` says
     whether a backend may rescale the ``x`` costs (not when fixed costs of other columns set
     the scale, as in phase one).  ``presolve`` False asks a backend for a solve without its
-    presolve: the census-scale linear stage's programs, rebuilt after every pricing round and
-    solved once each, took HiGHS's dual simplex a fraction of the time so (with presolve, its
-    postsolved start took minutes on one; the interior point took 2-3 times as long;
-    benchmarks/README.md).
+    presolve: the census-scale linear stage's programs are built for one solve each (a new one
+    after every pricing round), and HiGHS's dual simplex solved them fastest without it (with
+    it, the basis after postsolve took minutes to repair on one; the interior point took two to
+    three times as long; benchmarks/README.md).
     ``restart`` asks a backend that warm-starts for a solve from scratch each time (presolve
     and a crash basis): the refinement's steps change every cost and bound, and on large census
     samples the previous vertex made a worse start than none (benchmarks/README.md).  HiGHS
