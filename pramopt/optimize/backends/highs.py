@@ -114,7 +114,9 @@ class HighsProgram:
         if self._rows is not None:
             col_lo, col_hi = P.col_lo.copy(), P.col_hi.copy()
             col_lo[: P.n_x], col_hi[: P.n_x] = lo, hi
-            self._kept = np.flatnonzero(self._rows.binding(P.row_lo, P.row_hi, col_lo, col_hi))
+            self._kept = np.flatnonzero(
+                binding_rows(self._rows, P.row_lo, P.row_hi, col_lo, col_hi)
+            )
             A = self._rows.csr[self._kept].tocsc()
             self.h = self._model(A, P.row_lo[self._kept], P.row_hi[self._kept])
         self.h.changeColsCost(P.n_x, self._idx, np.asarray(c, dtype=float) / scale)
@@ -193,9 +195,6 @@ class _RowBounds:
         act_min = pos @ lo0 + neg @ hi0
         act_min[(pos_pat @ lo_inf + neg_pat @ hi_inf) > 0] = -np.inf
         return act_min, act_max
-
-    def binding(self, row_lo, row_hi, col_lo, col_hi) -> np.ndarray:
-        return binding_rows(self, row_lo, row_hi, col_lo, col_hi)
 
 
 def binding_rows(A, row_lo, row_hi, col_lo, col_hi) -> np.ndarray:
