@@ -1,6 +1,6 @@
-"""The general design below the 1/2 floor, under max_changed_variables, where no design keeps
-every diagonal entry >= 0.51: checked against a dense program, a brute-force C1 check and
-numpy's inverse."""
+"""The general design below the 1/2 floor where no design keeps every diagonal entry >= 0.51
+(under max_changed_variables, with structure="general" and in auto mode): checked against a
+dense program, a brute-force C1 check and numpy's inverse."""
 
 from __future__ import annotations
 
@@ -281,30 +281,54 @@ def test_rows_outside_their_groups_are_not_counted_as_added_lazily(monkeypatch):
 
 
 @pytest.mark.parametrize("census_path", [False, True])
-def test_without_max_changed_variables_the_message_points_below_half(census_path, monkeypatch):
-    # No design keeps every P_mm >= 0.51 (a dense LP over every transition), one keeps 0.45
-    # within d = 1: without max_changed_variables only floors above 1/2 are tried, and the
-    # message says what structure="general" with max_changed_variables makes; so it does.
+def test_without_max_changed_variables_the_general_design_goes_below_half(census_path, monkeypatch):
+    # No design keeps every P_mm >= 0.51 (a dense LP over every transition), one keeps 0.45:
+    # auto mode makes the general design below 1/2 beside the replacement and block designs and
+    # keeps the smaller loss, each loss computed here from its matrix by the definition.
     df = _data()
     t = frequency_table(df, QI)
-    assert not _feasible(t, 2, 0.51) and _feasible(t, 1, 0.45)
-    said = "A general design with a floor below 1/2 (down to 0.2) may exist"
-    if census_path:  # auto mode asks the flow relaxation before it tries a general design
+    assert not _feasible(t, 2, 0.51) and _feasible(t, 2, 0.45)
+    if census_path:  # the flow relaxation asked first; no phase one, elastic rows
         import pramopt.optimize.auto as A
 
         monkeypatch.setattr(A, "GENERAL_AUTO_MAX_CELLS", 0)
+        monkeypatch.setattr(GS, "PHASE_ONE_MAX_CELLS", 0)
+    counts = t.counts.astype(float)
     auto = pramopt.design(t, alpha=0.1)
-    assert auto.success and said in auto.message
-    general = pramopt.design(t, alpha=0.1, structure="general")
-    assert general.status is pramopt.Status.INFEASIBLE and said in general.message
-    under = pramopt.design(t, alpha=0.1, structure="general", max_changed_variables=1)
-    assert under.success and 0.0 < under.gamma < 0.5, under.message
-    P = sp.csr_matrix(under.matrix).toarray()
-    assert P.diagonal().min() >= under.gamma - 1e-9
+    assert auto.success, auto.message
+    table = auto.details["candidates"]
+    assert {"general", "replacement"} <= set(table)
+    rep = pramopt.design(t, alpha=0.1, structure="replacement")
+    rep_loss = _loss_from_definition(sp.csr_matrix(rep.matrix).toarray(), counts)
+    assert table["replacement"]["loss"] == pytest.approx(rep_loss, rel=1e-9)
+    P = sp.csr_matrix(auto.matrix).toarray()
+    assert 0.0 < auto.gamma < 0.5 and P.diagonal().min() >= auto.gamma - 1e-9
     assert brute_force_max_risk(P, df, QI, [(0, 1)]) <= 0.1
-    coo = sp.coo_matrix(P)
-    assert ((t.codes[coo.row] != t.codes[coo.col]).sum(axis=1) <= 1).all()
-    assert said not in under.message
+    loss = _loss_from_definition(P, counts)
+    assert auto.loss == pytest.approx(loss, rel=1e-9)
+    assert loss < rep_loss  # so the general design is the one returned
+    assert "below 1/2" in auto.message
+    general = pramopt.design(t, alpha=0.1, structure="general")
+    assert general.success and 0.0 < general.gamma < 0.5, general.message
+    G2 = sp.csr_matrix(general.matrix).toarray()
+    assert brute_force_max_risk(G2, df, QI, [(0, 1)]) <= 0.1
+
+
+def test_above_its_size_auto_mode_says_where_a_design_below_half_may_exist(monkeypatch):
+    import dataclasses
+
+    import pramopt.optimize.auto as A
+    import pramopt.optimize.designer as D
+
+    monkeypatch.setattr(A, "GENERAL_AUTO_MAX_CELLS", 0)  # the flow relaxation asked first
+    small = dataclasses.replace(A.AUTO, general=A.Rule("general", max_cells=5))
+    monkeypatch.setattr(D, "AUTO", small)
+    t = frequency_table(_data(), QI)
+    auto = pramopt.design(t, alpha=0.1)
+    assert auto.success, auto.message
+    assert "general" not in auto.details.get("tried", {})
+    assert "A general design with a floor below 1/2 (down to 0.2) may exist" in auto.message
+    assert "structure='general' asks for it" in auto.message
 
 
 def test_the_floors_below_half_named_are_those_the_relaxation_leaves():

@@ -1,10 +1,13 @@
 """Auto mode's candidate policy, as data: which structures, under which sizes, in which order.
 
 The counting bound and the flow relaxation say in seconds whether a general design (every
-diagonal entry >= 0.51) can exist; it is made only then, and only up to
-``GENERAL_SCALE_AUTO_MAX_CELLS`` cells (above ``GENERAL_AUTO_MAX_CELLS``, over the transitions
-that change at most two identifying variables) -- at any size under ``max_changed_variables``,
-which the structures that need no floor cannot honour across a pool.  Beside it (with
+diagonal entry >= 0.51) can exist; where they rule that out but leave one of the floors below 1/2
+(:data:`~pramopt.params.BELOW_HALF_FLOORS`), the general design goes below 1/2 (its
+invertibility checked from P) and competes like any other candidate.  It is made only where a
+floor is left, and only up to ``GENERAL_SCALE_AUTO_MAX_CELLS`` cells (above
+``GENERAL_AUTO_MAX_CELLS``, over the transitions that change at most two identifying
+variables) -- at any size under ``max_changed_variables``, which the structures that need no
+floor cannot honour across a pool.  Beside it (with
 ``refine_loss``) and where there is none, the structures that need no floor are made: the
 replacement design always, the block design up to ``BLOCKS_AUTO_MAX_CELLS`` cells and
 ``BLOCKS_AUTO_MAX_ROWS`` rows of the reduced C1 (and, where there is no general design, whenever
@@ -38,7 +41,7 @@ from ..params import GAMMA_LADDER
 from ..result import Reduction
 from ..verify import C1Report
 from .constraints.c1 import floor_upper_bound
-from .diagnosis import below_half_hint, floor_ruled_out
+from .diagnosis import below_half_hint, floor_ruled_out, floors_below_half
 from .problem import DesignProblem
 
 __all__ = [
@@ -65,10 +68,10 @@ __all__ = [
 #: (:mod:`.strategies.general_scale`) ...
 GENERAL_AUTO_MAX_CELLS = 600
 #: ... up to this many cells: beyond, the census-scale general design takes longer than the
-#: 10 minutes auto mode allows it on 2 cores (2,610 cells: about 3 minutes; 9,206: its
-#: refinement still running after 25 minutes; benchmarks/README.md, section 7), and auto mode
-#: makes only the structures that need no floor.
-GENERAL_SCALE_AUTO_MAX_CELLS = 5_000
+#: 10 minutes auto mode allows it on 2 cores (2,610 cells: about a minute; 6,505, below 1/2:
+#: about 9 minutes in all; 9,206: 20-25 minutes; benchmarks/README.md, section 7), and auto
+#: mode makes only the structures that need no floor.
+GENERAL_SCALE_AUTO_MAX_CELLS = 7_000
 #: Up to this many cells (without ``max_changed_variables``) auto mode asks the flow relaxation
 #: whether a general design can exist before it skips one for its size, so that the summary says
 #: which (seconds up to here; minutes at 22,670 cells).
@@ -140,21 +143,25 @@ class AutoPolicy:
     def skips_general(self, problem: DesignProblem, relax: float | None = None) -> str | None:
         """Why auto mode makes no general design on ``problem`` before trying one (None: it tries):
         the counting bound or the flow relaxation's bound on every floor (``relax``, when known)
-        rules out every floor above 1/2, or the table is too large."""
+        rules out every floor the general design tries (above 1/2, and the floors below it of
+        :data:`~pramopt.params.BELOW_HALF_FLOORS`), or the table is too large."""
         floor = problem.params.min_diagonal or 0.0
         g_low = max(GAMMA_LADDER[-1], floor)
+        below = ""  # where only a floor below 1/2 is left, the sentence that says so
         ruled_out = floor_ruled_out(relax, g_low)
         if ruled_out is not None:
-            if problem.params.max_changed_variables is None:
-                # (under max_changed_variables the general design goes below 1/2 itself)
-                ruled_out += below_half_hint(relax, floor)
-            return ruled_out
+            if not floors_below_half(relax, floor):
+                return ruled_out
+            below = ruled_out + below_half_hint(relax, floor)
         bound = floor_upper_bound(problem.table, problem.groups, problem.alpha)
         if bound < g_low:
-            return (
+            capped = (
                 f"No design with a diagonal floor >= {g_low:g} exists: C1 caps every floor at "
                 f"alpha * n / (largest number of groups of one combination) = {bound:.4g}."
             )
+            if not floors_below_half(bound, floor):
+                return capped
+            below = below or capped
         if problem.max_changed is not None:
             # the structures that need no floor move records between every pair of a pool's
             # cells: under max_changed_variables the general design is the one that honours it
@@ -162,14 +169,14 @@ class AutoPolicy:
         if not self.general.admits(problem, found=False):
             may = (
                 ""
-                if relax is None
+                if relax is None or below
                 else f" (one may exist: the flow relaxation allows floors up to {relax:.4g})"
             )
             return (
-                f"With {problem.K} cells (more than {self.general.max_cells}), auto mode makes "
-                "the structures found in minutes and skips the general design, which takes "
+                f"{below} With {problem.K} cells (more than {self.general.max_cells}), auto mode "
+                "makes the structures found in minutes and skips the general design, which takes "
                 f"longer at this size{may} (structure='general' asks for it)."
-            )
+            ).strip()
         return None
 
     def structures(self) -> set:

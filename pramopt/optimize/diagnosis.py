@@ -77,15 +77,14 @@ def floors_below_half(relax: float | None, floor: float) -> tuple:
 
 def below_half_hint(relax: float | None, floor: float) -> str:
     """Where the flow relaxation rules out every floor >= 0.51 but not some below 1/2, the
-    sentence (with a leading space) that says ``structure="general"`` with
-    ``max_changed_variables`` makes a general design there; "" where it rules those out too."""
+    sentence (with a leading space) that says a general design may exist there; "" where it
+    rules those out too."""
     below = floors_below_half(relax, floor)
     if not below:
         return ""
     return (
-        f" A general design with a floor below 1/2 (down to {below[-1]:g}) may exist: "
-        "structure='general' with max_changed_variables makes one (invertible only as checked "
-        "from P); without max_changed_variables only floors above 1/2 are tried."
+        f" A general design with a floor below 1/2 (down to {below[-1]:g}) may exist "
+        "(invertible only as checked from P)."
     )
 
 

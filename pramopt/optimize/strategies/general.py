@@ -32,7 +32,6 @@ from ..constraints.c1 import WorkingSet, membership, protected_groups, reduce_co
 from ..constraints.invariance import Invariance
 from ..diagnosis import (
     ADVICE,
-    below_half_hint,
     floor_ruled_out,
     floors_below_half,
     invariant_hint,
@@ -592,11 +591,9 @@ def solve(problem: DesignProblem, level: float, trace: Trace) -> Attempt:
     relax = once(trace, "floor bound", lambda: floor_bound_stage(problem, trace, flows=flows))
     why = floor_ruled_out(relax, g_low)
     if why is not None:
-        low = below_half_floors(problem, relax, floor)
+        low = floors_below_half(relax, floor)
         if low:
             return _below_half(problem, level, trace, floor, low, why, relax)
-        if p.max_changed_variables is None:
-            why += below_half_hint(relax, floor)
         return Attempt(
             AttemptStatus.INFEASIBLE,
             gamma=g_low,
@@ -658,16 +655,6 @@ def _at_floor(
     return _ladder(problem, level, trace, ph, floor, g_low)
 
 
-def below_half_floors(problem: DesignProblem, relax: float | None, floor: float) -> tuple:
-    """The floors below 1/2 to try (:data:`~pramopt.params.BELOW_HALF_FLOORS` at or above the
-    user's ``min_diagonal`` and below the flow relaxation's bound ``relax`` on every floor);
-    none without a bound or without ``max_changed_variables`` (the replacement and block
-    designs, invertible by their form, are then there to take)."""
-    if problem.params.max_changed_variables is None:
-        return ()
-    return floors_below_half(relax, floor)
-
-
 def _below_half(
     problem: DesignProblem,
     level: float,
@@ -699,7 +686,8 @@ def _below_half(
             return Attempt(
                 AttemptStatus.UNPROVEN,
                 gamma=g,
-                auto_reason=why,
+                auto_reason=f"{why} The general design found at the floor {g:g} below 1/2 is "
+                f"numerically singular (condition number {cond:.4g}).",
                 detail=f"{why} The design found at the floor {g:g} below 1/2 is numerically "
                 f"singular (condition number {cond:.4g}, above {BELOW_HALF_MAX_CONDITION:g}): "
                 f"no design is returned. {ADVICE}",
@@ -712,11 +700,12 @@ def _below_half(
         return dataclasses.replace(att, gamma=g, condition=cond, describe=said + att.describe)
     assert att is not None  # ``low`` is never empty (the caller's condition)
     floors = ", ".join(f"{g:g}" for g in low)
+    tried = f"{why} No general design was found at the floors below 1/2 tried ({floors})"
     return Attempt(
         att.status,
         gamma=low[-1],
-        auto_reason=why,
-        detail=f"{why} No design was found at the floors below 1/2 tried ({floors}): {att.detail}",
+        auto_reason=f"{tried}.",
+        detail=f"{tried}: {att.detail}",
     )
 
 
