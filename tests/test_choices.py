@@ -46,8 +46,8 @@ def data() -> pd.DataFrame:
     )
 
 
-#: The refinement's iterations: at α = 0.2 the general design goes below 1/2 and its refinement
-#: takes all 100 default iterations; every figure checked here is computed from the matrices.
+#: The refinement's iterations: the general designs below 1/2 at α = 0.2 refine for up to
+#: the 100 default iterations; every figure checked here is computed from the matrices.
 MAX_ITER = 3
 
 

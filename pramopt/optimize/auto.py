@@ -3,7 +3,8 @@
 The counting bound and the flow relaxation say in seconds whether a general design (every
 diagonal entry >= 0.51) can exist; where they rule that out but leave one of the floors below 1/2
 (:data:`~pramopt.params.BELOW_HALF_FLOORS`), the general design goes below 1/2 (its
-invertibility checked from P) and competes like any other candidate.  It is made only where a
+invertibility checked from P; over the transitions that change at most two identifying variables)
+and competes like any other candidate.  It is made only where a
 floor is left, and only up to ``GENERAL_SCALE_AUTO_MAX_CELLS`` cells (above
 ``GENERAL_AUTO_MAX_CELLS``, over the transitions that change at most two identifying
 variables) -- at any size under ``max_changed_variables``, which the structures that need no

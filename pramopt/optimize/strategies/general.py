@@ -665,16 +665,25 @@ def _below_half(
     relax: float | None,
 ) -> Attempt:
     """The general design at the first floor of ``low`` (each below 1/2) that gives one, where
-    ``why`` says that no design keeps every diagonal entry >= 0.51.
+    ``why`` says that no design keeps every diagonal entry >= 0.51.  Without
+    ``max_changed_variables``, at every size over the transitions that change at most
+    ``NEAR_CHANGED`` variables (:func:`.general_scale.solve_at_scale`).
 
     Below 1/2 P is not invertible by diagonal dominance, so the design is returned only where
     its condition number (:func:`pramopt.loss.condition_number`, computed from P alone) is
     finite and at most :data:`~pramopt.params.BELOW_HALF_MAX_CONDITION`; the loss bound, which
     needs every diagonal entry of P^-1 >= 1, is then not claimed (:mod:`..diagnosis`).
     """
+    from .general_scale import NEAR_CHANGED, solve_at_scale
+
     att = None
     for g in low:
-        att = _at_floor(problem, level, trace, floor, g, relax)
+        if problem.params.max_changed_variables is None:
+            # over every transition phase one below 1/2 took minutes on tables of a few
+            # hundred rare cells (benchmarks/README.md); within two variables, seconds
+            att = solve_at_scale(problem, level, trace, floor, g)
+        else:
+            att = _at_floor(problem, level, trace, floor, g, relax)
         if att.status in (AttemptStatus.INFEASIBLE, AttemptStatus.UNPROVEN):
             continue
         if not att.ok:
@@ -701,6 +710,8 @@ def _below_half(
     assert att is not None  # ``low`` is never empty (the caller's condition)
     floors = ", ".join(f"{g:g}" for g in low)
     tried = f"{why} No general design was found at the floors below 1/2 tried ({floors})"
+    if problem.params.max_changed_variables is None:
+        tried += f" over the transitions that change at most {NEAR_CHANGED} identifying variables"
     return Attempt(
         att.status,
         gamma=low[-1],

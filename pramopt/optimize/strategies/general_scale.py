@@ -204,8 +204,8 @@ def _near(
     if not att.ok:
         return att
     why = (
-        f"Diagonal floor gamma = {g_low:g}: with {problem.K} cells the general design starts "
-        "sparse at the lowest floor allowed (no search for the largest floor), over the "
+        f"Diagonal floor gamma = {g_low:g}: {_why_sparse(problem, g_low)} the general design "
+        "starts sparse at the lowest floor allowed (no search for the largest floor), over the "
         f"transitions that change at most {NEAR_CHANGED} identifying variables "
         "(max_changed_variables sets another number)."
     )
@@ -284,8 +284,8 @@ def _at_scale(
     )
     if att.status is AttemptStatus.OK:
         why = (
-            f"Diagonal floor gamma = {g_low:g}: with {problem.K} cells the general design starts "
-            "sparse at the lowest floor allowed (no search for the largest floor)."
+            f"Diagonal floor gamma = {g_low:g}: {_why_sparse(problem, g_low)} the general design "
+            "starts sparse at the lowest floor allowed (no search for the largest floor)."
         )
         if near is not None:
             why += (
@@ -295,6 +295,14 @@ def _at_scale(
             )
         return dataclasses.replace(att, gamma=g_low, describe=why)
     return dataclasses.replace(att, gamma=g_low)
+
+
+def _why_sparse(problem: DesignProblem, floor: float) -> str:
+    """Why the design starts sparse: its size, or (without ``max_changed_variables``) a floor
+    below 1/2."""
+    if floor < 0.5 and problem.K <= PHASE_ONE_MAX_CELLS:
+        return "below 1/2"
+    return f"with {problem.K} cells"
 
 
 def _near_listed(problem: DesignProblem, floor: float, trace: Trace):
