@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 from full_c1 import feasible
+from random_cases import brute_force_risk
 from test_design import brute_force_max_risk
 
 import pramopt
@@ -341,3 +342,26 @@ def test_the_floors_below_half_named_are_those_the_relaxation_leaves():
     assert floors_below_half(None, 0.0) == ()
     assert "(down to 0.3)" in below_half_hint(0.4808, 0.3)
     assert below_half_hint(0.19, 0.0) == ""
+
+
+def test_nothing_within_two_variables_below_half_names_the_wider_search():
+    # 250 cells of 3 keys at alpha = 0.2: the flow relaxation leaves only the floor 0.2, and the
+    # general design within two variables is not found there; the message says so and names
+    # the search over every transition (max_changed_variables), and the design returned is one
+    # of the structures that need no floor, checked by brute force.
+    rng = np.random.default_rng(7)
+    df = pd.DataFrame(
+        {
+            "age": rng.integers(20, 60, 300),
+            "region": rng.choice(list("ABCDEFGH"), 300),
+            "sex": rng.choice(["f", "m"], 300),
+        }
+    )
+    qi = ["age", "region", "sex"]
+    res = pramopt.design(df, qi, alpha=0.2)
+    assert res.success and res.reduction.structure in ("replacement", "blocks")
+    assert (
+        "No general design was found at the floors below 1/2 tried (0.2) over the " in res.message
+    )
+    assert "structure='general' with max_changed_variables searches every transition" in res.message
+    assert brute_force_risk(res, df, qi, {}) <= 0.2 + 1e-9

@@ -674,7 +674,7 @@ def _below_half(
     finite and at most :data:`~pramopt.params.BELOW_HALF_MAX_CONDITION`; the loss bound, which
     needs every diagonal entry of P^-1 >= 1, is then not claimed (:mod:`..diagnosis`).
     """
-    from .general_scale import NEAR_CHANGED, solve_at_scale
+    from .general_scale import NEAR_CHANGED, PHASE_ONE_MAX_CELLS, solve_at_scale
 
     att = None
     for g in low:
@@ -712,6 +712,11 @@ def _below_half(
     tried = f"{why} No general design was found at the floors below 1/2 tried ({floors})"
     if problem.params.max_changed_variables is None:
         tried += f" over the transitions that change at most {NEAR_CHANGED} identifying variables"
+        if problem.K <= PHASE_ONE_MAX_CELLS:
+            tried += (
+                " (structure='general' with max_changed_variables searches every transition it "
+                "allows, by phase one, which may take minutes)"
+            )
     return Attempt(
         att.status,
         gamma=low[-1],
