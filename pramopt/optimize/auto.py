@@ -1,14 +1,14 @@
 """Auto mode's candidate policy, as data: which structures, under which sizes, in which order.
 
 The counting bound and the flow relaxation say in seconds whether a general design (every
-diagonal entry >= 0.51) can exist; where they rule that out but leave one of the floors below 1/2
-(:data:`~pramopt.params.BELOW_HALF_FLOORS`), the general design goes below 1/2 (its
-invertibility checked from P; over the transitions that change at most two identifying variables)
-and competes like any other candidate.  It is made only where a
-floor is left, and only up to ``GENERAL_SCALE_AUTO_MAX_CELLS`` cells (above
-``GENERAL_AUTO_MAX_CELLS``, over the transitions that change at most two identifying
-variables) -- at any size under ``max_changed_variables``, which the structures that need no
-floor cannot honour across a pool.  Beside it (with
+diagonal entry >= 0.51) can exist; where they rule that out but leave one of the floors below
+1/2 (:data:`~pramopt.params.BELOW_HALF_FLOORS`), the general design goes below 1/2 (its
+invertibility checked from P; over the transitions that change at most two identifying
+variables) and competes like any other candidate.  It is made only where a floor is left, and
+only up to ``GENERAL_SCALE_AUTO_MAX_CELLS`` cells (above ``GENERAL_AUTO_MAX_CELLS``, over the
+transitions that change at most two identifying variables) -- at any size under
+``max_changed_variables``, which the structures that need no floor cannot honour across a
+pool.  Beside it (with
 ``refine_loss``) and where there is none, the structures that need no floor are made: the
 replacement design always, the block design up to ``BLOCKS_AUTO_MAX_CELLS`` cells and
 ``BLOCKS_AUTO_MAX_ROWS`` rows of the reduced C1 (and, where there is no general design, whenever

@@ -679,8 +679,8 @@ def _below_half(
     att = None
     for g in low:
         if problem.params.max_changed_variables is None:
-            # over every transition phase one below 1/2 took minutes on tables of a few
-            # hundred rare cells (benchmarks/README.md); within two variables, seconds
+            # phase one below 1/2 over every transition does not end in minutes on a few
+            # hundred rare cells, the sparse path does (benchmarks/README.md, section 7)
             att = solve_at_scale(problem, level, trace, floor, g)
         else:
             att = _at_floor(problem, level, trace, floor, g, relax)
