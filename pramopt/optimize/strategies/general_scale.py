@@ -164,14 +164,20 @@ def solve_at_scale(
     without ``max_changed_variables``, over the transitions that change at most
     :data:`NEAR_CHANGED` variables (:func:`_near`)."""
     if problem.max_changed is None:
-        near = dataclasses.replace(
-            problem,
-            params=dataclasses.replace(problem.params, max_changed_variables=NEAR_CHANGED),
-            _pairs={},
-        )
+        near = _near_problem(problem)
         if near.max_changed is not None:
             return _near(problem, near, level, trace, floor, g_low)
     return _at_scale(problem, level, trace, floor, g_low)
+
+
+def _near_problem(problem: DesignProblem) -> DesignProblem:
+    """``problem`` with at most :data:`NEAR_CHANGED` changed variables; its permitted transitions
+    are cached with ``problem``'s own, so that every floor tried lists them once."""
+    return dataclasses.replace(
+        problem,
+        params=dataclasses.replace(problem.params, max_changed_variables=NEAR_CHANGED),
+        _pairs=problem._pairs.setdefault(f"within {NEAR_CHANGED}", {}),
+    )
 
 
 def _near(
@@ -310,11 +316,7 @@ def _near_listed(problem: DesignProblem, floor: float, trace: Trace):
     :data:`PAIRS_LIMIT`): those within :data:`NEAR_CHANGED` variables are listed on their own
     (None where they too are too many), and the second refinement prices every permitted
     transition by scanning the candidates."""
-    near = dataclasses.replace(
-        problem,
-        params=dataclasses.replace(problem.params, max_changed_variables=NEAR_CHANGED),
-        _pairs={},
-    )
+    near = _near_problem(problem)
     with trace.stage(f"transitions within {NEAR_CHANGED}") as info:
         pairs = near.allowed_pairs(PAIRS_LIMIT)
         info["detail"] = "too many" if pairs is None else f"{pairs[0].size:,}"
